@@ -1,0 +1,1 @@
+"""The train-before-test pipeline: task selection, fine-tuning, evaluation, perplexity, job grid."""

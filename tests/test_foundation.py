@@ -1,0 +1,101 @@
+"""The ground floor: results store, params validation, report helpers."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from lib import params, report, store
+
+
+def _res(**kw):
+    base = dict(protocol="direct_eval", benchmark="arc_easy", model="org/model-1b", metric="acc_norm",
+                score=0.5, stderr=0.01, provenance={"lr": 2e-5})
+    base.update(kw)
+    return store.Result(**base)
+
+
+def test_store_roundtrip_and_tidy_frame(tmp_path):
+    store.write(tmp_path, _res())
+    store.write(tmp_path, _res(protocol="train_before_test", score=0.7))
+    store.write(tmp_path, _res(model="gpt2", score=0.3, stderr=None))
+    df = store.load(tmp_path)
+    assert list(df.columns) == store.COLUMNS
+    assert len(df) == 3
+    m = store.matrix(df, "direct_eval")
+    assert m.loc["org/model-1b", "arc_easy"] == 0.5 and m.loc["gpt2", "arc_easy"] == 0.3
+    assert df.loc[df.model == "gpt2", "stderr"].isna().all()
+    assert store.path_for(tmp_path, "direct_eval", "arc_easy", "org/model-1b").name == "org__model-1b.json"
+
+
+def test_store_rejects_bad_results_and_names_corrupt_file(tmp_path):
+    with pytest.raises(store.StoreError, match="score must be a finite number"):
+        store.write(tmp_path, _res(score=math.nan))
+    path = store.write(tmp_path, _res())
+    path.write_text('{"schema": 1, "protocol": "direct_eval"')          # truncated
+    with pytest.raises(store.StoreError, match=str(path)):
+        store.load(tmp_path)
+    path.write_text(json.dumps({"schema": 1, "protocol": "direct_eval"}))
+    with pytest.raises(store.StoreError, match="missing benchmark, model, metric, score"):
+        store.read(path)
+
+
+def test_atomic_write_leaves_no_temporary_files(tmp_path):
+    store.atomic_write_json(tmp_path / "a.json", {"x": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_meta_merges(tmp_path):
+    store.write_meta(tmp_path, "models", {"m1": {"family": "a"}})
+    store.write_meta(tmp_path, "models", {"m2": {"family": "b"}})
+    assert set(store.read_meta(tmp_path, "models")) == {"m1", "m2"}
+    with pytest.raises(store.StoreError, match="unknown metadata kind"):
+        store.write_meta(tmp_path, "things", {})
+
+
+def test_macro_names_are_letters_only():
+    assert report.macro_name("tau_mean/direct_eval") == "TauMeanDirectEval"
+    assert report.macro_name("pc1_share") == "PcOneShare"
+
+
+@pytest.fixture
+def fake_project(tmp_path, monkeypatch):
+    nb_dir, params_dir = tmp_path / "notebooks", tmp_path / "params"
+    nb_dir.mkdir(), params_dir.mkdir()
+    cell = {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "outputs": [],
+            "execution_count": None, "source": ['profile = "x"\n', "alpha = 0.5\n", "names = ['a']\n"]}
+    (nb_dir / "01_demo.ipynb").write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
+                                                      "nbformat_minor": 5}))
+    monkeypatch.setattr(params.paths, "NOTEBOOKS", nb_dir)
+    monkeypatch.setattr(params.paths, "PARAMS", params_dir)
+    return params_dir
+
+
+def test_params_valid_profile(fake_project):
+    (fake_project / "x.yaml").write_text("description: t\nstages:\n  01_demo: {alpha: 1, names: [b]}\n")
+    prof = params.load_profile("x")
+    assert params.check_stage(prof, "01_demo", prof.stages["01_demo"]) == {"profile": "x", "alpha": 1,
+                                                                           "names": ["b"]}
+
+
+@pytest.mark.parametrize("body, message", [
+    ("description: t\nstages:\n  01_demo: {alpha: 1, names: [b], alhpa: 2}\n", "unknown key.*did you mean 'alpha'"),
+    ("description: t\nstages:\n  01_demo: {alpha: 1}\n", r"missing key\(s\) \['names'\]"),
+    ("description: t\nstages:\n  01_demo: {alpha: fast, names: [b]}\n", "alpha: expected float, got str"),
+    ("description: t\nstages:\n  01_dmeo: {}\n", "unknown stage '01_dmeo'.*did you mean '01_demo'"),
+    ("stages:\n  01_demo: {alpha: 1, names: [b]}\n", "missing key 'description'"),
+    ("description: t\nstagse: {}\n", "unknown key 'stagse'"),
+])
+def test_params_errors_name_file_and_key(fake_project, body, message):
+    (fake_project / "x.yaml").write_text(body)
+    with pytest.raises(params.ParamsError, match=message) as info:
+        params.load_profile("x")
+    assert "x.yaml" in str(info.value)
+
+
+def test_unknown_profile_suggests(fake_project):
+    (fake_project / "smoke.yaml").write_text("description: t\nstages: {01_demo: {alpha: 1, names: []}}\n")
+    with pytest.raises(params.ParamsError, match="did you mean 'smoke'"):
+        params.load_profile("smoek")
