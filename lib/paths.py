@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ROOT / "notebooks"
-PARAMS = ROOT / "params"
+NOTEBOOKS = Path(os.environ["TBT_NOTEBOOKS"]).resolve() if os.environ.get("TBT_NOTEBOOKS") else ROOT / "notebooks"
+PARAMS = Path(os.environ["TBT_PARAMS"]).resolve() if os.environ.get("TBT_PARAMS") else ROOT / "params"
 # TBT_OUTPUTS redirects every generated file (the tests use it to keep outputs/ untouched)
 OUTPUTS = Path(os.environ["TBT_OUTPUTS"]).resolve() if os.environ.get("TBT_OUTPUTS") else ROOT / "outputs"
 CACHE = ROOT / ".cache"

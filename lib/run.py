@@ -77,6 +77,13 @@ def execute(stage: str, params: dict, out_dir: Path, kernel: str = "python3", pr
     return final
 
 
+def _show(path: Path) -> str:
+    try:
+        return str(path.relative_to(paths.ROOT))
+    except ValueError:
+        return str(path)
+
+
 def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
                 kernel: str = "python3") -> dict[str, dict]:
     """Run (or skip, when cached) the stages of profile ``name``; returns per-stage status/timing."""
@@ -120,7 +127,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
         if not (out_dir / "summary.json").exists():
             raise RuntimeError(f"stage {stage} finished without writing {out_dir / 'summary.json'}")
         atomic_write_json(stamp, {"fingerprint": fp, "seconds": dt, "finished": time.time()})
-        print(f"[{name}] {stage}: done in {dt:.1f}s -> {out_dir.relative_to(paths.ROOT)}", flush=True)
+        print(f"[{name}] {stage}: done in {dt:.1f}s -> {_show(out_dir)}", flush=True)
         log[stage] = {"status": "ran", "seconds": dt}
     total = time.time() - t_start
     atomic_write_json(paths.profile_dir(name) / "run_log.json", {"stages": log, "total_seconds": total})
@@ -147,6 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ParamsError, paths.DataMissing) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # papermill's PapermillExecutionError carries the cell's traceback
+        if type(exc).__name__ != "PapermillExecutionError":
+            raise
+        print(f"error: a notebook cell failed ({exc.ename}: {exc.evalue}); the partially executed notebook "
+              f"is kept as outputs/<profile>/<stage>/.<stage>.partial.ipynb for inspection", file=sys.stderr)
+        return 1
     return 0
 
 
