@@ -1,0 +1,161 @@
+"""Import the train-before-test paper's published results into a profile's results store.
+
+``all_results.json`` (lm-harmony, see the data README) maps ``{protocol: {benchmark: {model: score}}}``
+for ``direct_eval`` and ``train_before_test``, with standard errors under ``<protocol>_stderr``.
+:func:`import_store` turns it into one :class:`lib.store.Result` per (protocol, benchmark, model),
+with the metric and direction from :mod:`lib.metadata` and provenance naming the source file and
+its sha256, so the analysis notebooks read published and our own results the same way.
+
+It is the ``prepare`` hook of the ``published`` profile (``prepare: [lib.published:import_store]``)
+and is idempotent: a store already imported from a file with the same sha256 is left as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from . import metadata, paths, store
+
+RESULTS_FILE = "lm-harmony/all_results.json"
+SOURCE = {"repository": "github.com/socialfoundations/lm-harmony",
+          "commit": "88bc5c352f6491bc9e6c19a361096a31c4df6e16", "path": "notebooks/all_results.json"}
+MISSING_STDERR = ("N/A", "NA", "", None)   # how the file spells "no standard error" (perplexity corpora)
+MARKER = "published_import.json"     # <store>/_meta/<MARKER>: what was imported, from which file hash
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def results_path() -> Path:
+    """Path of the published ``all_results.json`` (raises lib.paths.DataMissing with what to do)."""
+    return paths.data_dir(RESULTS_FILE) / RESULTS_FILE
+
+
+def parse_results(path: str | Path) -> dict[str, dict[str, dict[str, dict[str, float | None]]]]:
+    """Read and validate ``all_results.json``: returns ``{protocol: {benchmark: {model: {"score", "stderr"}}}}``.
+
+    Raises :class:`lib.store.StoreError` naming the file and the offending entry.
+    """
+    path = Path(path)
+    raw = store.read_json(path)
+    if not isinstance(raw, dict):
+        raise store.StoreError(f"{path}: expected a JSON object {{protocol: {{benchmark: {{model: score}}}}}}")
+    allowed = set(store.PROTOCOLS) | {p + "_stderr" for p in store.PROTOCOLS}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise store.StoreError(f"{path}: unknown protocol key(s) {unknown}; expected {sorted(allowed)}")
+    out: dict[str, dict[str, dict[str, dict[str, float | None]]]] = {}
+    for protocol in store.PROTOCOLS:
+        if protocol not in raw:
+            continue
+        scores, errors = raw[protocol], raw.get(protocol + "_stderr", {})
+        if not isinstance(scores, dict) or not isinstance(errors, dict):
+            raise store.StoreError(f"{path}: {protocol!r} must map benchmark -> {{model: score}}")
+        out[protocol] = {}
+        for bench, by_model in scores.items():
+            if not isinstance(by_model, dict):
+                raise store.StoreError(f"{path}: {protocol}/{bench}: expected {{model: score}}")
+            errs = errors.get(bench, {}) or {}
+            out[protocol][bench] = {}
+            for model, score in by_model.items():
+                if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+                    raise store.StoreError(f"{path}: {protocol}/{bench}/{model}: score {score!r} is not a finite number")
+                err = errs.get(model)
+                if err in MISSING_STDERR:
+                    err = None
+                if err is not None and (isinstance(err, bool) or not isinstance(err, (int, float))):
+                    raise store.StoreError(f"{path}: {protocol}_stderr/{bench}/{model}: {err!r} is not a number")
+                out[protocol][bench][model] = {"score": float(score),
+                                               "stderr": float(err) if err is not None else None}
+    if not out:
+        raise store.StoreError(f"{path}: none of the protocols {list(store.PROTOCOLS)} is present")
+    return out
+
+
+def _check_metadata(results: dict, path: Path) -> dict[str, metadata.BenchmarkInfo]:
+    """Every benchmark and model must have metadata before anything is written."""
+    benches = sorted({b for per in results.values() for b in per})
+    models = sorted({m for per in results.values() for by in per.values() for m in by})
+    try:
+        infos = {b: metadata.benchmark_info(b) for b in benches}
+        for m in models:
+            metadata.model_info(m)
+    except metadata.MetadataError as exc:
+        raise metadata.MetadataError(f"{path}: {exc}") from None
+    return infos
+
+
+def import_store(profile: str, source: str | Path | None = None, force: bool = False) -> dict[str, Any]:
+    """Import the published results into ``lib.paths.store_dir(profile)``; returns the import record.
+
+    ``source`` defaults to ``$HARMONY_DATA/lm-harmony/all_results.json``. Skips the work when the
+    store already holds an import of a file with the same sha256 (unless ``force``). Results of an
+    earlier import that the new file no longer contains are removed.
+    """
+    path = Path(source) if source is not None else results_path()
+    if not path.is_file():
+        raise paths.DataMissing(f"published results not found: {path} (set {paths.DATA_ENV}=<folder> "
+                                "(e.g. ../shared/data) or run `make data`)")
+    root = paths.store_dir(profile)
+    digest = sha256_file(path)
+    marker = root / "_meta" / MARKER
+    if not force and marker.exists():
+        done = store.read_json(marker)
+        if done.get("sha256") == digest and all(store.path_for(root, *key.split("|")).exists()
+                                                for key in done.get("keys", [])):
+            return done
+    t0 = time.time()
+    results = parse_results(path)
+    infos = _check_metadata(results, path)
+    provenance = {"source": str(path.name), "source_path": str(path), "sha256": digest, **SOURCE}
+    keys = []
+    for protocol, per_bench in results.items():
+        for bench, by_model in per_bench.items():
+            info = infos[bench]
+            for model, val in by_model.items():
+                store.write(root, store.Result(protocol=protocol, benchmark=bench, model=model,
+                                               metric=info.metric, score=val["score"], stderr=val["stderr"],
+                                               higher_is_better=info.higher_is_better,
+                                               provenance=provenance))
+                keys.append(f"{protocol}|{bench}|{model}")
+    wanted = {store.path_for(root, *k.split("|")) for k in keys}
+    removed = 0
+    for old in list(store.iter_paths(root)):
+        if old not in wanted and store.read_json(old).get("provenance", {}).get("repository") == SOURCE["repository"]:
+            old.unlink()
+            removed += 1
+    record = {"source_path": str(path), "sha256": digest, "n_results": len(keys), "removed": removed,
+              "seconds": round(time.time() - t0, 2), "keys": sorted(keys)}
+    store.atomic_write_json(marker, record)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m lib.published", description=__doc__.splitlines()[0])
+    ap.add_argument("profile", nargs="?", default="published")
+    ap.add_argument("--force", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        rec = import_store(args.profile, force=args.force)
+    except (paths.DataMissing, store.StoreError, metadata.MetadataError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{rec['n_results']} results from {rec['source_path']} (sha256 {rec['sha256'][:12]}...)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
