@@ -129,3 +129,36 @@ def explained_variance(curves: Mapping[str, pd.Series], max_components: int = 10
     ax.legend()
     fig.tight_layout()
     return fig
+
+
+def rect_heatmaps(mats: Mapping[str, pd.DataFrame], titles: Mapping[str, str] | None = None,
+                  label: str = "Kendall τ", vmin: float = -0.2):
+    """Rectangular heatmaps stacked vertically (e.g. corpus x benchmark tau, one per setting)."""
+    first = next(iter(mats.values()))
+    width = min(WIDTH_DOUBLE, 1.6 + 0.28 * first.shape[1])
+    height = 0.6 + 0.22 * first.shape[0]
+    fig, axes = plt.subplots(len(mats), 1, figsize=(width, height * len(mats) + 0.6), squeeze=False)
+    for ax, (key, mat) in zip(axes[:, 0], mats.items()):
+        sns.heatmap(mat, ax=ax, vmin=vmin, vmax=1, cmap="viridis", annot=mat.shape[1] <= 30, fmt=".2f",
+                    cbar_kws={"label": label}, annot_kws={"fontsize": 5}, xticklabels=ax is axes[-1, 0])
+        ax.set_title((titles or {}).get(key, _label(key)))
+        ax.set_xlabel("")
+        ax.set_ylabel("")
+        ax.tick_params(labelsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def group_bars(table: pd.DataFrame, group: str, value: str, hue: str = "protocol", xlabel: str | None = None):
+    """Horizontal bars of ``value`` per ``group``, one colour per protocol (NaN groups left empty)."""
+    data = table.copy()
+    data[hue] = data[hue].map(_label)
+    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, max(1.6, 0.3 * data[group].nunique() + 0.8)))
+    sns.barplot(data=data, y=group, x=value, hue=hue, ax=ax, orient="h",
+                palette={_label(k): v for k, v in PROTOCOL_COLORS.items()})
+    ax.set_xlabel(xlabel or value)
+    ax.set_ylabel("")
+    ax.set_xlim(0, 1)
+    ax.legend(title="", loc="lower right")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,112 @@
+"""Does perplexity rank models the way downstream benchmarks do?
+
+Perplexity corpora are ordinary results in the store whose metric is bits-per-byte (lower is
+better; :func:`lib.metadata.perplexity_benchmarks` tells them apart). Every tau here is computed on
+*oriented* scores (bits-per-byte negated), so a positive tau means "lower perplexity, better
+downstream rank". Three settings pair a perplexity protocol with a downstream protocol:
+
+- ``direct``: perplexity before fine-tuning vs zero-shot downstream scores;
+- ``train_before_test``: perplexity after fine-tuning on the corpus vs downstream after fine-tuning;
+- ``pre_ft_ppl_vs_tbt``: perplexity before fine-tuning vs downstream after fine-tuning (does the
+  cheap pre-fine-tuning perplexity predict train-before-test rankings?).
+
+Each is computed for model groups (all, base, instruction-tuned). ``average`` rows/columns use, per
+model, the mean over all corpora (benchmarks); models missing any of them are left out of it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import metadata, store
+from .agreement import MIN_MODELS, split_benchmarks, tau_arrays
+
+AVERAGE = "average"
+SETTINGS: dict[str, tuple[str, str]] = {
+    "direct": ("direct_eval", "direct_eval"),
+    "train_before_test": ("train_before_test", "train_before_test"),
+    "pre_ft_ppl_vs_tbt": ("direct_eval", "train_before_test"),
+}
+
+
+def with_average(matrix: pd.DataFrame) -> pd.DataFrame:
+    """The matrix plus an ``average`` column: the row mean over models that have every column."""
+    out = matrix.copy()
+    out[AVERAGE] = matrix.mean(axis=1).where(matrix.notna().all(axis=1))
+    return out
+
+
+def model_groups(models: list[str], store_root=None) -> dict[str, list[str]]:
+    """``{"all": ..., "base": ..., "instruct": ...}`` from metadata (instruct flag)."""
+    meta = metadata.models_frame(models, store_root)
+    return {"all": list(models), "base": [m for m in models if not meta.loc[m, "instruct"]],
+            "instruct": [m for m in models if meta.loc[m, "instruct"]]}
+
+
+def agreement_table(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS,
+                    settings: dict[str, tuple[str, str]] | None = None) -> pd.DataFrame:
+    """Kendall tau of every (corpus or average) x (benchmark or average) per setting and model group.
+
+    Columns: setting, group, corpus, benchmark, tau, n_models. Empty when the store has no
+    perplexity corpus or lacks a protocol a setting needs (such settings are skipped).
+    """
+    downstream, corpora = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    cols = ["setting", "group", "corpus", "benchmark", "tau", "n_models"]
+    if not corpora or not downstream:
+        return pd.DataFrame(columns=cols)
+    present = set(df["protocol"])
+    rows = []
+    for setting, (ppl_p, ds_p) in (settings or SETTINGS).items():
+        if ppl_p not in present or ds_p not in present:
+            continue
+        ppl = store.matrix(df, ppl_p).reindex(columns=corpora)
+        ds = store.matrix(df, ds_p).reindex(columns=downstream)
+        ppl, ds = -with_average(ppl), with_average(ds)          # negate: higher is better everywhere
+        models = sorted(set(ppl.dropna(how="all").index) & set(ds.dropna(how="all").index))
+        for group, members in model_groups(models, store_root).items():
+            p_sub, d_sub = ppl.reindex(members), ds.reindex(members)    # aligned on the same models
+            for c in ppl.columns:
+                x = p_sub[c].to_numpy(float)
+                for b in ds.columns:
+                    tau, n = tau_arrays(x, d_sub[b].to_numpy(float), min_models)
+                    rows.append((setting, group, c, b, tau, n))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def summarise(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (setting, group): tau of average perplexity vs average downstream, the mean tau over the
+    individual corpus x benchmark pairs, and the number of models in the averages."""
+    if table.empty:
+        return pd.DataFrame(columns=["setting", "group", "tau_average", "mean_tau_pairs", "n_models"])
+    rows = []
+    for (setting, group), t in table.groupby(["setting", "group"], sort=False):
+        avg = t[(t.corpus == AVERAGE) & (t.benchmark == AVERAGE)]
+        single = t[(t.corpus != AVERAGE) & (t.benchmark != AVERAGE)]["tau"].dropna()
+        rows.append({"setting": setting, "group": group,
+                     "tau_average": float(avg["tau"].iloc[0]) if len(avg) else np.nan,
+                     "mean_tau_pairs": float(single.mean()) if len(single) else np.nan,
+                     "n_models": int(avg["n_models"].iloc[0]) if len(avg) else 0})
+    return pd.DataFrame(rows)
+
+
+def corpus_by_benchmark(table: pd.DataFrame, setting: str, group: str = "all") -> pd.DataFrame:
+    """Square corpus x benchmark tau table of one setting and group (incl. averages)."""
+    t = table[(table.setting == setting) & (table.group == group)]
+    mat = t.pivot(index="corpus", columns="benchmark", values="tau")
+    last = lambda names: sorted(n for n in names if n != AVERAGE) + [n for n in names if n == AVERAGE]
+    return mat.loc[last(mat.index), last(mat.columns)]
+
+
+def scatter_frame(df: pd.DataFrame, ppl_protocol: str, ds_protocol: str, store_root=None) -> pd.DataFrame:
+    """Per model: average bits-per-byte (``ppl_protocol``), average downstream score (``ds_protocol``),
+    and whether it is instruction-tuned, for the scatter plots."""
+    downstream, corpora = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    if not corpora or ppl_protocol not in set(df["protocol"]) or ds_protocol not in set(df["protocol"]):
+        return pd.DataFrame(columns=["model", "bits_per_byte", "downstream", "type"])
+    ppl = with_average(store.matrix(df, ppl_protocol).reindex(columns=corpora))[AVERAGE]
+    ds = with_average(store.matrix(df, ds_protocol).reindex(columns=downstream))[AVERAGE]
+    both = pd.concat({"bits_per_byte": ppl, "downstream": ds}, axis=1, join="inner").dropna()
+    meta = metadata.models_frame(list(both.index), store_root)
+    both["type"] = np.where(meta.loc[both.index, "instruct"], "instruct", "base")
+    return both.rename_axis("model").reset_index()
