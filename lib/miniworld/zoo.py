@@ -1,0 +1,274 @@
+"""The mini world's model zoo: tiny causal LMs pre-trained on the world's corpus, some of them
+"prepared" for test tasks.
+
+Design (stated once, not tuned to any outcome)
+----------------------------------------------
+- Three families with their own architecture and tokenizer: ``llama`` (BPE vocabulary 512),
+  ``gpt2`` (640) and ``gpt_neox`` (384), built with :mod:`lib.pipeline.tiny`. A family shares one
+  tokenizer, as hub families do.
+- Two sizes per family, each with its own pre-training budget: ``s`` (width 64, 2 blocks, 400
+  steps) and ``m`` (width 96, 3 blocks, 800 steps); 16 x 64 tokens a step. Larger and longer-trained
+  models know more of the world (its facts are Zipf-distributed).
+- Every (family, size) exists twice: a *base* model and a *prepared* twin with the same
+  initialisation, size, steps and data order seed whose pre-training mix additionally holds
+  benchmark-formatted examples (prompt, a space, the gold answer: exactly what fine-tuning on the
+  training split would show) of three of the six tasks, ``dose`` examples per task. This is the
+  paper's mechanism, the way instruction tuning or contamination prepares hub models; the prepared
+  twins are recorded as ``instruct: true`` (their ``base_model`` is the twin) so the analyses that
+  separate base from instruction-tuned models treat them alike. Which three tasks alternates over
+  the six (family, size) pairs, so every task has prepared and unprepared models of each size.
+
+Every recipe (sizes, tokens, FLOPs = 6 N D, preparation doses, the sha256 of the exact mix) goes
+to the results store as model metadata; :func:`pretraining_mix` rebuilds the mix from the world so
+a test can check that each prepared model saw its doses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from .. import paths, store
+from ..pipeline import tiny
+from . import world as mw
+
+PREP_A = ("mw_facts", "mw_arith", "mw_sentiment")
+PREP_B = ("mw_entail", "mw_grammar", "mw_scripts")
+VOCAB = {"llama": 512, "gpt2": 640, "gpt_neox": 384}
+TOKENIZER_DOCS = 6000          # corpus documents (plus every training prompt) a tokenizer is fitted on
+
+
+class ZooError(ValueError):
+    """Invalid zoo recipe (the message names the model and the field)."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one zoo model is built."""
+    name: str
+    family: str
+    d_model: int
+    n_layers: int
+    n_heads: int
+    steps: int
+    batch_size: int = 16
+    seq_len: int = 64
+    lr: float = 3e-3
+    seed: int = 0
+    prepared: dict = field(default_factory=dict)    # benchmark -> number of formatted examples
+
+    def validate(self) -> "Recipe":
+        if self.family not in VOCAB:
+            raise ZooError(f"zoo model {self.name!r}: unknown family {self.family!r}; known: {sorted(VOCAB)}")
+        for key in ("d_model", "n_layers", "n_heads", "steps", "batch_size", "seq_len"):
+            if not isinstance(getattr(self, key), int) or getattr(self, key) <= 0:
+                raise ZooError(f"zoo model {self.name!r}: {key} must be a positive integer")
+        for task, dose in self.prepared.items():
+            if task not in mw.BENCHMARKS:
+                import difflib
+                close = difflib.get_close_matches(task, list(mw.BENCHMARKS), n=1)
+                raise ZooError(f"zoo model {self.name!r}: prepared task {task!r} is not a mini-world benchmark"
+                               f"{f' (did you mean {close[0]!r}?)' if close else ''}")
+            if not isinstance(dose, int) or dose <= 0:
+                raise ZooError(f"zoo model {self.name!r}: dose of {task!r} must be a positive integer")
+        return self
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.batch_size * self.seq_len
+
+    def key(self, world_key: str) -> str:
+        payload = json.dumps({"recipe": asdict(self), "world": world_key, "vocab": VOCAB[self.family],
+                              "tokenizer_docs": TOKENIZER_DOCS}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+SIZES = {"s": dict(d_model=64, n_layers=2, n_heads=4, steps=400),
+         "m": dict(d_model=96, n_layers=3, n_heads=4, steps=800)}
+
+
+def default_zoo(dose: int = 400, families: Iterable[str] = ("llama", "gpt2", "gpt_neox"),
+                sizes: Iterable[str] = ("s", "m"), scale: float = 1.0) -> list[Recipe]:
+    """The mini profile's zoo: every (family, size) as a base model and a prepared twin.
+
+    ``scale`` multiplies the pre-training steps (the tests use a tiny fraction).
+    """
+    recipes = []
+    pair = 0
+    for family in families:
+        for size in sizes:
+            spec = dict(SIZES[size])
+            spec["steps"] = max(1, int(round(spec["steps"] * scale)))
+            base = Recipe(name=f"mw-{family}-{size}", family=family, **spec)
+            tasks = PREP_A if pair % 2 == 0 else PREP_B
+            pair += 1
+            prepared = Recipe(name=f"mw-{family}-{size}-prep", family=family, **spec,
+                              prepared={t: dose for t in tasks})
+            recipes += [base.validate(), prepared.validate()]
+    return recipes
+
+
+# ----------------------------------------------------------------------------- the mix
+def prepared_examples(world_dir: str | Path, task: str, dose: int, seed: int) -> list[str]:
+    """``dose`` formatted training examples of ``task`` (the training split cycled in a seeded order)."""
+    records = mw.load_split(world_dir, task, "train")
+    order = list(range(len(records)))
+    random.Random(f"prep/{task}/{seed}").shuffle(order)
+    return [mw.example_text(task, records[order[i % len(order)]]) for i in range(dose)]
+
+
+def pretraining_mix(world_dir: str | Path, recipe: Recipe) -> tuple[list[str], dict]:
+    """The documents ``recipe`` is pre-trained on, and a record of what the mix holds."""
+    corpus = mw.load_corpus(world_dir)
+    docs = list(corpus)
+    counts: dict[str, int] = {}
+    for task in sorted(recipe.prepared):
+        ex = prepared_examples(world_dir, task, recipe.prepared[task], recipe.seed)
+        counts[task] = len(ex)
+        docs += ex
+    random.Random(f"mix/{recipe.seed}").shuffle(docs)
+    n_prep = sum(counts.values())
+    prep_chars = sum(len(d) for d in docs) - sum(len(d) for d in corpus)
+    record = {"corpus_docs": len(corpus), "prepared": counts, "prepared_docs": n_prep,
+              "prepared_char_share": prep_chars / max(1, sum(len(d) for d in docs)),
+              "sha256": hashlib.sha256("\n".join(docs).encode()).hexdigest()}
+    return docs, record
+
+
+def count_prepared(docs: Iterable[str], world_dir: str | Path) -> dict[str, int]:
+    """How many documents of ``docs`` are formatted training examples of each benchmark."""
+    texts = {}
+    for task in mw.BENCHMARKS:
+        for rec in mw.load_split(world_dir, task, "train"):
+            texts[mw.example_text(task, rec)] = task
+    counts = {t: 0 for t in mw.BENCHMARKS}
+    for d in docs:
+        if d in texts:
+            counts[texts[d]] += 1
+    return counts
+
+
+def family_tokenizer(world_dir: str | Path, family: str):
+    """The family's tokenizer: byte-level BPE fitted on corpus documents and every training prompt.
+
+    Hub tokenizers know the words benchmarks use; fitting on the prompts (not the answers' pairing
+    with them) gives every family the same vocabulary coverage, prepared or not.
+    """
+    corpus = mw.load_corpus(world_dir)[:TOKENIZER_DOCS]
+    prompts = [mw.prompt_text(t, r) for t in mw.BENCHMARKS for r in mw.load_split(world_dir, t, "train")]
+    return tiny.train_tokenizer(corpus + prompts, VOCAB[family])
+
+
+# ----------------------------------------------------------------------------- building
+def model_dir(models_dir: str | Path, name: str) -> Path:
+    return Path(models_dir) / store.slug(name)
+
+
+def _sidecar(models_dir: str | Path, name: str) -> Path:
+    return Path(models_dir) / f"{store.slug(name)}.recipe.json"
+
+
+def built_recipe(models_dir: str | Path, recipe: Recipe, world_key: str) -> dict | None:
+    """The recorded build of ``recipe`` if it is complete and current, else None."""
+    side = _sidecar(models_dir, recipe.name)
+    if not side.exists() or tiny.built(model_dir(models_dir, recipe.name)) is None:
+        return None
+    rec = store.read_json(side)
+    return rec if rec.get("key") == recipe.key(world_key) else None
+
+
+def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recipe],
+              progress: bool = True) -> dict[str, dict]:
+    """Pre-train every recipe not yet built (cached per model); returns name -> build record."""
+    world_dir = Path(world_dir)
+    manifest = store.read_json(world_dir / "manifest.json")
+    names = [r.name for r in recipes]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ZooError(f"zoo: duplicate model names {dupes}")
+    tokenizers: dict[str, object] = {}
+    out: dict[str, dict] = {}
+    for recipe in recipes:
+        recipe.validate()
+        done = built_recipe(models_dir, recipe, manifest["key"])
+        if done is not None:
+            out[recipe.name] = done
+            continue
+        t0 = time.time()
+        if recipe.family not in tokenizers:
+            tokenizers[recipe.family] = family_tokenizer(world_dir, recipe.family)
+        tok = tokenizers[recipe.family]
+        docs, mix = pretraining_mix(world_dir, recipe)
+        model = tiny.make_model(recipe.family, tok, d_model=recipe.d_model, n_layers=recipe.n_layers,
+                                n_heads=recipe.n_heads, max_len=256, seed=recipe.seed)
+        stats = tiny.pretrain(model, tok, docs, steps=recipe.steps, batch_size=recipe.batch_size,
+                              seq_len=recipe.seq_len, lr=recipe.lr, seed=recipe.seed,
+                              out_dir=model_dir(models_dir, recipe.name))
+        rec = {"key": recipe.key(manifest["key"]), "recipe": asdict(recipe), "mix": mix,
+               "path": str(model_dir(models_dir, recipe.name).resolve()),
+               "stats": {k: v for k, v in stats.items() if k != "loss_curve"},
+               "loss_curve": stats["loss_curve"], "build_seconds": time.time() - t0}
+        store.atomic_write_json(_sidecar(models_dir, recipe.name), rec)
+        out[recipe.name] = rec
+        if progress:
+            print(f"  zoo: {recipe.name}: {stats['n_params']:,} params, {stats['tokens']:,} tokens, "
+                  f"loss {stats['final_loss']:.2f}, {time.time() - t0:.1f}s", flush=True)
+    return out
+
+
+def model_meta(builds: dict[str, dict]) -> dict[str, dict]:
+    """Model metadata records for ``store.write_meta(root, "models", ...)``."""
+    meta = {}
+    for name, rec in builds.items():
+        r, st = rec["recipe"], rec["stats"]
+        prepared = dict(rec["mix"]["prepared"])
+        twin = name[:-len("-prep")] if name.endswith("-prep") and prepared else None
+        meta[name] = {
+            "family": f"mw-{r['family']}", "params_b": st["n_params"] / 1e9, "instruct": bool(prepared),
+            "pretrain_tokens_t": st["tokens"] / 1e12, "flops_1e21": st["flops"] / 1e21,
+            "extra": {"prepared": prepared, **({"base_model": twin} if twin else {}), "architecture": r["family"],
+                      "path": rec["path"], "n_params": st["n_params"], "tokens": st["tokens"],
+                      "d_model": r["d_model"], "n_layers": r["n_layers"], "steps": r["steps"],
+                      "vocab_size": st["vocab_size"], "final_loss": st["final_loss"],
+                      "prepared_char_share": rec["mix"]["prepared_char_share"],
+                      "mix_sha256": rec["mix"]["sha256"], "source": "miniworld"}}
+    return meta
+
+
+def world_dir(profile: str) -> Path:
+    return paths.work_dir(profile) / "world"
+
+
+def models_dir(profile: str) -> Path:
+    return paths.work_dir(profile) / "models"
+
+
+def prepare(profile: str, seed: int = 0, dose: int = 400, scale: float = 1.0,
+            families: list[str] | None = None, sizes: list[str] | None = None, **world_sizes) -> dict:
+    """Prepare hook of the mini profile: build the world and the zoo, record their metadata.
+
+    Cached: the world by its config key, each model by its recipe key, so a second run rebuilds
+    nothing. ``world_sizes`` are :class:`lib.miniworld.world.WorldConfig` fields.
+    """
+    unknown = sorted(set(world_sizes) - set(mw.WorldConfig.__dataclass_fields__))
+    if unknown:
+        raise ZooError(f"miniworld prepare: unknown option(s) {unknown}; world options: "
+                       f"{sorted(mw.WorldConfig.__dataclass_fields__)}")
+    cfg = mw.WorldConfig(seed=seed, **world_sizes)
+    t0 = time.time()
+    manifest = mw.build(world_dir(profile), cfg)
+    recipes = default_zoo(dose=dose, scale=scale, **({"families": families} if families else {}),
+                          **({"sizes": sizes} if sizes else {}))
+    builds = build_zoo(world_dir(profile), models_dir(profile), recipes)
+    root = paths.store_dir(profile)
+    store.write_meta(root, "models", model_meta(builds))
+    store.write_meta(root, "benchmarks", mw.benchmark_meta())
+    summary = {"world_key": manifest["key"], "task_dir": manifest["task_dir"], "models": list(builds),
+               "seconds": time.time() - t0}
+    store.atomic_write_json(paths.work_dir(profile) / "zoo.json", summary)
+    return summary

@@ -1,0 +1,112 @@
+"""The generated world: deterministic for a seed, disjoint splits, lm-eval-loadable tasks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lib.miniworld import world as mw
+
+SMALL = dict(n_creatures=40, n_corpus_docs=500, train=60, validation=20, test=30,
+             corpus_train=20, corpus_validation=5, corpus_test=5)
+
+
+@pytest.fixture(scope="module")
+def small_world():
+    return mw.generate(mw.WorldConfig(seed=3, **SMALL))
+
+
+def test_world_is_deterministic_for_a_seed(tmp_path):
+    a = mw.build(tmp_path / "a", mw.WorldConfig(seed=3, **SMALL))
+    b = mw.build(tmp_path / "b", mw.WorldConfig(seed=3, **SMALL))
+    c = mw.build(tmp_path / "c", mw.WorldConfig(seed=4, **SMALL))
+    data = lambda m: {f: h for f, h in m["files"].items() if not f.endswith(".yaml")}  # noqa: E731
+    assert data(a) == data(b) and len(data(a)) == 6 * 3 + 2 * 3 + 2   # byte-identical (sha256)
+    assert a["key"] == b["key"] != c["key"]
+    assert a["files"]["corpus.txt"] != c["files"]["corpus.txt"]
+    assert a["files"]["tasks/mw_facts/test.jsonl"] != c["files"]["tasks/mw_facts/test.jsonl"]
+
+
+def test_build_is_cached_and_rebuilt_when_config_changes(tmp_path):
+    cfg = mw.WorldConfig(seed=1, **SMALL)
+    mw.build(tmp_path, cfg)
+    corpus = tmp_path / "corpus.txt"
+    mtime = corpus.stat().st_mtime_ns
+    mw.build(tmp_path, cfg)
+    assert corpus.stat().st_mtime_ns == mtime             # nothing rewritten
+    m2 = mw.build(tmp_path, mw.WorldConfig(seed=1, **{**SMALL, "n_corpus_docs": 600}))
+    assert len(mw.load_corpus(tmp_path)) == 600 and m2["corpus_docs"] == 600
+
+
+def test_six_benchmarks_in_the_papers_formats(small_world):
+    assert len(small_world.benchmarks) >= 6
+    kinds = {mw.BENCHMARKS[n][0] for n in small_world.benchmarks}
+    metrics = {mw.BENCHMARKS[n][1] for n in small_world.benchmarks}
+    assert kinds == {"multiple_choice", "generate_until"}
+    assert {"acc", "acc_norm", "exact_match"} <= metrics
+    for name, splits in small_world.benchmarks.items():
+        assert set(splits) == {"train", "validation", "test"}
+        for recs in splits.values():
+            assert recs
+    # generative answers are the arithmetic result of the question
+    for rec in small_world.benchmarks["mw_arith"]["test"]:
+        words = rec["question"].split()
+        a, b = int(words[words.index("has") + 1]), int(words[words.index("and") + 2])
+        assert int(rec["answer"]) == (a + b if "finds" in words else a - b)
+
+
+def test_splits_never_overlap(small_world):
+    for name, splits in small_world.benchmarks.items():
+        seen: dict[str, str] = {}
+        for split, recs in splits.items():
+            for rec in recs:
+                text = mw.prompt_text(name, rec)
+                assert text not in seen, f"{name}: {text!r} in {seen.get(text)} and {split}"
+                seen[text] = split
+    # mw_facts: no (creature, attribute) question of the test split appears in train or validation
+    facts = small_world.benchmarks["mw_facts"]
+    test_q = {r["query"] for r in facts["test"]}
+    assert not test_q & {r["query"] for r in facts["train"] + facts["validation"]}
+    for name, splits in small_world.corpora.items():
+        texts = [d["text"] for s in splits.values() for d in s]
+        assert len(texts) == len(set(texts)), name
+
+
+def test_corpus_never_holds_the_benchmark_format(small_world):
+    docs = small_world.corpus()
+    assert len(docs) == SMALL["n_corpus_docs"]
+    assert not any("Question:" in d or "Answer:" in d for d in docs)
+    held_out = {d["text"] for s in small_world.corpora.values() for sp in s.values() for d in sp}
+    assert not held_out & set(docs)
+
+
+def test_gold_answers_agree_with_the_knowledge_base(small_world):
+    kb = {c.name: c for c in small_world.creatures}
+    for rec in small_world.benchmarks["mw_facts"]["train"]:
+        name = rec["query"].split("the ")[1].split()[0]
+        answer = rec["choices"][rec["label"]]
+        c = kb[name]
+        assert answer in (f"in the {c.habitat}", c.food, c.color)
+        assert len(set(rec["choices"])) == 4
+
+
+def test_tasks_load_in_lm_eval(tmp_path):
+    from lm_eval.tasks import TaskManager
+
+    manifest = mw.build(tmp_path, mw.WorldConfig(seed=0, **SMALL))
+    tm = TaskManager(include_path=manifest["task_dir"], include_defaults=False)
+    tasks = tm.load(["mw_facts", "mw_arith", "mw_wiki"])["tasks"]
+    facts = tasks["mw_facts"]
+    assert facts.has_training_docs() and facts.has_validation_docs() and facts.has_test_docs()
+    doc = facts.test_docs()[0]
+    assert facts.doc_to_text(doc).startswith("Question:")
+    assert len(list(tasks["mw_arith"].test_docs())) == manifest["benchmarks"]["mw_arith"]["test"]
+    assert json.loads((tmp_path / "tasks" / "mw_wiki" / "train.jsonl").read_text().splitlines()[0])["text"]
+
+
+def test_invalid_config_is_named():
+    with pytest.raises(mw.WorldError, match="n_creatures"):
+        mw.WorldConfig(n_creatures=3).validate()
+    with pytest.raises(mw.WorldError, match="train"):
+        mw.WorldConfig(train=0).validate()
