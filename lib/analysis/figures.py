@@ -49,7 +49,7 @@ def per_benchmark_bars(per_benchmark: pd.DataFrame):
                 palette={_label(k): v for k, v in PROTOCOL_COLORS.items()})
     ax.set_xlabel("mean Kendall τ against the other benchmarks")
     ax.set_ylabel("")
-    ax.legend(title="", loc="lower right")
+    ax.legend(title="", loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
     fig.tight_layout()
     return fig
 
@@ -159,6 +159,6 @@ def group_bars(table: pd.DataFrame, group: str, value: str, hue: str = "protocol
     ax.set_xlabel(xlabel or value)
     ax.set_ylabel("")
     ax.set_xlim(0, 1)
-    ax.legend(title="", loc="lower right")
+    ax.legend(title="", loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
     fig.tight_layout()
     return fig
