@@ -10,7 +10,7 @@ The world
 eating a food and having a colour. Creatures are mentioned with Zipf-distributed frequency, so a
 model with more capacity or more pre-training tokens knows the facts of more of them. The corpus
 has five genres: encyclopedic fact documents, arithmetic stories, meal reviews (sentiment words),
-daily routines (fixed event scripts) and short sentences. No corpus document uses the benchmark
+daily routines (event scripts whose order is each creature's own habit) and short sentences. No corpus document uses the benchmark
 format ("Question: ... Answer:"): that format is what test-task *preparation* adds (see
 ``lib.miniworld.zoo``), and what fine-tuning on the training split teaches everyone.
 
@@ -21,7 +21,7 @@ Benchmarks (name: paper analogue, format, metric, category)
 - ``mw_entail``: rte, True/False entailment, acc, Language Understanding
 - ``mw_sentiment``: sst2, positive/negative, acc, Language Understanding
 - ``mw_grammar``: cola, acceptable or not, acc, Language Understanding
-- ``mw_scripts``: hellaswag, 4-way continuation of a routine, acc_norm, Commonsense Reasoning
+- ``mw_scripts``: hellaswag, 4-way continuation of a creature's routine, acc_norm, Commonsense Reasoning
 
 Each benchmark has train / validation / test splits drawn from disjoint sets of items (the unit of
 an item is its prompt text, and for ``mw_facts`` the (creature, attribute) pair, so the answer to
@@ -42,7 +42,7 @@ from pathlib import Path
 from ..pipeline.localtasks import write_task
 from ..store import atomic_write_json, atomic_write_text, read_json
 
-WORLD_VERSION = 1
+WORLD_VERSION = 2
 
 HABITATS = ["forest", "desert", "river", "mountain", "cave", "meadow", "lake", "island"]
 FOODS = ["berries", "fish", "seeds", "leaves", "honey", "insects", "roots", "mushrooms"]
@@ -51,7 +51,8 @@ POSITIVE = ["tasty", "fresh", "sweet", "lovely", "good", "great"]
 NEGATIVE = ["bitter", "stale", "awful", "bad", "sour", "rotten"]
 MEAL_VERBS = ["tasted", "ate", "tried"]
 
-# Daily routines: fixed event scripts; "{food}" and "{habitat}" are the creature's own.
+# Daily routines: the first event opens the routine; every creature does the other four in its own
+# order (its habit). "{food}" and "{habitat}" are the creature's own.
 ROUTINES = {
     "morning": ["wakes up", "drinks some water", "walks to the {habitat}", "looks for {food}",
                 "eats the {food}"],
@@ -124,6 +125,7 @@ class Creature:
     food: str
     color: str
     weight: float   # relative mention frequency in the corpus
+    habits: dict = field(default_factory=dict)   # routine -> its own order of the events after the first
 
 
 @dataclass
@@ -160,8 +162,12 @@ def make_creatures(cfg: WorldConfig) -> list[Creature]:
     names = make_names(cfg.n_creatures, rng)
     weights = [1.0 / (i + 1) ** cfg.zipf for i in range(cfg.n_creatures)]
     total = sum(weights)
-    return [Creature(name, rng.choice(HABITATS), rng.choice(FOODS), rng.choice(COLORS), w / total)
-            for name, w in zip(names, weights)]
+    out = []
+    for name, w in zip(names, weights):
+        attrs = rng.choice(HABITATS), rng.choice(FOODS), rng.choice(COLORS)
+        habits = {r: rng.sample(range(1, len(ev)), len(ev) - 1) for r, ev in ROUTINES.items()}
+        out.append(Creature(name, *attrs, w / total, habits))
+    return out
 
 
 # ----------------------------------------------------------------------------- the language
@@ -180,7 +186,9 @@ def fact_sentence(c: Creature, attr: str, rng: random.Random) -> str:
 
 
 def routine_events(c: Creature, routine: str) -> list[str]:
-    return [e.format(food=c.food, habitat=c.habitat) for e in ROUTINES[routine]]
+    """The creature's own version of a routine: the first event, then the others in its order."""
+    events = [e.format(food=c.food, habitat=c.habitat) for e in ROUTINES[routine]]
+    return [events[0]] + [events[i] for i in c.habits[routine]]
 
 
 def routine_text(c: Creature, routine: str, upto: int | None = None) -> str:
@@ -281,15 +289,20 @@ def _entail_items(world: World, rng: random.Random, n: int) -> list[tuple[str, d
     items = []
     for _ in range(n):
         c = rng.choice(world.creatures)
-        premise = f"the {c.name} lives in the {c.habitat} and eats {c.food} ."
-        attr = rng.choice(["habitat", "food"])
+        clauses = {"habitat": f"lives in the {c.habitat}", "food": f"eats {c.food}", "color": f"is {c.color}"}
+        order = rng.sample(list(clauses), 3)
+        premise = f"the {c.name} {clauses[order[0]]} , {clauses[order[1]]} and {clauses[order[2]]} ."
+        attr = rng.choice(order)
         true = rng.random() < 0.5
         if attr == "habitat":
             h = c.habitat if true else rng.choice([x for x in HABITATS if x != c.habitat])
             hyp = f"the {c.name} lives in the {h} ."
-        else:
+        elif attr == "food":
             f = c.food if true else rng.choice([x for x in FOODS if x != c.food])
             hyp = f"the {c.name} eats {f} ."
+        else:
+            k = c.color if true else rng.choice([x for x in COLORS if x != c.color])
+            hyp = f"the {c.name} is {k} ."
         rec = {"query": f"{premise}\nQuestion: {hyp} True or False?\nAnswer:", "choices": ["True", "False"],
                "label": 0 if true else 1}
         items.append((rec["query"], rec))
@@ -348,11 +361,14 @@ def _scripts_items(world: World, rng: random.Random, n: int) -> list[tuple[str, 
     for _ in range(n):
         c = rng.choice(world.creatures)
         routine = rng.choice(list(ROUTINES))
-        k = rng.randint(2, 4)                          # events shown; the next one is the answer
+        k = rng.randint(1, 2)                          # events shown; the next one is the answer
         events = routine_events(c, routine)
         true = f"{events[k]} ."
-        others = sorted({f"{e} ." for r in ROUTINES if r != routine for e in routine_events(c, r)})
-        options = [true] + rng.sample(others, 3)
+        # distractors: the routine's events still to come (only the creature's habit orders them),
+        # topped up from another routine
+        later = [f"{e} ." for e in events[k + 1:]]
+        others = sorted({f"{e} ." for r in ROUTINES if r != routine for e in routine_events(c, r)[1:]})
+        options = [true] + later[:3] + rng.sample(others, 3 - len(later[:3]))
         rng.shuffle(options)
         rec = {"query": routine_text(c, routine, upto=k) + " then it", "choices": options,
                "label": options.index(true)}
@@ -360,25 +376,38 @@ def _scripts_items(world: World, rng: random.Random, n: int) -> list[tuple[str, 
     return items
 
 
-def _split(items: list[tuple[str, dict]], sizes: dict[str, int], name: str, rng: random.Random
-           ) -> dict[str, list[dict]]:
-    """Deduplicate by item key, shuffle, and cut disjoint train/validation/test parts."""
+def _split(items: list[tuple[str, dict]], sizes: dict[str, int], name: str, rng: random.Random,
+           balance: bool = False) -> dict[str, list[dict]]:
+    """Deduplicate by item key, shuffle, and cut disjoint train/validation/test parts.
+
+    ``balance``: classification tasks get (nearly) equal label counts in every split, so a model
+    that always answers the same class scores chance, not the majority share.
+    """
     unique: dict[str, dict] = {}
     for key, rec in items:
         unique.setdefault(key, rec)
-    keys = sorted(unique)
-    rng.shuffle(keys)
+    groups: dict[int, list[str]] = {}
+    for key in sorted(unique):
+        groups.setdefault(int(unique[key]["label"]) if balance else 0, []).append(key)
+    for keys in groups.values():
+        rng.shuffle(keys)
+    labels = sorted(groups)
     need = sum(sizes.values())
-    if len(keys) < need:
+    have = min(len(k) for k in groups.values()) * len(labels)
+    if have < need:
         # shrink proportionally but keep every split non-empty
-        scale = len(keys) / need
-        sizes = {s: max(1, int(v * scale)) for s, v in sizes.items()}
-    out, start = {}, 0
+        scale = have / need
+        sizes = {s: max(len(labels), int(v * scale)) for s, v in sizes.items()}
+    out, start = {}, {lab: 0 for lab in labels}
     for split in SPLITS:
-        part = keys[start:start + sizes[split]]
-        start += sizes[split]
+        part = []
+        for i, lab in enumerate(labels):
+            n = sizes[split] // len(labels) + (1 if i < sizes[split] % len(labels) else 0)
+            part += groups[lab][start[lab]:start[lab] + n]
+            start[lab] += n
         if not part:
             raise WorldError(f"benchmark {name}: not enough distinct items for split {split!r}")
+        rng.shuffle(part)
         out[split] = [unique[k] for k in part]
     return out
 
@@ -399,7 +428,9 @@ def make_benchmarks(world: World) -> dict[str, dict[str, list[dict]]]:
     for name, build in builders.items():
         # items are keyed by prompt text; mw_facts by its (creature, attribute) pair, so no test
         # answer is ever given in a training question
-        out[name] = _split(build(_rng(cfg.seed, name, "items")), sizes, name, _rng(cfg.seed, name, "split"))
+        balance = name in ("mw_entail", "mw_sentiment", "mw_grammar")
+        out[name] = _split(build(_rng(cfg.seed, name, "items")), sizes, name, _rng(cfg.seed, name, "split"),
+                           balance)
     return out
 
 

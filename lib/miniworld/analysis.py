@@ -1,0 +1,271 @@
+"""The comparison only a controlled world allows: where do *prepared* models rank before and after
+train-before-test, on the tasks they were prepared for and on the others?
+
+A model's preparation is read from its metadata (``extra["prepared"] = {benchmark: dose}``, written
+by :func:`lib.miniworld.zoo.model_meta`); stores without such records (hub models, published
+results) have nothing to compare, and :func:`notebook_section` then prints one line and returns.
+
+Three views, one per analysis notebook:
+
+- ``ranks`` (04): each prepared model's rank (1 = best) under direct evaluation and under
+  train-before-test on every downstream benchmark; ``shift`` = tbt rank - direct rank (positive:
+  the model falls once everyone is fine-tuned). The paper's mechanism predicts a positive shift on
+  prepared tasks and about none elsewhere; the prepared-minus-twin score gap should shrink.
+- ``perplexity`` (05): a prepared model's mean rank on the held-out perplexity corpora (which no
+  model was prepared for) against its mean downstream rank on its prepared tasks, per protocol.
+- ``pca`` (06): PC1 share of the model x benchmark matrix with and without the prepared models,
+  per protocol (if unequal preparation splits the ranking, dropping the prepared models raises
+  PC1 under direct evaluation more than under train-before-test).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .. import report, store
+from ..analysis import agreement, structure
+
+PROTOCOLS = ("direct_eval", "train_before_test")
+VIEWS = ("ranks", "perplexity", "pca")
+
+
+def preparation(store_root: str | Path) -> dict[str, dict[str, int]]:
+    """``{model: {benchmark: dose}}`` for every model whose metadata records a preparation."""
+    out = {}
+    for model, rec in store.read_meta(store_root, "models").items():
+        prepared = (rec.get("extra") or {}).get("prepared", rec.get("prepared")) or {}
+        if prepared:
+            out[model] = {str(k): int(v) for k, v in prepared.items()}
+    return out
+
+
+def twins(store_root: str | Path) -> dict[str, str]:
+    """``{prepared model: its unprepared twin}`` where the metadata names one (``base_model``)."""
+    meta = store.read_meta(store_root, "models")
+    out = {}
+    for model in preparation(store_root):
+        rec = meta.get(model, {})
+        twin = (rec.get("extra") or {}).get("base_model", rec.get("base_model"))
+        if twin and twin in meta:
+            out[model] = twin
+    return out
+
+
+def has_preparation(store_root: str | Path) -> bool:
+    return bool(preparation(store_root))
+
+
+def _oriented(df: pd.DataFrame, protocol: str, benchmarks: list[str]) -> pd.DataFrame:
+    mat = store.matrix(df, protocol)
+    mat = mat[[b for b in benchmarks if b in mat.columns]]
+    return agreement.oriented(mat, agreement.directions(df))
+
+
+def rank_table(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
+    """One row per (prepared model, downstream benchmark): ranks and scores under both protocols.
+
+    Ranks are taken among the models scored under both protocols on that benchmark (1 = best,
+    ties share the mean rank). Columns: model, benchmark, prepared_for, dose, n_models,
+    rank_direct, rank_tbt, shift, score_direct, score_tbt, twin, twin_gap_direct, twin_gap_tbt.
+    """
+    prep, twin_of = preparation(store_root), twins(store_root)
+    downstream, _ = agreement.split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    mats = {p: _oriented(df, p, downstream) for p in PROTOCOLS}
+    raw = {p: store.matrix(df, p) for p in PROTOCOLS}
+    rows = []
+    for bench in downstream:
+        if any(bench not in m.columns for m in mats.values()):
+            continue
+        both = pd.concat({p: mats[p][bench] for p in PROTOCOLS}, axis=1).dropna()
+        rk = {p: agreement.ranks(both[p]) for p in PROTOCOLS}
+        for model, tasks in prep.items():
+            if model not in both.index:
+                continue
+            twin = twin_of.get(model)
+            gap = {p: (raw[p].at[model, bench] - raw[p].at[twin, bench]
+                       if twin in both.index else np.nan) for p in PROTOCOLS}
+            rows.append({"model": model, "benchmark": bench, "prepared_for": bench in tasks,
+                         "dose": tasks.get(bench, 0), "n_models": len(both),
+                         "rank_direct": rk["direct_eval"][model], "rank_tbt": rk["train_before_test"][model],
+                         "score_direct": raw["direct_eval"].at[model, bench],
+                         "score_tbt": raw["train_before_test"].at[model, bench], "twin": twin,
+                         "twin_gap_direct": gap["direct_eval"], "twin_gap_tbt": gap["train_before_test"]})
+    cols = ["model", "benchmark", "prepared_for", "dose", "n_models", "rank_direct", "rank_tbt", "shift",
+            "score_direct", "score_tbt", "twin", "twin_gap_direct", "twin_gap_tbt"]
+    table = pd.DataFrame(rows, columns=[c for c in cols if c != "shift"])
+    table.insert(7, "shift", table["rank_tbt"] - table["rank_direct"])
+    return table[cols]
+
+
+def rank_summary(table: pd.DataFrame) -> dict:
+    """Plain numbers of :func:`rank_table`, split by prepared-for vs other tasks."""
+    out: dict = {"n_prepared_models": int(table["model"].nunique()), "n_rows": int(len(table))}
+    for label, part in (("prepared_tasks", table[table["prepared_for"]]),
+                        ("other_tasks", table[~table["prepared_for"]])):
+        out[label] = {
+            "n": int(len(part)),
+            "mean_rank_direct": float(part["rank_direct"].mean()),
+            "mean_rank_tbt": float(part["rank_tbt"].mean()),
+            "mean_shift": float(part["shift"].mean()),
+            "mean_abs_shift": float(part["shift"].abs().mean()),
+            "mean_twin_gap_direct": float(part["twin_gap_direct"].mean()),
+            "mean_twin_gap_tbt": float(part["twin_gap_tbt"].mean()),
+        }
+    return out
+
+
+def perplexity_table(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
+    """Per prepared model and protocol: mean rank on the perplexity corpora vs mean downstream rank
+    on its prepared tasks and on the others. Columns: model, protocol, rank_perplexity,
+    rank_prepared_tasks, rank_other_tasks, gap_prepared (= rank_prepared_tasks - rank_perplexity)."""
+    prep = preparation(store_root)
+    downstream, ppl = agreement.split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    if not ppl:
+        return pd.DataFrame(columns=["model", "protocol", "rank_perplexity", "rank_prepared_tasks",
+                                     "rank_other_tasks", "gap_prepared"])
+    rows = []
+    for protocol in PROTOCOLS:
+        mat = _oriented(df, protocol, downstream + ppl).dropna()
+        rk = mat.apply(agreement.ranks)
+        for model, tasks in prep.items():
+            if model not in rk.index:
+                continue
+            mine = [b for b in downstream if b in tasks and b in rk.columns]
+            other = [b for b in downstream if b not in tasks and b in rk.columns]
+            r_ppl = float(rk.loc[model, [b for b in ppl if b in rk.columns]].mean())
+            r_prep = float(rk.loc[model, mine].mean()) if mine else np.nan
+            rows.append({"model": model, "protocol": protocol, "rank_perplexity": r_ppl,
+                         "rank_prepared_tasks": r_prep,
+                         "rank_other_tasks": float(rk.loc[model, other].mean()) if other else np.nan,
+                         "gap_prepared": r_prep - r_ppl})
+    return pd.DataFrame(rows)
+
+
+def pca_table(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
+    """PC1 share of the downstream matrix per protocol, with all models and without the prepared ones."""
+    prep = preparation(store_root)
+    downstream, _ = agreement.split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    rows = []
+    for protocol in PROTOCOLS:
+        mat = _oriented(df, protocol, downstream)
+        for label, sub in (("all models", mat), ("without prepared", mat.drop(index=[m for m in prep if m in mat.index]))):
+            res = structure.pca(sub)
+            rows.append({"protocol": protocol, "models": label, "n_models": res.n_models if res else len(sub),
+                         "pc1_share": float(res.explained.iloc[0]) if res else np.nan})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- figures
+def plot_rank_moves(table: pd.DataFrame):
+    """Two panels (prepared tasks, other tasks): each prepared model's rank, direct -> tbt."""
+    import matplotlib.pyplot as plt
+
+    from .. import plots
+
+    fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE * 0.7, 2.6), sharey=True)
+    n = int(table["n_models"].max()) if len(table) else 1
+    for ax, flag, title in ((axes[0], True, "tasks it was prepared for"), (axes[1], False, "other tasks")):
+        part = table[table["prepared_for"] == flag]
+        for _, row in part.iterrows():
+            ax.plot([0, 1], [row["rank_direct"], row["rank_tbt"]], color="0.6", lw=0.6, alpha=0.6)
+        if len(part):
+            ax.plot([0, 1], [part["rank_direct"].mean(), part["rank_tbt"].mean()], color="k", lw=2.2,
+                    marker="o", label="mean")
+        ax.set_xticks([0, 1], [plots.PROTOCOL_LABELS[p] for p in PROTOCOLS])
+        ax.set_xlim(-0.2, 1.2)
+        ax.set_ylim(n + 0.5, 0.5)
+        ax.set_title(f"Prepared models, {title}")
+    axes[0].set_ylabel("rank (1 = best)")
+    axes[0].legend(loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def plot_perplexity(table: pd.DataFrame):
+    import matplotlib.pyplot as plt
+
+    from .. import plots
+
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.8))
+    for protocol in PROTOCOLS:
+        part = table[table["protocol"] == protocol]
+        ax.scatter(part["rank_perplexity"], part["rank_prepared_tasks"], color=plots.PROTOCOL_COLORS[protocol],
+                   label=plots.PROTOCOL_LABELS[protocol], s=18)
+    lim = max(1.0, float(np.nanmax(table[["rank_perplexity", "rank_prepared_tasks"]].to_numpy()))) + 0.5
+    ax.plot([0.5, lim], [0.5, lim], color="0.5", lw=0.8, ls="--")
+    ax.set_xlabel("mean rank on perplexity corpora")
+    ax.set_ylabel("mean rank on prepared tasks")
+    ax.set_title("Prepared models: downstream vs perplexity rank")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_pca(table: pd.DataFrame):
+    import matplotlib.pyplot as plt
+
+    from .. import plots
+
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.4))
+    labels = list(dict.fromkeys(table["models"]))
+    width = 0.38
+    for i, protocol in enumerate(PROTOCOLS):
+        part = table[table["protocol"] == protocol].set_index("models").reindex(labels)
+        ax.bar(np.arange(len(labels)) + (i - 0.5) * width, part["pc1_share"], width,
+               color=plots.PROTOCOL_COLORS[protocol], label=plots.PROTOCOL_LABELS[protocol])
+    ax.set_xticks(np.arange(len(labels)), labels)
+    ax.set_ylabel("PC1 share of variance")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- notebook glue
+def add_to_summary(out_dir: str | Path, key: str, values: dict) -> dict:
+    """Merge ``{key: values}`` into the stage's existing summary.json (written earlier in the notebook)."""
+    path = Path(out_dir) / "summary.json"
+    summary = store.read_json(path) if path.exists() else {}
+    summary[key] = values
+    report.write_summary(out_dir, summary)
+    return summary
+
+
+def notebook_section(ctx, view: str) -> pd.DataFrame | None:
+    """The controlled comparison at the end of notebooks 04 (``ranks``), 05 (``perplexity``) and 06
+    (``pca``): writes a table, a figure and a ``preparation`` block into summary.json, returns the
+    table; prints one line and returns None when no model's metadata records a preparation."""
+    if view not in VIEWS:
+        raise ValueError(f"unknown view {view!r}; expected one of {VIEWS}")
+    if not has_preparation(ctx.store):
+        print("controlled comparison skipped: no model in this store records test-task preparation "
+              "(only the mini world's zoo does)")
+        return None
+    df = store.load(ctx.store)
+    if not all(p in set(df["protocol"]) for p in PROTOCOLS):
+        print(f"controlled comparison skipped: the store lacks one of the protocols {PROTOCOLS}")
+        return None
+    if view == "ranks":
+        table = rank_table(df, ctx.store)
+        values, fig = rank_summary(table), plot_rank_moves(table)
+    elif view == "perplexity":
+        table = perplexity_table(df, ctx.store)
+        values = {p: {"mean_gap_prepared": float(g["gap_prepared"].mean()),
+                      "mean_abs_gap_prepared": float(g["gap_prepared"].abs().mean())}
+                  for p, g in table.groupby("protocol")}
+        fig = plot_perplexity(table) if len(table) else None
+    else:
+        table = pca_table(df, ctx.store)
+        values = {f"{r.protocol}/{r.models}": r.pc1_share for r in table.itertuples()}
+    if view == "pca":
+        fig = plot_pca(table)
+    from .. import plots
+
+    report.write_table(table, ctx.out, f"preparation_{view}", index=False)
+    if fig is not None:
+        plots.savefig(fig, ctx.out, f"preparation_{view}")
+    add_to_summary(ctx.out, "preparation", values)
+    return table
