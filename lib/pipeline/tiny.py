@@ -162,6 +162,9 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
     """
     import torch
 
+    from .device import setup_torch
+
+    setup_torch()
     texts = [t for t in texts if t]
     if not texts:
         raise TinyError(f"pretrain {out_dir}: no (non-empty) texts")
@@ -238,3 +241,185 @@ def load(out_dir: str | os.PathLike):
     model = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32)
     model.eval()
     return model, AutoTokenizer.from_pretrained(out_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# the smoke world: a synthetic language, three tiny models, four local tasks
+
+ANIMAL_SOUNDS = {"cow": "moo", "dog": "woof", "cat": "meow", "duck": "quack", "sheep": "baa",
+                 "pig": "oink", "horse": "neigh", "lion": "roar", "owl": "hoot", "snake": "hiss",
+                 "bee": "buzz", "mouse": "squeak", "frog": "croak", "crow": "caw", "wolf": "howl",
+                 "goat": "bleat"}
+OBJECT_COLOURS = {"grass": "green", "sky": "blue", "snow": "white", "coal": "black", "blood": "red",
+                  "sun": "yellow", "leaf": "green", "sea": "blue", "milk": "white", "ink": "black",
+                  "cherry": "red", "lemon": "yellow", "plum": "purple", "grape": "purple",
+                  "rose": "pink", "mud": "brown", "bark": "brown", "lime": "green"}
+NUMBERS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+           "twelve"]
+_PLACES = ["farm", "river", "hill", "town", "forest", "field", "road", "house"]
+_VERBS = ["walks to", "runs to", "looks at", "sleeps near", "waits by", "sings at"]
+_TIMES = ["in the morning", "at night", "after lunch", "before dawn", "in the rain"]
+
+# name: (family, d_model, n_layers, n_heads, pre-training steps): different sizes and budgets, so
+# the models genuinely differ in what they know before fine-tuning.
+SMOKE_MODELS = {
+    "tiny-llama-s": ("llama", 48, 2, 4, 150),
+    "tiny-llama-m": ("llama", 64, 3, 4, 300),
+    "tiny-gpt2-s": ("gpt2", 48, 2, 4, 200),
+    "tiny-neox-m": ("gpt_neox", 64, 2, 4, 300),
+}
+SMOKE_TASKS = {   # name: (category, metric, filter, kind)
+    "smoke_sounds": ("Commonsense Reasoning", "acc", None, "multiple_choice"),
+    "smoke_count": ("Math", "acc_norm", None, "multiple_choice"),
+    "smoke_colours": ("Question Answering", "exact_match", "remove_whitespace", "generate_until"),
+    "smoke_corpus": ("Perplexity", "bits_per_byte", None, "loglikelihood_rolling"),
+}
+SMOKE_VERSION = 1      # bump when the world below changes (invalidates the cache)
+
+
+def _filler(rng: random.Random) -> str:
+    who = rng.choice(list(ANIMAL_SOUNDS))
+    return f"the {who} {rng.choice(_VERBS)} the {rng.choice(_PLACES)} ."
+
+
+def smoke_pretraining_texts(seed: int = 0, n_docs: int = 600) -> list[str]:
+    """Documents of the synthetic language: filler sentences, counting, and *some* of the facts
+    (animal sounds, object colours); models that train longer or are larger memorise more of them."""
+    rng = random.Random(seed)
+    known_sounds = list(ANIMAL_SOUNDS)[: len(ANIMAL_SOUNDS) * 3 // 4]
+    known_colours = list(OBJECT_COLOURS)[: len(OBJECT_COLOURS) * 3 // 4]
+    docs = []
+    for _ in range(n_docs):
+        parts = []
+        for _ in range(rng.randint(3, 6)):
+            r = rng.random()
+            if r < 0.35:
+                parts.append(_filler(rng))
+            elif r < 0.55:
+                a = rng.choice(known_sounds)
+                parts.append(f"the {a} says {ANIMAL_SOUNDS[a]} .")
+            elif r < 0.75:
+                o = rng.choice(known_colours)
+                parts.append(f"the {o} is {OBJECT_COLOURS[o]} .")
+            else:
+                i = rng.randrange(len(NUMBERS) - 3)
+                parts.append(" ".join(NUMBERS[i:i + rng.randint(3, 5)]) + " .")
+        docs.append(" ".join(parts))
+    return docs
+
+
+def _mc_records(rng: random.Random, n: int, facts: list[tuple[str, str, list[str]]]) -> list[dict]:
+    """``facts``: (question, answer, answer pool); 4 choices = answer + 3 distinct distractors."""
+    out = []
+    for i in range(n):
+        q, a, pool = facts[i % len(facts)]
+        distractors = rng.sample([p for p in pool if p != a], 3)
+        choices = distractors + [a]
+        rng.shuffle(choices)
+        out.append({"query": q, "choices": choices, "label": choices.index(a)})
+    rng.shuffle(out)
+    return out
+
+
+def smoke_task_splits(seed: int = 0) -> dict[str, dict[str, list[dict]]]:
+    """Records of the four smoke tasks (train / validation / test): deterministic patterns that
+    LoRA fine-tuning of a tiny model can learn (the test items re-ask the same facts with other
+    distractors and orders)."""
+    rng = random.Random(seed + 1)
+    sounds = list(set(ANIMAL_SOUNDS.values()))
+    sound_facts = [(f"Question: what does the {a} say?\nAnswer:", s, sounds) for a, s in ANIMAL_SOUNDS.items()]
+    count_facts = [(f"Question: what number comes after {NUMBERS[i]}?\nAnswer:", NUMBERS[i + 1], NUMBERS)
+                   for i in range(len(NUMBERS) - 1)]
+    colour_items = [{"question": f"Question: what colour is the {o}?\nAnswer:", "answer": c}
+                    for o, c in OBJECT_COLOURS.items()]
+
+    def gen(n: int) -> list[dict]:
+        recs = [dict(colour_items[i % len(colour_items)]) for i in range(n)]
+        rng.shuffle(recs)
+        return recs
+
+    def corpus(n: int) -> list[dict]:
+        docs = []
+        for _ in range(n):
+            sent = [f"{rng.choice(_TIMES)} the {rng.choice(list(OBJECT_COLOURS))} near the "
+                    f"{rng.choice(_PLACES)} is {rng.choice(list(set(OBJECT_COLOURS.values())))} ."
+                    for _ in range(rng.randint(3, 5))]
+            docs.append({"text": " ".join(sent)})
+        return docs
+
+    return {
+        "smoke_sounds": {"train": _mc_records(rng, 192, sound_facts), "validation": _mc_records(rng, 48, sound_facts),
+                         "test": _mc_records(rng, 96, sound_facts)},
+        "smoke_count": {"train": _mc_records(rng, 176, count_facts), "validation": _mc_records(rng, 44, count_facts),
+                        "test": _mc_records(rng, 88, count_facts)},
+        "smoke_colours": {"train": gen(180), "validation": gen(36), "test": gen(72)},
+        "smoke_corpus": {"train": corpus(160), "validation": corpus(24), "test": corpus(48)},
+    }
+
+
+def write_smoke_tasks(task_dir: str | os.PathLike, seed: int = 0) -> dict[str, Path]:
+    """Write the four smoke tasks as local lm-eval tasks under ``task_dir``; returns their YAMLs."""
+    from .localtasks import write_task
+
+    out = {}
+    for name, splits in smoke_task_splits(seed).items():
+        category, metric, _filter, kind = SMOKE_TASKS[name]
+        kw: dict = {}
+        if kind == "multiple_choice":
+            kw["metrics"] = ["acc", "acc_norm"]
+        elif kind == "generate_until":
+            kw.update(metrics=["exact_match"], until=["\n"], max_gen_toks=6)
+        out[name] = write_task(task_dir, name, kind, splits, tags=["smoke"], **kw)
+    return out
+
+
+def _params_b(n: int) -> float:
+    return n / 1e9
+
+
+def build(profile: str, seed: int = 0, vocab_size: int = 512, batch_size: int = 16, seq_len: int = 64,
+          lr: float = 3e-3, models: dict | None = None) -> dict:
+    """The ``smoke`` profile's prepare hook: tiny models + local tasks, cached under the work dir.
+
+    Writes ``<work>/tiny/tasks/`` (the ``include_path`` for notebook 01) and
+    ``<work>/tiny/models/<name>/``, and records model metadata (family, params_b, instruct,
+    pretrain_tokens_t, flops_1e21, path) and task metadata (category, metric, filter, kind) in
+    the results store. A finished model folder is reused; the tasks are rewritten only when the
+    world's definition changed. Returns {"models": {name: path}, "tasks": {name: yaml}}.
+    """
+    from .. import paths, store
+
+    specs = models or SMOKE_MODELS
+    root = paths.work_dir(profile) / "tiny"
+    task_dir = root / "tasks"
+    stamp = root / "tasks.json"
+    want = {"version": SMOKE_VERSION, "seed": seed}
+    yamls = {n: task_dir / n / f"{n}.yaml" for n in SMOKE_TASKS}
+    if not (stamp.exists() and json.loads(stamp.read_text()) == want and all(p.exists() for p in yamls.values())):
+        yamls = write_smoke_tasks(task_dir, seed)
+        store.atomic_write_json(stamp, want)
+    texts = smoke_pretraining_texts(seed)
+    tokenizer = None
+    model_meta, built_paths = {}, {}
+    for name, (family, d_model, n_layers, n_heads, steps) in specs.items():
+        out = root / "models" / name
+        stats = built(out)
+        if stats is None:
+            if tokenizer is None:
+                task_texts = [json.dumps(r) for s in smoke_task_splits(seed).values()
+                              for recs in s.values() for r in recs]
+                tokenizer = train_tokenizer(texts + task_texts, vocab_size, seed=seed)
+            model = make_model(family, tokenizer, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                               max_len=256, seed=seed)
+            stats = pretrain(model, tokenizer, texts, steps=steps, batch_size=batch_size, seq_len=seq_len,
+                             lr=lr, seed=seed, out_dir=out)
+        model_meta[name] = {"family": f"tiny-{family}", "params_b": _params_b(stats["n_params"]),
+                            "instruct": False, "pretrain_tokens_t": stats["tokens"] / 1e12,
+                            "flops_1e21": stats["flops"] / 1e21, "path": str(out),
+                            "architecture": family, "pretrain_steps": stats["steps"]}
+        built_paths[name] = out
+    store.write_meta(paths.store_dir(profile), "models", model_meta)
+    store.write_meta(paths.store_dir(profile), "benchmarks", {
+        name: {"category": cat, "metric": metric, "filter": filt, "kind": kind}
+        for name, (cat, metric, filt, kind) in SMOKE_TASKS.items()})
+    return {"models": built_paths, "tasks": yamls, "include_path": task_dir}
