@@ -1,0 +1,386 @@
+"""Item matrices for BenchAlign: models x items correctness, a target score per model, model sizes.
+
+Three sources feed the same :class:`ItemData`:
+
+- :func:`load_oll` -- the Open LLM Leaderboard v2 item-level 0/1 matrices of the published data
+  (``oll-v2-items/<benchmark>.npz``: ``scores`` uint8 models x items, ``models`` str). Benchmarks
+  are joined **by model name**, never by row (the model lists differ between files).
+- :func:`load_pipeline` -- our own pipeline (smoke / mini profiles): per-item correctness logged by
+  direct evaluation under ``work/items/direct_eval/<benchmark>/<model slug>.json`` as features,
+  the mean train-before-test score from the results store as target.
+- :func:`load_cross_paper` -- the published train-before-test results: the direct-evaluation
+  scores of the benchmarks are the features, the mean train-before-test score the target.
+
+Duplicated model names (19 in the leaderboard files: the leaderboard had several entries for
+them) follow :data:`DUPLICATES` = ``"first"`` by default: the first row of a name is kept. In the
+published files every duplicated name has identical rows, so the rule changes nothing there;
+``"mean"`` averages the rows (entries become fractions) and ``"error"`` refuses duplicates whose
+rows differ. Entries must be finite and, for leaderboard files, exactly 0 or 1; anything else is
+rejected with an error naming the file, the model and the item.
+
+Model sizes come from the model id (:func:`parse_size_b`) for leaderboard models and from
+:func:`lib.metadata.model_info` for models of our own store.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import paths
+from ..store import read_json
+
+OLL_DIR = "oll-v2-items"
+DUPLICATES = ("first", "mean", "error")
+
+
+class ItemDataError(ValueError):
+    """Item data is missing, malformed or inconsistent; the message names the culprit."""
+
+
+# --------------------------------------------------------------------------- model sizes
+_UNIT = {"b": 1.0, "m": 1e-3}
+# "8x7B": mixture of experts, N experts of S parameters each.
+_MOE = re.compile(r"(?<![A-Za-z0-9.])(\d+)x(\d+(?:[._]\d+)?)([bBmM])(?![A-Za-z0-9])")
+# "7B", "1.5b", "1_8b", "135M", "7b1" (= 7.1B, BLOOM style); the number must start a token.
+_SIZE = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:[._]\d+)?)([bBmM])(\d+)?(?![A-Za-z0-9])")
+
+
+def parse_size_b(model_id: str) -> float | None:
+    """Parameter count in billions parsed from a model id, or None when it names no size.
+
+    Rules (documented because benchmarks split models by size):
+
+    - a size is a token of the name part (after ``/``) made of a number and a unit ``B`` or ``M``
+      (case-insensitive), e.g. ``-70B``, ``7b``, ``1.5B``, ``135M``; ``1_8b`` reads 1.8 and BLOOM's
+      ``7b1`` reads 7.1; letters glued in front (``A14B``: active parameters, ``r7b``) do not count;
+    - mixtures of experts ``NxS`` (``8x7B``, ``4x7B``) count the nominal total N * S (Mixtral-8x7B:
+      56, an over-estimate of its 46.7B since experts share attention layers; either way it is a
+      30B+ model);
+    - when several sizes appear (``OLMoE-1B-7B``: active-total; ``-1M`` context suffixes), the
+      largest wins;
+    - names without a size (``gpt2``, ``phi-4``, ``flan-t5-xl``) give None: such models are not
+      used as source or test models.
+    """
+    name = model_id.split("/")[-1]
+    sizes = [int(n) * float(s.replace("_", ".")) * _UNIT[u.lower()] for n, s, u in _MOE.findall(name)]
+    stripped = _MOE.sub(" ", name)
+    for num, unit, frac in _SIZE.findall(stripped):
+        value = float(num.replace("_", "."))
+        if frac:
+            value = float(f"{num}.{frac}") if "." not in num and "_" not in num else value
+        sizes.append(value * _UNIT[unit.lower()])
+    return max(sizes) if sizes else None
+
+
+# --------------------------------------------------------------------------- container
+@dataclass
+class ItemData:
+    """Features ``X`` (models x items, entries in [0, 1]) with names, and optional target/sizes.
+
+    ``item_benchmark[j]`` names the benchmark of item ``j``; ``item_id[j]`` is its index (doc id)
+    inside that benchmark. ``target`` is the score whose ranking BenchAlign learns to reproduce
+    (higher is better); ``size_b`` the parameter count (NaN when unknown).
+    """
+    X: np.ndarray
+    models: list[str]
+    item_benchmark: np.ndarray
+    item_id: np.ndarray
+    target: np.ndarray | None = None
+    size_b: np.ndarray | None = None
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.X = np.asarray(self.X, dtype=np.float32)
+        K, M = self.X.shape
+        if len(self.models) != K or len(set(self.models)) != K:
+            raise ItemDataError(f"ItemData: {K} rows but {len(set(self.models))} distinct model names")
+        if len(self.item_benchmark) != M or len(self.item_id) != M:
+            raise ItemDataError(f"ItemData: {M} columns but {len(self.item_benchmark)} item names")
+        for name in ("target", "size_b"):
+            val = getattr(self, name)
+            if val is not None and len(val) != K:
+                raise ItemDataError(f"ItemData: {name} has {len(val)} entries for {K} models")
+
+    @property
+    def benchmarks(self) -> list[str]:
+        return list(dict.fromkeys(self.item_benchmark.tolist()))
+
+    def rows(self, models: Sequence[str]) -> "ItemData":
+        """The sub-matrix of the named models, in the given order."""
+        index = {m: i for i, m in enumerate(self.models)}
+        missing = [m for m in models if m not in index]
+        if missing:
+            raise ItemDataError(f"unknown model(s) {missing[:3]}{_close(missing[0], self.models)}")
+        idx = np.array([index[m] for m in models], dtype=int)
+        return ItemData(self.X[idx], list(models), self.item_benchmark, self.item_id,
+                        None if self.target is None else self.target[idx],
+                        None if self.size_b is None else self.size_b[idx], dict(self.info))
+
+    def columns(self, mask_or_index) -> "ItemData":
+        """The sub-matrix of the selected items (boolean mask or integer index)."""
+        sel = np.asarray(mask_or_index)
+        return ItemData(self.X[:, sel], list(self.models), self.item_benchmark[sel], self.item_id[sel],
+                        self.target, self.size_b, dict(self.info))
+
+    def benchmark_means(self) -> pd.DataFrame:
+        """Model x benchmark mean correctness."""
+        return pd.DataFrame({b: self.X[:, self.item_benchmark == b].mean(axis=1) for b in self.benchmarks},
+                            index=pd.Index(self.models, name="model"))
+
+
+def _close(name: str, options: Iterable[str]) -> str:
+    match = difflib.get_close_matches(name, list(options), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+# --------------------------------------------------------------------------- validation
+def check_matrix(X: np.ndarray, where: str, models: Sequence[str], binary: bool) -> np.ndarray:
+    """Reject NaN/inf and (``binary``) anything but 0/1, (else) anything outside [0, 1]."""
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise ItemDataError(f"{where}: expected a 2-d models x items matrix, got shape {X.shape}")
+    if not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
+        raise ItemDataError(f"{where}: entries must be numbers, got dtype {X.dtype}")
+    Xf = X.astype(np.float64)
+    bad = ~np.isfinite(Xf)
+    what = "NaN or infinite"
+    if not bad.any():
+        bad = ~np.isin(Xf, (0.0, 1.0)) if binary else (Xf < 0) | (Xf > 1)
+        what = "not 0/1" if binary else "outside [0, 1]"
+    if bad.any():
+        i, j = map(int, np.argwhere(bad)[0])
+        raise ItemDataError(f"{where}: {int(bad.sum())} entries are {what}, first at model "
+                            f"{models[i]!r}, item {j} (value {X[i, j]!r})")
+    return Xf
+
+
+def dedupe(X: np.ndarray, models: Sequence[str], policy: str = "first",
+           where: str = "matrix") -> tuple[np.ndarray, list[str], dict[str, int]]:
+    """Collapse rows that share a model name; returns (X, names, {name: count}) of duplicates.
+
+    ``first`` keeps the first row of each name, ``mean`` averages the rows, ``error`` raises when
+    the rows of a name differ (identical duplicates are collapsed silently).
+    """
+    if policy not in DUPLICATES:
+        raise ItemDataError(f"{where}: unknown duplicate policy {policy!r}; expected one of {DUPLICATES}")
+    names = list(models)
+    order = list(dict.fromkeys(names))
+    if len(order) == len(names):
+        return X, names, {}
+    groups: dict[str, list[int]] = {}
+    for i, m in enumerate(names):
+        groups.setdefault(m, []).append(i)
+    dups = {m: len(rows) for m, rows in groups.items() if len(rows) > 1}
+    out = np.empty((len(order), X.shape[1]), dtype=X.dtype if policy != "mean" else np.float64)
+    for k, m in enumerate(order):
+        rows = groups[m]
+        if policy == "error" and len(rows) > 1 and np.any(X[rows] != X[rows[0]]):
+            raise ItemDataError(f"{where}: model {m!r} occurs {len(rows)} times with different rows "
+                                "(choose duplicates='first' or 'mean')")
+        out[k] = X[rows].mean(axis=0) if policy == "mean" else X[rows[0]]
+    return out, order, dups
+
+
+# --------------------------------------------------------------------------- leaderboard items
+def oll_available(data: str | Path | None = None) -> list[str]:
+    """Names of the leaderboard item files present in the published data."""
+    base = Path(data) if data else paths.data_dir(OLL_DIR)
+    return sorted(p.stem for p in (base / OLL_DIR).glob("*.npz"))
+
+
+def read_oll(name: str, data: str | Path | None = None, duplicates: str = "first"
+             ) -> tuple[np.ndarray, list[str], dict[str, int]]:
+    """One leaderboard file: (0/1 matrix, unique model names, duplicated names with counts)."""
+    base = Path(data) if data else paths.data_dir(OLL_DIR)
+    path = base / OLL_DIR / f"{name}.npz"
+    if not path.exists():
+        known = oll_available(base)
+        raise ItemDataError(f"no leaderboard item file {path}{_close(name, known)}; present: {known}")
+    with np.load(path, allow_pickle=False) as npz:
+        missing = [k for k in ("scores", "models") if k not in npz.files]
+        if missing:
+            raise ItemDataError(f"{path}: missing array(s) {missing}; found {npz.files}")
+        scores, models = npz["scores"], [str(m) for m in npz["models"]]
+    if scores.ndim != 2 or scores.shape[0] != len(models):
+        raise ItemDataError(f"{path}: scores shape {scores.shape} does not match {len(models)} model names")
+    X = check_matrix(scores, str(path), models, binary=True)
+    return dedupe(X, models, duplicates, where=str(path))
+
+
+def join(parts: dict[str, tuple[np.ndarray, list[str]]], how: str = "inner"
+         ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    """Join per-benchmark matrices by model name (inner join; models keep the first part's order)."""
+    if how != "inner":
+        raise ItemDataError(f"join: only 'inner' is supported, got {how!r}")
+    names = list(parts)
+    common = [m for m in parts[names[0]][1] if all(m in set(parts[b][1]) for b in names[1:])]
+    blocks, bench, ids = [], [], []
+    for b in names:
+        X, models = parts[b]
+        index = {m: i for i, m in enumerate(models)}
+        blocks.append(X[[index[m] for m in common]])
+        bench += [b] * X.shape[1]
+        ids.append(np.arange(X.shape[1]))
+    X = np.concatenate(blocks, axis=1) if blocks else np.zeros((len(common), 0))
+    return X, common, np.array(bench), np.concatenate(ids) if ids else np.zeros(0, int)
+
+
+def load_oll(features: Sequence[str], target: str | None = None, data: str | Path | None = None,
+             duplicates: str = "first") -> ItemData:
+    """Leaderboard items of ``features`` for the models present in every file (and in ``target``).
+
+    The target is the mean correctness on the ``target`` benchmark (IFEval in the main setup).
+    Sizes are parsed from the model ids (:func:`parse_size_b`).
+    """
+    if not features:
+        raise ItemDataError("load_oll: no feature benchmarks given")
+    if target is not None and target in features:
+        raise ItemDataError(f"load_oll: target {target!r} is also a feature benchmark")
+    parts, dups = {}, {}
+    for name in list(features) + ([target] if target else []):
+        X, models, d = read_oll(name, data, duplicates)
+        parts[name], dups[name] = (X, models), d
+    if target:
+        yX, ymodels = parts.pop(target)
+        ymap = dict(zip(ymodels, yX.mean(axis=1)))
+        parts = {b: (X, m) for b, (X, m) in parts.items()}
+        X, models, bench, ids = join(parts)
+        keep = [i for i, m in enumerate(models) if m in ymap]
+        X, models = X[keep], [models[i] for i in keep]
+        y = np.array([ymap[m] for m in models])
+    else:
+        X, models, bench, ids = join(parts)
+        y = None
+    size = np.array([np.nan if (s := parse_size_b(m)) is None else s for m in models])
+    info = {"source": "oll-v2-items", "features": list(features), "target": target,
+            "duplicates": duplicates, "duplicated_names": {b: sorted(d) for b, d in dups.items()}}
+    return ItemData(X, models, bench, ids, y, size, info)
+
+
+# --------------------------------------------------------------------------- our pipeline
+def read_items_file(path: str | Path) -> dict:
+    """One per-item correctness file of the pipeline, validated (doc ids unique, values in [0, 1])."""
+    path = Path(path)
+    data = read_json(path)
+    for key in ("model", "benchmark", "doc_ids", "correct"):
+        if key not in data:
+            raise ItemDataError(f"{path}: missing key {key!r}")
+    ids, correct = data["doc_ids"], data["correct"]
+    if len(ids) != len(correct):
+        raise ItemDataError(f"{path}: {len(ids)} doc_ids but {len(correct)} correctness values")
+    if len(set(ids)) != len(ids):
+        raise ItemDataError(f"{path}: duplicated doc_ids")
+    vals = np.array([np.nan if v is None else v for v in correct], dtype=np.float64)[None, :]
+    check_matrix(vals, str(path), [data["model"]], binary=False)
+    return data
+
+
+def load_pipeline(store: str | Path, work: str | Path, benchmarks: Sequence[str] = (),
+                  protocol: str = "direct_eval", target_protocol: str = "train_before_test") -> ItemData:
+    """Features from the per-item files of ``protocol``; target = mean ``target_protocol`` score.
+
+    ``benchmarks`` empty means every benchmark with item files. Items are matched by doc id across
+    models (the ids every model has); models need item files for every benchmark and a target
+    result on every one of those benchmarks (others are left out and listed in ``info``).
+    """
+    from .. import metadata
+    from ..store import load
+
+    root = Path(work) / "items" / protocol
+    if not root.is_dir():
+        raise ItemDataError(f"no per-item correctness under {root} (run direct evaluation first)")
+    present = sorted(p.name for p in root.iterdir() if p.is_dir())
+    benchmarks = list(benchmarks) or present
+    for b in benchmarks:
+        if b not in present:
+            raise ItemDataError(f"no per-item files for benchmark {b!r} under {root}{_close(b, present)}")
+    per: dict[str, dict[str, dict[int, float]]] = {}
+    for b in benchmarks:
+        for f in sorted((root / b).glob("*.json")):
+            d = read_items_file(f)
+            per.setdefault(b, {})[d["model"]] = dict(zip(map(int, d["doc_ids"]), map(float, d["correct"])))
+    df = load(store)
+    tbt = df[(df["protocol"] == target_protocol) & df["benchmark"].isin(benchmarks)]
+    wide = tbt.pivot(index="model", columns="benchmark", values="score")
+    models = [m for m in per[benchmarks[0]] if all(m in per[b] for b in benchmarks)]
+    dropped = {"no items for every benchmark": sorted(set().union(*map(set, per.values())) - set(models))}
+    no_target = [m for m in models if m not in wide.index or wide.loc[m, benchmarks].isna().any()]
+    dropped["no target result on every benchmark"] = no_target
+    models = [m for m in models if m not in no_target]
+    if not models:
+        raise ItemDataError(f"no model has per-item files and {target_protocol} results for {benchmarks} "
+                            f"(store {store})")
+    blocks, bench, ids = [], [], []
+    for b in benchmarks:
+        common = sorted(set.intersection(*(set(per[b][m]) for m in models)))
+        blocks.append(np.array([[per[b][m][i] for i in common] for m in models]))
+        bench += [b] * len(common)
+        ids += common
+    X = np.concatenate(blocks, axis=1)
+    # sign-correct the target: mean over benchmarks of scores where higher is better
+    signs = [1.0 if metadata.benchmark_info(b, store=store).higher_is_better else -1.0 for b in benchmarks]
+    y = (wide.loc[models, benchmarks].to_numpy() * np.array(signs)).mean(axis=1)
+    size = []
+    for m in models:
+        try:
+            s = metadata.model_info(m, store=store).params_b
+        except metadata.MetadataError:
+            s = None
+        size.append(np.nan if s is None else float(s))
+    info = {"source": "pipeline", "features": benchmarks, "target": f"mean {target_protocol}",
+            "dropped": dropped}
+    return ItemData(X, models, np.array(bench), np.array(ids), y, np.array(size), info)
+
+
+# --------------------------------------------------------------------------- across the two papers
+def load_cross_paper(store: str | Path, benchmarks: Sequence[str] = ()) -> ItemData:
+    """Published results: features = direct-evaluation scores (one per benchmark), target = mean
+    train-before-test score over the same benchmarks; models need both protocols on all of them.
+
+    Perplexity corpora (lower is better) are left out; sizes from :func:`lib.metadata.model_info`.
+    """
+    from .. import metadata
+    from ..store import load, matrix
+
+    df = load(store)
+    direct, tbt = matrix(df, "direct_eval"), matrix(df, "train_before_test")
+    names = list(benchmarks) or sorted(set(direct.columns) & set(tbt.columns))
+    names = [b for b in names if not metadata.benchmark_info(b, store=store).is_perplexity]
+    for b in names:
+        if b not in direct.columns or b not in tbt.columns:
+            raise ItemDataError(f"benchmark {b!r} lacks direct_eval or train_before_test results in {store}")
+    both = direct[names].dropna().index.intersection(tbt[names].dropna().index)
+    models = sorted(both)
+    if not models:
+        raise ItemDataError(f"no model has both protocols on all of {names} in {store}")
+    X = direct.loc[models, names].to_numpy(dtype=np.float64)
+    y = tbt.loc[models, names].to_numpy(dtype=np.float64).mean(axis=1)
+    if not np.isfinite(X).all():     # scores may lie outside [0, 1] (mcc), but must be finite
+        i, j = map(int, np.argwhere(~np.isfinite(X))[0])
+        raise ItemDataError(f"direct_eval score of {models[i]!r} on {names[j]!r} in {store} is not finite")
+    size = np.array([np.nan if (s := metadata.model_info(m, store=store).params_b) is None else s
+                     for m in models])
+    info = {"source": "published store", "features": names, "target": "mean train_before_test"}
+    return ItemData(X, models, np.array(names), np.zeros(len(names), int), y, size, info)
+
+
+# --------------------------------------------------------------------------- one entry point
+SOURCES = ("oll_items", "pipeline")
+
+
+def load_source(source: str, *, store: str | Path, work: str | Path, features: Sequence[str] = (),
+                target: str = "", duplicates: str = "first") -> ItemData:
+    """The item data of notebook 07: ``oll_items`` (leaderboard files, ``features`` -> ``target``)
+    or ``pipeline`` (direct-evaluation items of ``features`` or all, train-before-test target)."""
+    if source == "oll_items":
+        return load_oll(features, target or None, duplicates=duplicates)
+    if source == "pipeline":
+        return load_pipeline(store, work, features)
+    raise ItemDataError(f"unknown data source {source!r}{_close(source, SOURCES)}; expected one of {SOURCES}")
