@@ -21,19 +21,24 @@ from .. import metadata, store
 MIN_MODELS = 3   # below this a tau is reported as NaN
 
 
+def tau_arrays(x, y, min_models: int = MIN_MODELS) -> tuple[float, int]:
+    """Kendall tau-b of two aligned arrays on the positions where both are finite; returns (tau, n)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n = int(keep.sum())
+    if n < max(2, min_models) or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan"), n
+    return float(stats.kendalltau(x, y, variant="b").statistic), n
+
+
 def kendall_tau(a: pd.Series, b: pd.Series, min_models: int = MIN_MODELS) -> tuple[float, int]:
     """Kendall tau-b between two score series on their common non-missing index; returns (tau, n).
 
     NaN when fewer than ``min_models`` models are shared or when one side is constant.
     """
-    both = pd.concat([a, b], axis=1, join="inner").dropna()
-    n = len(both)
-    if n < max(2, min_models):
-        return float("nan"), n
-    x, y = both.iloc[:, 0].to_numpy(float), both.iloc[:, 1].to_numpy(float)
-    if np.ptp(x) == 0 or np.ptp(y) == 0:
-        return float("nan"), n
-    return float(stats.kendalltau(x, y, variant="b").statistic), n
+    common = a.index.intersection(b.index)
+    return tau_arrays(a.loc[common].to_numpy(float), b.loc[common].to_numpy(float), min_models)
 
 
 def oriented(matrix: pd.DataFrame, higher_is_better: Mapping[str, bool]) -> pd.DataFrame:
@@ -64,8 +69,9 @@ def split_benchmarks(names: Iterable[str], store_root=None) -> tuple[list[str], 
 def pair_table(matrix: pd.DataFrame, min_models: int = MIN_MODELS) -> pd.DataFrame:
     """Kendall tau of every unordered benchmark pair: columns a, b, tau, n_models."""
     rows = []
+    values = {c: matrix[c].to_numpy(float) for c in matrix.columns}
     for a, b in itertools.combinations(list(matrix.columns), 2):
-        tau, n = kendall_tau(matrix[a], matrix[b], min_models)
+        tau, n = tau_arrays(values[a], values[b], min_models)
         rows.append({"a": a, "b": b, "tau": tau, "n_models": n})
     return pd.DataFrame(rows, columns=["a", "b", "tau", "n_models"])
 
