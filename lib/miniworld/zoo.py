@@ -197,7 +197,7 @@ def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recip
         recipe.validate()
         done = built_recipe(models_dir, recipe, manifest["key"])
         if done is not None:
-            out[recipe.name] = done
+            out[recipe.name] = {**done, "path": str(model_dir(models_dir, recipe.name).resolve())}  # repo may move
             continue
         t0 = time.time()
         if recipe.family not in tokenizers:
@@ -231,8 +231,9 @@ def model_meta(builds: dict[str, dict]) -> dict[str, dict]:
         meta[name] = {
             "family": f"mw-{r['family']}", "params_b": st["n_params"] / 1e9, "instruct": bool(prepared),
             "pretrain_tokens_t": st["tokens"] / 1e12, "flops_1e21": st["flops"] / 1e21,
+            "path": rec["path"],     # top level: lib.pipeline.evaluate.resolve_model reads it there
             "extra": {"prepared": prepared, **({"base_model": twin} if twin else {}), "architecture": r["family"],
-                      "path": rec["path"], "n_params": st["n_params"], "tokens": st["tokens"],
+                      "n_params": st["n_params"], "tokens": st["tokens"],
                       "d_model": r["d_model"], "n_layers": r["n_layers"], "steps": r["steps"],
                       "vocab_size": st["vocab_size"], "final_loss": st["final_loss"],
                       "prepared_char_share": rec["mix"]["prepared_char_share"],
