@@ -31,12 +31,12 @@ def test_default_zoo_design():
     for task in mw.BENCHMARKS:
         n = sum(task in r.prepared for r in recipes)
         assert 0 < n < len(recipes), task
-    # twins differ only in preparation
+    # a prepared twin continues its base model: same family and shape, preparation on top
     by_name = {r.name: r for r in recipes}
     for r in prepared:
-        twin = by_name[r.name.removesuffix("-prep")]
-        assert (twin.family, twin.d_model, twin.n_layers, twin.steps, twin.seed) == \
-               (r.family, r.d_model, r.n_layers, r.steps, r.seed)
+        base = by_name[r.base]
+        assert not base.prepared and r.name == f"{base.name}-prep"
+        assert (base.family, base.d_model, base.n_layers, base.n_heads) == (r.family, r.d_model, r.n_layers, r.n_heads)
 
 
 def test_prepared_models_saw_their_doses(tiny_zoo):
@@ -44,22 +44,24 @@ def test_prepared_models_saw_their_doses(tiny_zoo):
     wdir, mdir = zoo.world_dir(profile), zoo.models_dir(profile)
     key = store.read_json(wdir / "manifest.json")["key"]
     assert len(summary["models"]) == 6
-    # the shared corpus holds no formatted example, except routine texts that coincide with a
-    # mw_scripts item (its items continue the corpus' routines, as hellaswag continues web text)
-    in_corpus = zoo.count_prepared(mw.load_corpus(wdir), wdir)
-    assert all(n == 0 for t, n in in_corpus.items() if t != "mw_scripts")
-    for recipe in zoo.default_zoo(dose=25, scale=0.01, sizes=["s"]):
-        rec = zoo.built_recipe(mdir, recipe, key)
+    assert not any(zoo.count_prepared(mw.load_corpus(wdir), wdir).values())   # the corpus has none
+    builds = {}
+    for recipe in zoo._ordered(zoo.default_zoo(dose=25, scale=0.01, sizes=["s"])):
+        rec = zoo.built_recipe(mdir, recipe, key, builds[recipe.base]["key"] if recipe.base else "")
         assert rec is not None, recipe.name
+        builds[recipe.name] = rec
         docs, mix = zoo.pretraining_mix(wdir, recipe)
         assert mix["sha256"] == rec["mix"]["sha256"]            # the recorded mix is what was built
         counted = zoo.count_prepared(docs, wdir)
-        extra = {t: counted[t] - in_corpus[t] for t in mw.BENCHMARKS}
         want = {t: recipe.prepared.get(t, 0) for t in mw.BENCHMARKS}
-        assert extra == want, recipe.name                        # doses counted in the very documents
+        assert counted == want, recipe.name                      # doses counted in the very documents
         assert rec["mix"]["prepared"] == recipe.prepared
-        assert rec["stats"]["tokens"] == recipe.tokens
-        assert len(docs) == SMALL["n_corpus_docs"] + sum(recipe.prepared.values())
+        assert rec["stats"]["own_tokens"] == recipe.tokens
+        if recipe.base:                                          # half examples, half corpus documents
+            assert len(docs) == 2 * sum(recipe.prepared.values()) and 0 < rec["mix"]["prepared_char_share"] < 1
+            assert rec["stats"]["tokens"] == builds[recipe.base]["stats"]["tokens"] + recipe.tokens
+        else:
+            assert len(docs) == SMALL["n_corpus_docs"] and rec["mix"]["prepared_char_share"] == 0
 
 
 def test_metadata_records_recipes(tiny_zoo):
@@ -74,6 +76,7 @@ def test_metadata_records_recipes(tiny_zoo):
     base = metadata.model_info("mw-gpt2-s", store=root)
     assert not base.instruct and base.extra["prepared"] == {}
     assert base.flops_1e21 == pytest.approx(6 * base.extra["n_params"] * base.extra["tokens"] / 1e21)
+    assert prep.flops_1e21 > base.flops_1e21 and prep.extra["preparation_tokens"] > 0
     info = metadata.benchmark_info("mw_arith", store=root)
     assert (info.metric, info.category, info.kind) == ("exact_match", "Math", "generate_until")
     assert metadata.benchmark_info("mw_wiki", store=root).is_perplexity
@@ -90,7 +93,9 @@ def test_second_prepare_rebuilds_nothing(tiny_zoo):
 
 def test_bad_recipes_are_named():
     with pytest.raises(zoo.ZooError, match="mw_fact.*did you mean 'mw_facts'"):
-        zoo.Recipe("x", "llama", 32, 2, 4, 10, prepared={"mw_fact": 5}).validate()
+        zoo.Recipe("x", "llama", 32, 2, 4, 10, prepared={"mw_fact": 5}, base="y").validate()
+    with pytest.raises(zoo.ZooError, match="needs a base model"):
+        zoo.Recipe("x", "llama", 32, 2, 4, 10, prepared={"mw_facts": 5}).validate()
     with pytest.raises(zoo.ZooError, match="unknown family 'bert'"):
         zoo.Recipe("x", "bert", 32, 2, 4, 10).validate()
     with pytest.raises(zoo.ZooError, match="unknown option"):

@@ -95,12 +95,15 @@ def plot_overview(records: dict[str, dict]):
     ax = axes[1]
     for name, rec in records.items():
         curve = np.asarray(rec["loss_curve"], float)
+        base = rec["recipe"].get("base")
+        if base in records:           # a prepared twin continues its base model's curve
+            curve[:, 0] += records[base]["recipe"]["steps"]
         fam = rec["recipe"]["family"]
         ax.plot(curve[:, 0], curve[:, 1], color=colors[fam], lw=0.9,
                 ls="--" if rec["mix"]["prepared"] else "-", alpha=0.85)
     ax.set_xlabel("pre-training step")
     ax.set_ylabel("loss (nats / token)")
-    ax.set_title("Pre-training loss (dashed: prepared)")
+    ax.set_title("Training loss (dashed: preparation)")
     ax = axes[2]
     im = ax.imshow(doses.to_numpy(), aspect="auto", cmap="Greens")
     ax.set_xticks(range(doses.shape[1]), [c.removeprefix("mw_") for c in doses.columns], rotation=45, ha="right")

@@ -9,14 +9,18 @@ Design (stated once, not tuned to any outcome)
 - Two sizes per family, each with its own pre-training budget: ``s`` (width 64, 2 blocks, 400
   steps) and ``m`` (width 96, 3 blocks, 800 steps); 16 x 64 tokens a step. Larger and longer-trained
   models know more of the world (its facts are Zipf-distributed).
-- Every (family, size) exists twice: a *base* model and a *prepared* twin with the same
-  initialisation, size, steps and data order seed whose pre-training mix additionally holds
-  benchmark-formatted examples (prompt, a space, the gold answer: exactly what fine-tuning on the
-  training split would show) of three of the six tasks, ``dose`` examples per task. This is the
-  paper's mechanism, the way instruction tuning or contamination prepares hub models; the prepared
-  twins are recorded as ``instruct: true`` (their ``base_model`` is the twin) so the analyses that
-  separate base from instruction-tuned models treat them alike. Which three tasks alternates over
-  the six (family, size) pairs, so every task has prepared and unprepared models of each size.
+- Every (family, size) exists twice: a *base* model and a *prepared* twin, the base model
+  continued for ``post_steps`` steps on a preparation mix: ``dose`` benchmark-formatted examples
+  (prompt, a space, the gold answer: exactly what fine-tuning on the training split shows) of each
+  of three of the six tasks, plus as many ordinary corpus documents. This is how hub models get
+  prepared: an instruction-tuning (or contaminated) phase on top of the base model. The twins are
+  recorded as ``instruct: true`` with ``base_model`` = their base, and their tokens and FLOPs
+  include the base model's. Which three tasks alternates over the six (family, size) pairs, so
+  every task has prepared and unprepared models of each size and several families.
+- A first version put the examples into the from-scratch pre-training mix (400 examples per task
+  among 24,000 documents): each example was seen about 0.5 times and the prepared twins did not
+  differ from their bases under direct evaluation. The post-training phase (each example seen
+  about twice) is the design the mechanism calls for, chosen before any train-before-test result.
 
 Every recipe (sizes, tokens, FLOPs = 6 N D, preparation doses, the sha256 of the exact mix) goes
 to the results store as model metadata; :func:`pretraining_mix` rebuilds the mix from the world so
@@ -49,7 +53,8 @@ class ZooError(ValueError):
 
 @dataclass(frozen=True)
 class Recipe:
-    """How one zoo model is built."""
+    """How one zoo model is built: from scratch (``base`` None), or by continuing model ``base``
+    for ``steps`` steps on a preparation mix (``prepared`` = {benchmark: number of examples})."""
     name: str
     family: str
     d_model: int
@@ -61,6 +66,7 @@ class Recipe:
     lr: float = 3e-3
     seed: int = 0
     prepared: dict = field(default_factory=dict)    # benchmark -> number of formatted examples
+    base: str | None = None                          # the model a prepared twin continues
 
     def validate(self) -> "Recipe":
         if self.family not in VOCAB:
@@ -76,15 +82,19 @@ class Recipe:
                                f"{f' (did you mean {close[0]!r}?)' if close else ''}")
             if not isinstance(dose, int) or dose <= 0:
                 raise ZooError(f"zoo model {self.name!r}: dose of {task!r} must be a positive integer")
+        if bool(self.prepared) != bool(self.base):
+            raise ZooError(f"zoo model {self.name!r}: a prepared model needs a base model and a base model "
+                           "no preparation")
         return self
 
     @property
     def tokens(self) -> int:
+        """Tokens of this model's own training phase (a prepared twin adds its base model's)."""
         return self.steps * self.batch_size * self.seq_len
 
-    def key(self, world_key: str) -> str:
+    def key(self, world_key: str, base_key: str = "") -> str:
         payload = json.dumps({"recipe": asdict(self), "world": world_key, "vocab": VOCAB[self.family],
-                              "tokenizer_docs": TOKENIZER_DOCS}, sort_keys=True)
+                              "tokenizer_docs": TOKENIZER_DOCS, "base": base_key}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -92,11 +102,12 @@ SIZES = {"s": dict(d_model=64, n_layers=2, n_heads=4, steps=400),
          "m": dict(d_model=96, n_layers=3, n_heads=4, steps=800)}
 
 
-def default_zoo(dose: int = 400, families: Iterable[str] = ("llama", "gpt2", "gpt_neox"),
+def default_zoo(dose: int = 600, post_steps: int = 200, post_lr: float = 1e-3,
+                families: Iterable[str] = ("llama", "gpt2", "gpt_neox"),
                 sizes: Iterable[str] = ("s", "m"), scale: float = 1.0) -> list[Recipe]:
     """The mini profile's zoo: every (family, size) as a base model and a prepared twin.
 
-    ``scale`` multiplies the pre-training steps (the tests use a tiny fraction).
+    ``scale`` multiplies every step count (the tests use a tiny fraction).
     """
     recipes = []
     pair = 0
@@ -107,8 +118,9 @@ def default_zoo(dose: int = 400, families: Iterable[str] = ("llama", "gpt2", "gp
             base = Recipe(name=f"mw-{family}-{size}", family=family, **spec)
             tasks = PREP_A if pair % 2 == 0 else PREP_B
             pair += 1
-            prepared = Recipe(name=f"mw-{family}-{size}-prep", family=family, **spec,
-                              prepared={t: dose for t in tasks})
+            prepared = Recipe(name=f"mw-{family}-{size}-prep", family=family,
+                              **{**spec, "steps": max(1, int(round(post_steps * scale)))}, lr=post_lr,
+                              prepared={t: dose for t in tasks}, base=base.name)
             recipes += [base.validate(), prepared.validate()]
     return recipes
 
@@ -123,21 +135,37 @@ def prepared_examples(world_dir: str | Path, task: str, dose: int, seed: int) ->
 
 
 def pretraining_mix(world_dir: str | Path, recipe: Recipe) -> tuple[list[str], dict]:
-    """The documents ``recipe`` is pre-trained on, and a record of what the mix holds."""
+    """The documents of ``recipe``'s own training phase, and a record of what they hold.
+
+    A base model: the whole corpus. A prepared twin: ``dose`` formatted examples of each prepared
+    task plus as many corpus documents (a seeded sample), shuffled.
+    """
     corpus = mw.load_corpus(world_dir)
-    docs = list(corpus)
     counts: dict[str, int] = {}
-    for task in sorted(recipe.prepared):
-        ex = prepared_examples(world_dir, task, recipe.prepared[task], recipe.seed)
-        counts[task] = len(ex)
-        docs += ex
-    random.Random(f"mix/{recipe.seed}").shuffle(docs)
+    if not recipe.prepared:
+        docs = list(corpus)
+    else:
+        docs = []
+        for task in sorted(recipe.prepared):
+            ex = prepared_examples(world_dir, task, recipe.prepared[task], recipe.seed)
+            counts[task] = len(ex)
+            docs += ex
+        rng = random.Random(f"mix/{recipe.name}/{recipe.seed}")
+        n_corpus = min(len(corpus), len(docs))
+        docs += rng.sample(corpus, n_corpus)
+        rng.shuffle(docs)
     n_prep = sum(counts.values())
-    prep_chars = sum(len(d) for d in docs) - sum(len(d) for d in corpus)
-    record = {"corpus_docs": len(corpus), "prepared": counts, "prepared_docs": n_prep,
-              "prepared_char_share": prep_chars / max(1, sum(len(d) for d in docs)),
+    chars = sum(len(d) for d in docs)
+    examples = _example_set(world_dir, counts)
+    prep_chars = sum(len(d) for d in docs if d in examples)
+    record = {"corpus_docs": len(docs) - n_prep, "prepared": counts, "prepared_docs": n_prep,
+              "prepared_char_share": prep_chars / max(1, chars),
               "sha256": hashlib.sha256("\n".join(docs).encode()).hexdigest()}
     return docs, record
+
+
+def _example_set(world_dir: str | Path, counts: dict[str, int]) -> set[str]:
+    return {mw.example_text(t, r) for t in counts for r in mw.load_split(world_dir, t, "train")}
 
 
 def count_prepared(docs: Iterable[str], world_dir: str | Path) -> dict[str, int]:
@@ -173,13 +201,25 @@ def _sidecar(models_dir: str | Path, name: str) -> Path:
     return Path(models_dir) / f"{store.slug(name)}.recipe.json"
 
 
-def built_recipe(models_dir: str | Path, recipe: Recipe, world_key: str) -> dict | None:
+def built_recipe(models_dir: str | Path, recipe: Recipe, world_key: str, base_key: str = "") -> dict | None:
     """The recorded build of ``recipe`` if it is complete and current, else None."""
     side = _sidecar(models_dir, recipe.name)
     if not side.exists() or tiny.built(model_dir(models_dir, recipe.name)) is None:
         return None
     rec = store.read_json(side)
-    return rec if rec.get("key") == recipe.key(world_key) else None
+    return rec if rec.get("key") == recipe.key(world_key, base_key) else None
+
+
+def _ordered(recipes: list[Recipe]) -> list[Recipe]:
+    """Base models first (a prepared twin continues a finished base); names unique, bases known."""
+    names = [r.name for r in recipes]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ZooError(f"zoo: duplicate model names {dupes}")
+    missing = sorted({r.base for r in recipes if r.base and r.base not in names})
+    if missing:
+        raise ZooError(f"zoo: prepared models name unknown base models {missing}")
+    return [r for r in recipes if not r.base] + [r for r in recipes if r.base]
 
 
 def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recipe],
@@ -187,37 +227,40 @@ def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recip
     """Pre-train every recipe not yet built (cached per model); returns name -> build record."""
     world_dir = Path(world_dir)
     manifest = store.read_json(world_dir / "manifest.json")
-    names = [r.name for r in recipes]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ZooError(f"zoo: duplicate model names {dupes}")
     tokenizers: dict[str, object] = {}
     out: dict[str, dict] = {}
-    for recipe in recipes:
-        recipe.validate()
-        done = built_recipe(models_dir, recipe, manifest["key"])
+    for recipe in _ordered([r.validate() for r in recipes]):
+        base_key = out[recipe.base]["key"] if recipe.base else ""
+        done = built_recipe(models_dir, recipe, manifest["key"], base_key)
         if done is not None:
             out[recipe.name] = {**done, "path": str(model_dir(models_dir, recipe.name).resolve())}  # repo may move
             continue
         t0 = time.time()
-        if recipe.family not in tokenizers:
-            tokenizers[recipe.family] = family_tokenizer(world_dir, recipe.family)
-        tok = tokenizers[recipe.family]
         docs, mix = pretraining_mix(world_dir, recipe)
-        model = tiny.make_model(recipe.family, tok, d_model=recipe.d_model, n_layers=recipe.n_layers,
-                                n_heads=recipe.n_heads, max_len=256, seed=recipe.seed)
+        if recipe.base:
+            model, tok = tiny.load(model_dir(models_dir, recipe.base))
+        else:
+            if recipe.family not in tokenizers:
+                tokenizers[recipe.family] = family_tokenizer(world_dir, recipe.family)
+            tok = tokenizers[recipe.family]
+            model = tiny.make_model(recipe.family, tok, d_model=recipe.d_model, n_layers=recipe.n_layers,
+                                    n_heads=recipe.n_heads, max_len=256, seed=recipe.seed)
         stats = tiny.pretrain(model, tok, docs, steps=recipe.steps, batch_size=recipe.batch_size,
                               seq_len=recipe.seq_len, lr=recipe.lr, seed=recipe.seed,
                               out_dir=model_dir(models_dir, recipe.name))
-        rec = {"key": recipe.key(manifest["key"]), "recipe": asdict(recipe), "mix": mix,
+        own = {k: v for k, v in stats.items() if k != "loss_curve"}
+        base_stats = out[recipe.base]["stats"] if recipe.base else {"tokens": 0, "flops": 0.0}
+        total = {"tokens": base_stats["tokens"] + own["tokens"], "flops": base_stats["flops"] + own["flops"]}
+        rec = {"key": recipe.key(manifest["key"], base_key), "recipe": asdict(recipe), "mix": mix,
                "path": str(model_dir(models_dir, recipe.name).resolve()),
-               "stats": {k: v for k, v in stats.items() if k != "loss_curve"},
+               "stats": {**own, **total, "own_tokens": own["tokens"], "own_flops": own["flops"]},
                "loss_curve": stats["loss_curve"], "build_seconds": time.time() - t0}
         store.atomic_write_json(_sidecar(models_dir, recipe.name), rec)
         out[recipe.name] = rec
         if progress:
-            print(f"  zoo: {recipe.name}: {stats['n_params']:,} params, {stats['tokens']:,} tokens, "
-                  f"loss {stats['final_loss']:.2f}, {time.time() - t0:.1f}s", flush=True)
+            print(f"  zoo: {recipe.name}: {stats['n_params']:,} params, {own['tokens']:,} tokens"
+                  f"{' of preparation' if recipe.base else ''}, loss {stats['final_loss']:.2f}, "
+                  f"{time.time() - t0:.1f}s", flush=True)
     return out
 
 
@@ -227,13 +270,14 @@ def model_meta(builds: dict[str, dict]) -> dict[str, dict]:
     for name, rec in builds.items():
         r, st = rec["recipe"], rec["stats"]
         prepared = dict(rec["mix"]["prepared"])
-        twin = name[:-len("-prep")] if name.endswith("-prep") and prepared else None
+        twin = r.get("base")
         meta[name] = {
             "family": f"mw-{r['family']}", "params_b": st["n_params"] / 1e9, "instruct": bool(prepared),
             "pretrain_tokens_t": st["tokens"] / 1e12, "flops_1e21": st["flops"] / 1e21,
             "path": rec["path"],     # top level: lib.pipeline.evaluate.resolve_model reads it there
             "extra": {"prepared": prepared, **({"base_model": twin} if twin else {}), "architecture": r["family"],
                       "n_params": st["n_params"], "tokens": st["tokens"],
+                      "preparation_tokens": st["own_tokens"] if prepared else 0,
                       "d_model": r["d_model"], "n_layers": r["n_layers"], "steps": r["steps"],
                       "vocab_size": st["vocab_size"], "final_loss": st["final_loss"],
                       "prepared_char_share": rec["mix"]["prepared_char_share"],
@@ -249,8 +293,9 @@ def models_dir(profile: str) -> Path:
     return paths.work_dir(profile) / "models"
 
 
-def prepare(profile: str, seed: int = 0, dose: int = 400, scale: float = 1.0,
-            families: list[str] | None = None, sizes: list[str] | None = None, **world_sizes) -> dict:
+def prepare(profile: str, seed: int = 0, dose: int = 600, post_steps: int = 200, post_lr: float = 1e-3,
+            scale: float = 1.0, families: list[str] | None = None, sizes: list[str] | None = None,
+            **world_sizes) -> dict:
     """Prepare hook of the mini profile: build the world and the zoo, record their metadata.
 
     Cached: the world by its config key, each model by its recipe key, so a second run rebuilds
@@ -263,7 +308,7 @@ def prepare(profile: str, seed: int = 0, dose: int = 400, scale: float = 1.0,
     cfg = mw.WorldConfig(seed=seed, **world_sizes)
     t0 = time.time()
     manifest = mw.build(world_dir(profile), cfg)
-    recipes = default_zoo(dose=dose, scale=scale, **({"families": families} if families else {}),
+    recipes = default_zoo(dose=dose, post_steps=post_steps, post_lr=post_lr, scale=scale, **({"families": families} if families else {}),
                           **({"sizes": sizes} if sizes else {}))
     builds = build_zoo(world_dir(profile), models_dir(profile), recipes)
     root = paths.store_dir(profile)
