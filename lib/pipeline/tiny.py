@@ -274,7 +274,7 @@ SMOKE_TASKS = {   # name: (category, metric, filter, kind)
     "smoke_colours": ("Question Answering", "exact_match", "remove_whitespace", "generate_until"),
     "smoke_corpus": ("Perplexity", "bits_per_byte", None, "loglikelihood_rolling"),
 }
-SMOKE_VERSION = 1      # bump when the world below changes (invalidates the cache)
+SMOKE_VERSION = 2      # bump when the world below changes (invalidates the cache)
 
 
 def _filler(rng: random.Random) -> str:
@@ -298,9 +298,17 @@ def smoke_pretraining_texts(seed: int = 0, n_docs: int = 600) -> list[str]:
             elif r < 0.55:
                 a = rng.choice(known_sounds)
                 parts.append(f"the {a} says {ANIMAL_SOUNDS[a]} .")
-            elif r < 0.75:
+            elif r < 0.7:
                 o = rng.choice(known_colours)
                 parts.append(f"the {o} is {OBJECT_COLOURS[o]} .")
+            elif r < 0.75:      # a few question-answer lines, so the task format is not unheard of
+                if rng.random() < 0.5:
+                    a = rng.choice(known_sounds)
+                    parts.append(f"Question: what does the {a} say?\nAnswer: {ANIMAL_SOUNDS[a]}\n")
+                else:
+                    o = rng.choice(known_colours)
+                    parts.append(f"the {o} is {OBJECT_COLOURS[o]} .\nQuestion: what colour is the {o}?\n"
+                                 f"Answer: {OBJECT_COLOURS[o]}\n")
             else:
                 i = rng.randrange(len(NUMBERS) - 3)
                 parts.append(" ".join(NUMBERS[i:i + rng.randint(3, 5)]) + " .")
@@ -330,12 +338,17 @@ def smoke_task_splits(seed: int = 0) -> dict[str, dict[str, list[dict]]]:
     sound_facts = [(f"Question: what does the {a} say?\nAnswer:", s, sounds) for a, s in ANIMAL_SOUNDS.items()]
     count_facts = [(f"Question: what number comes after {NUMBERS[i]}?\nAnswer:", NUMBERS[i + 1], NUMBERS)
                    for i in range(len(NUMBERS) - 1)]
-    colour_items = [{"question": f"Question: what colour is the {o}?\nAnswer:", "answer": c}
-                    for o, c in OBJECT_COLOURS.items()]
+    objects = list(OBJECT_COLOURS)
 
     def gen(n: int) -> list[dict]:
-        recs = [dict(colour_items[i % len(colour_items)]) for i in range(n)]
-        rng.shuffle(recs)
+        """Read a colour off the context: two facts, then a question about one of them."""
+        recs = []
+        for _ in range(n):
+            a, b = rng.sample(objects, 2)
+            ask = rng.choice([a, b])
+            recs.append({"question": f"the {a} is {OBJECT_COLOURS[a]} . the {b} is {OBJECT_COLOURS[b]} .\n"
+                                     f"Question: what colour is the {ask}?\nAnswer:",
+                         "answer": OBJECT_COLOURS[ask]})
         return recs
 
     def corpus(n: int) -> list[dict]:
@@ -399,6 +412,12 @@ def build(profile: str, seed: int = 0, vocab_size: int = 512, batch_size: int = 
         yamls = write_smoke_tasks(task_dir, seed)
         store.atomic_write_json(stamp, want)
     texts = smoke_pretraining_texts(seed)
+    models_stamp = root / "models.json"
+    want_models = {"version": SMOKE_VERSION, "seed": seed, "vocab_size": vocab_size, "batch_size": batch_size,
+                   "seq_len": seq_len, "lr": lr, "specs": {k: list(v) for k, v in specs.items()}}
+    if models_stamp.exists() and json.loads(models_stamp.read_text()) != want_models:
+        shutil.rmtree(root / "models", ignore_errors=True)        # the world changed: rebuild
+    store.atomic_write_json(models_stamp, want_models)
     tokenizer = None
     model_meta, built_paths = {}, {}
     for name, (family, d_model, n_layers, n_heads, steps) in specs.items():

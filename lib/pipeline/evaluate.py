@@ -1,0 +1,201 @@
+"""Score a model (base or with a LoRA adapter) on one split of an lm-eval task, with lm-eval itself.
+
+The model is loaded once and wrapped in lm-eval's ``HFLM`` as a preloaded object, so validation
+after every epoch and every learning rate reuses it (no reload). lm-eval's logged samples give the
+per-item correctness that BenchAlign reads: ``<work>/items/<protocol>/<benchmark>/<model>.json``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import store
+from .tasks import TaskInfo, TaskError, docs, use_split
+
+log = logging.getLogger(__name__)
+
+
+class ModelError(ValueError):
+    """A model cannot be found or loaded (the message names it)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# models
+
+
+def resolve_model(entry: str, store_root: str | Path | None = None, offline: bool | None = None) -> tuple[str, str]:
+    """(name, source) of a model given as a store-meta name with a ``path``, a local folder or a
+    hub id. Fails early, naming the model, when a local folder is missing or an offline hub id is
+    not in the local cache."""
+    meta = store.read_meta(store_root, "models") if store_root else {}
+    if entry in meta and meta[entry].get("path"):
+        path = Path(meta[entry]["path"])
+        if not (path / "config.json").exists():
+            raise ModelError(f"model {entry!r}: its folder {path} (from the store's _meta/models.json) "
+                             "has no config.json; rebuild it (run the profile's prepare step)")
+        return entry, str(path)
+    path = Path(entry).expanduser()
+    if path.is_absolute() or entry.startswith(".") or path.exists():
+        if not (path / "config.json").exists():
+            known = [k for k, v in meta.items() if v.get("path")]
+            raise ModelError(f"unknown model path {entry!r}: no config.json there{_close(entry, known)}")
+        return path.name, str(path.resolve())
+    if offline is None:
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
+    if offline:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+            hit = try_to_load_from_cache(entry, "config.json")
+        except Exception:  # invalid repo id format and the like
+            hit = None
+        if not isinstance(hit, str):
+            known = [k for k, v in meta.items() if v.get("path")]
+            raise ModelError(f"unknown model {entry!r}: not a local folder, a model of the store's "
+                             f"metadata{_close(entry, known)}, nor a hub id in the local cache "
+                             "(HF_HUB_OFFLINE is set)")
+    return entry, entry
+
+
+def _close(word: str, options) -> str:
+    m = difflib.get_close_matches(word, list(options), n=3)
+    return f" (did you mean {', '.join(map(repr, m))}?)" if m else ""
+
+
+def load_model(source: str, device: str | None = None):
+    """(model, tokenizer) from a local folder or hub id: float32 on CPU, bfloat16 on GPU; the
+    tokenizer gets a pad token (EOS) when it has none."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .device import setup_torch
+
+    device = device or setup_torch()
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    try:
+        tok = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"model {source!r} cannot be loaded: {str(exc).splitlines()[0]}") from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model.to(device)
+    model.eval()
+    return model, tok
+
+
+def make_lm(model, tokenizer, batch_size: int = 32, max_length: int | None = None):
+    """lm-eval's ``HFLM`` around an already loaded model (base or PeftModel)."""
+    from lm_eval.models.huggingface import HFLM
+
+    logging.getLogger("lm_eval.models.huggingface").setLevel(logging.ERROR)
+    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation
+
+
+@dataclass
+class Outcome:
+    """The score of one evaluation and its per-item values."""
+    score: float
+    stderr: float | None
+    metric: str
+    filter: str
+    n: int
+    doc_ids: list[int]
+    correct: list[float] | None          # per-item correctness in [0, 1] (None for perplexity)
+    seconds: float
+    extra: dict = field(default_factory=dict)
+
+
+def _per_item(metric: str, value: Any) -> float | None:
+    if metric == "mcc" or metric == "f1":        # (gold, pred): per-item accuracy
+        gold, pred = value
+        return float(gold == pred)
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None                                  # (loglikelihood, length) tuples of perplexity
+
+
+def evaluate(lm, task, info: TaskInfo, role: str, doc_ids: list[int], *, chat_template: bool = False,
+             bootstrap_iters: int = 0, seed: int = 0) -> Outcome:
+    """Evaluate ``role`` ("validation" or "test") of ``task`` (splits installed by
+    :func:`lib.pipeline.tasks.install_splits`; ``doc_ids`` are the plan's ids of that role)."""
+    from lm_eval import evaluator
+
+    use_split(task, role)
+    task.set_fewshot_seed(seed=seed)
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    t0 = time.time()
+    res = evaluator.evaluate(lm=lm, task_dict={"tasks": {info.name: task}, "groups": {}, "group_map": {}},
+                             log_samples=True, bootstrap_iters=bootstrap_iters,
+                             apply_chat_template=chat_template,
+                             fewshot_as_multiturn=chat_template)
+    seconds = time.time() - t0
+    scores = res["results"][info.name]
+    key = info.result_key
+    if key not in scores:
+        have = sorted(k for k in scores if "," in k and "_stderr" not in k)
+        raise TaskError(f"task {info.name!r}: lm-eval reported no {key!r}; it reported {have}")
+    stderr = scores.get(f"{info.metric}_stderr,{info.filter}")
+    stderr = float(stderr) if isinstance(stderr, (int, float)) else None
+    samples = sorted((s for s in res["samples"][info.name] if s["filter"] == info.filter),
+                     key=lambda s: s["doc_id"])
+    positions = [s["doc_id"] for s in samples]
+    n_docs = len(docs(task, role))
+    ids = [doc_ids[p] for p in positions] if n_docs == len(doc_ids) else positions
+    values = [_per_item(info.metric, s[info.metric]) for s in samples]
+    correct = None if any(v is None for v in values) else values
+    return Outcome(score=float(scores[key]), stderr=stderr, metric=info.metric, filter=info.filter,
+                   n=len(samples), doc_ids=ids, correct=correct, seconds=seconds,
+                   extra={"doc_ids_are": "split indices" if n_docs == len(doc_ids) else "positions"})
+
+
+def items_path(work: str | Path, protocol: str, benchmark: str, model: str) -> Path:
+    return Path(work) / "items" / store.slug(protocol) / store.slug(benchmark) / f"{store.slug(model)}.json"
+
+
+def write_items(work: str | Path, protocol: str, benchmark: str, model: str, outcome: Outcome) -> Path | None:
+    """Per-item correctness for BenchAlign (nothing for perplexity corpora, which have no items)."""
+    if outcome.correct is None:
+        return None
+    return store.atomic_write_json(items_path(work, protocol, benchmark, model), {
+        "model": model, "benchmark": benchmark, "protocol": protocol, "metric": outcome.metric,
+        "doc_ids": outcome.doc_ids, "correct": outcome.correct})
+
+
+def versions() -> dict[str, str]:
+    import lm_eval
+    import peft
+    import torch
+    import transformers
+
+    return {"lm_eval": lm_eval.__version__, "transformers": transformers.__version__,
+            "peft": peft.__version__, "torch": torch.__version__}
+
+
+def record(store_root: str | Path, work: str | Path, protocol: str, info: TaskInfo, model: str,
+           outcome: Outcome, provenance: dict) -> Path:
+    """Write per-item values, then the result (the result file is the unit's 'done' marker)."""
+    write_items(work, protocol, info.name, model, outcome)
+    prov = {"filter": info.filter, "kind": info.kind, "n_test": outcome.n, "versions": versions(),
+            "eval_seconds": outcome.seconds, **provenance}
+    return store.write(store_root, store.Result(
+        protocol=protocol, benchmark=info.name, model=model, metric=info.metric, score=outcome.score,
+        stderr=outcome.stderr, higher_is_better=info.higher_is_better, n=outcome.n, provenance=prov))
+
+
+def default_models(store_root: str | Path) -> list[str]:
+    """Models recorded with a local ``path`` in the store's metadata (what a prepare hook built)."""
+    meta = store.read_meta(store_root, "models")
+    names = sorted(k for k, v in meta.items() if v.get("path"))
+    if not names:
+        raise ModelError(f"no models given and none with a 'path' in {Path(store_root) / '_meta' / 'models.json'}")
+    return names

@@ -1,0 +1,323 @@
+"""The job grid: every (stage, model, benchmark, learning rate) unit, resumable, run locally or on Slurm.
+
+Units and where they live (``<work>`` = ``outputs/<profile>/work``)::
+
+    <work>/finetune/<model>/<benchmark>/lr=2e-05/unit.json          one learning rate: curve (done marker)
+    <work>/finetune/<model>/<benchmark>/lr=2e-05/epoch=3/           its best epoch's LoRA adapter
+    <work>/finetune/<model>/<benchmark>/selection.json              chosen (lr, epoch) and all curves
+    <store>/train_before_test/<benchmark>/<model>.json              test score of the chosen adapter
+    <store>/direct_eval/<benchmark>/<model>.json                    zero-shot test score
+    <work>/items/<protocol>/<benchmark>/<model>.json                per-item correctness
+
+Every file is written atomically and the last one of a unit marks it done, so finished units are
+skipped and a killed unit is redone from scratch (deterministically), never read half-written.
+
+A *job* is one model with a list of benchmarks: the base model is loaded once per job and kept
+in memory across benchmarks, learning rates and epochs (adapters are attached and removed). Jobs
+run in this process with a progress bar (``executor="local"``) or through submitit
+(``"slurm"`` on a cluster; ``"submitit_local"`` / ``"debug"`` to try that path on one machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import store
+from . import evaluate as ev
+from . import finetune as ft
+from . import tasks as tk
+
+PROTOCOL = {"finetune": "train_before_test", "direct": "direct_eval"}
+EXECUTORS = ("local", "slurm", "submitit_local", "debug")
+
+
+class JobError(RuntimeError):
+    """A job failed (the message names the model and where its log is)."""
+
+
+@dataclass
+class JobSpec:
+    """Everything one job needs, as plain data (picklable for submitit, JSON for the CLI)."""
+    stage: str                              # "finetune" or "direct"
+    model: str                              # name in the store
+    source: str                             # local folder or hub id
+    benchmarks: list[str]
+    include_paths: list[str]
+    include_defaults: bool
+    store_root: str
+    work_root: str
+    recipe: dict = field(default_factory=dict)   # finetune.Recipe fields
+    caps: dict = field(default_factory=dict)     # train / validation / test (from notebook 01)
+    split_seed: int = 0                          # seed of the split plan (from notebook 01)
+    chat_template: bool = False                  # apply the model's chat template (instruct models)
+    bootstrap_iters: int = 1000
+    task_timeout: float = 300.0
+
+    def __post_init__(self):
+        if self.stage not in PROTOCOL:
+            raise ValueError(f"job stage must be one of {list(PROTOCOL)}, got {self.stage!r}")
+
+    @property
+    def protocol(self) -> str:
+        return PROTOCOL[self.stage]
+
+    def pending(self) -> list[str]:
+        """Benchmarks whose result is not in the store yet."""
+        return [b for b in self.benchmarks if not store.exists(self.store_root, self.protocol, b, self.model)]
+
+
+def benchmark_dir(work: str | Path, model: str, benchmark: str) -> Path:
+    return Path(work) / "finetune" / store.slug(model) / store.slug(benchmark)
+
+
+def unit_dir(work: str | Path, model: str, benchmark: str, lr: float) -> Path:
+    return benchmark_dir(work, model, benchmark) / ft.lr_name(lr)
+
+
+# ---------------------------------------------------------------------------------------------
+# planning (validates everything before any training)
+
+
+def plan(stage: str, models: list[str], selection: dict, *, store_root: str | Path, work_root: str | Path,
+         recipe: ft.Recipe | None = None, chat_template: bool = False,
+         bootstrap_iters: int = 1000, benchmarks_per_job: int = 0) -> list[JobSpec]:
+    """One :class:`JobSpec` per model (and chunk of ``benchmarks_per_job`` benchmarks, 0 = all).
+
+    ``selection`` is notebook 01's summary: ``selected`` tasks, ``include_paths``,
+    ``include_defaults``, ``caps`` and ``split_seed`` (so 02 and 03 test on the same documents).
+    ``models`` are names from the store's model metadata (with a ``path``), local folders or hub
+    ids. ``chat_template`` applies the chat template to instruction-tuned models only (by
+    ``lib.metadata``). Unknown models/tasks and tasks that cannot be trained on raise here.
+    """
+    names = list(selection.get("selected") or [])
+    if not names:
+        raise tk.TaskError("no benchmarks selected (notebook 01 selected none)")
+    if not models:
+        raise ev.ModelError("no models given")
+    manager = tk.task_manager(selection.get("include_paths") or [], bool(selection.get("include_defaults")))
+    tk.check_names(manager, names)
+    for name, row in (selection.get("tasks") or {}).items():
+        if name in names and row.get("count_source") == "dataset":
+            tk.validate_for_training(tk.TaskInfo.from_dict(row))
+    from .. import metadata
+
+    resolved = [ev.resolve_model(m, store_root) for m in models]
+    seen = {}
+    for (name, source), entry in zip(resolved, models):
+        if name in seen:
+            raise ev.ModelError(f"models {seen[name]!r} and {entry!r} get the same name {name!r}")
+        seen[name] = entry
+    recipe = recipe or ft.Recipe()
+    chunk = benchmarks_per_job or len(names)
+    specs = []
+    for name, source in resolved:
+        try:
+            instruct = metadata.model_info(name, store_root).instruct
+        except metadata.MetadataError:
+            instruct = False
+        for i in range(0, len(names), chunk):
+            specs.append(JobSpec(stage=stage, model=name, source=source, benchmarks=names[i:i + chunk],
+                                 include_paths=[str(p) for p in selection.get("include_paths") or []],
+                                 include_defaults=bool(selection.get("include_defaults")),
+                                 store_root=str(store_root), work_root=str(work_root),
+                                 recipe=recipe.to_dict(), caps=dict(selection.get("caps") or {}),
+                                 split_seed=int(selection.get("split_seed", 0)),
+                                 chat_template=bool(chat_template and instruct),
+                                 bootstrap_iters=bootstrap_iters))
+    return specs
+
+
+# ---------------------------------------------------------------------------------------------
+# running one job
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run_job(spec: JobSpec | dict, progress=None) -> dict:
+    """Run the pending units of one job; returns {benchmark: score} of what it finished."""
+    if isinstance(spec, dict):
+        spec = JobSpec(**spec)
+    pending = spec.pending()
+    if not pending:
+        return {}
+    recipe = ft.Recipe(**{**spec.recipe, "lrs": tuple(spec.recipe.get("lrs", ft.Recipe().lrs))})
+    manager = tk.task_manager(spec.include_paths, spec.include_defaults)
+    model, tokenizer = ev.load_model(spec.source)          # once per job
+    done = {}
+    for bench in pending:
+        task, info = tk.inspect(manager, bench, spec.store_root, spec.task_timeout)
+        tk.validate_for_training(info)
+        split_plan = tk.plan_splits(task, info, spec.caps, spec.split_seed)
+        tk.install_splits(task, split_plan)
+        if spec.stage == "direct":
+            lm = ev.make_lm(model, tokenizer, recipe.eval_batch_size)
+            outcome = ev.evaluate(lm, task, info, "test", split_plan.ids["test"], chat_template=spec.chat_template,
+                                  bootstrap_iters=spec.bootstrap_iters, seed=recipe.seed)
+            ev.record(spec.store_root, spec.work_root, spec.protocol, info, spec.model, outcome,
+                      _provenance(spec, split_plan, recipe))
+        else:
+            model, outcome = _finetune_benchmark(spec, recipe, model, tokenizer, task, info, split_plan, progress)
+        done[bench] = outcome.score
+        if progress:
+            progress(f"{spec.model} / {bench}: {info.metric} {outcome.score:.4f}")
+    return done
+
+
+def _provenance(spec: JobSpec, split_plan: tk.SplitPlan, recipe: ft.Recipe) -> dict:
+    return {"source": spec.source, "seed": recipe.seed, "split_seed": spec.split_seed,
+            "n_train": split_plan.sizes["train"],
+            "n_val": split_plan.sizes["validation"], "n_test": split_plan.sizes["test"],
+            "test_split": split_plan.source["test"], "validation_carved_from_train": split_plan.carved,
+            "chat_template": spec.chat_template, "caps": split_plan.caps}
+
+
+def _finetune_benchmark(spec, recipe, model, tokenizer, task, info, split_plan, progress):
+    """All learning-rate units of one benchmark, then the chosen adapter on the test split."""
+    bdir = benchmark_dir(spec.work_root, spec.model, info.name)
+    lm = ev.make_lm(model, tokenizer, recipe.eval_batch_size)
+    examples = None
+    units = []
+    for lr in recipe.lrs:
+        udir = unit_dir(spec.work_root, spec.model, info.name, lr)
+        unit = ft.read_unit(udir)
+        if unit is None:
+            if examples is None:
+                examples = ft.training_examples(task, info, lm, recipe.max_length, spec.chat_template)
+
+            def validate(peft_model):
+                vlm = ev.make_lm(peft_model, tokenizer, recipe.eval_batch_size)
+                return ev.evaluate(vlm, task, info, "validation", split_plan.ids["validation"],
+                                   chat_template=spec.chat_template, seed=recipe.seed).score
+
+            unit, model = ft.train_unit(model, tokenizer, examples, recipe, lr, udir, validate,
+                                        info.higher_is_better, progress=None)
+        units.append(unit)
+    lr, epoch, val_score = ft.select_best(units, info.higher_is_better)
+    chosen = next(u for u in units if u.lr == lr)
+    adapter = Path(chosen.adapter)
+    if chosen.best_epoch != epoch or not adapter.exists():
+        raise JobError(f"{spec.model} / {info.name}: adapter of {ft.lr_name(lr)} epoch={epoch} missing at {adapter}")
+    curves = {ft.lr_name(u.lr): [p["val_score"] for p in u.curve] for u in units}
+    store.atomic_write_json(bdir / "selection.json", {"lr": lr, "epoch": epoch, "val_score": val_score,
+                                                      "adapter": str(adapter), "curves": curves,
+                                                      "higher_is_better": info.higher_is_better})
+    peft_model = ft.with_adapter(model, adapter)
+    tlm = ev.make_lm(peft_model, tokenizer, recipe.eval_batch_size)
+    outcome = ev.evaluate(tlm, task, info, "test", split_plan.ids["test"], chat_template=spec.chat_template,
+                          bootstrap_iters=spec.bootstrap_iters, seed=recipe.seed)
+    model = peft_model.unload()
+    prov = _provenance(spec, split_plan, recipe)
+    prov.update(lr=lr, epoch=epoch, val_score=val_score, val_curves=curves, adapter=str(adapter),
+                recipe=recipe.to_dict(), train_seconds=sum(u.seconds for u in units))
+    ev.record(spec.store_root, spec.work_root, spec.protocol, info, spec.model, outcome, prov)
+    for u in units:                                  # keep only the chosen adapter
+        if u.lr != lr and u.adapter:
+            shutil.rmtree(u.adapter, ignore_errors=True)
+    return model, outcome
+
+
+# ---------------------------------------------------------------------------------------------
+# launching
+
+
+def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None = None,
+           log_folder: str | Path | None = None) -> dict[str, dict]:
+    """Run the jobs; returns {model: {benchmark: score}} of what they finished.
+
+    ``local``: in this process, one after another, with a tqdm bar over jobs. ``slurm``:
+    ``submitit.AutoExecutor`` with ``resources`` (e.g. ``slurm_partition``, ``gpus_per_node``,
+    ``timeout_min``, ``mem_gb``, ``cpus_per_task``) as one job array; ``submitit_local``
+    (``LocalExecutor``, subprocesses) and ``debug`` (``DebugExecutor``, in process) run the same
+    path on one machine. Jobs with nothing pending are not submitted.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}{tk.close_matches(executor, EXECUTORS)}; "
+                         f"expected one of {list(EXECUTORS)}")
+    todo = [s for s in specs if s.pending()]
+    results: dict[str, dict] = {}
+    if not todo:
+        return results
+    if executor == "local":
+        from tqdm.auto import tqdm
+
+        bar = tqdm(todo, desc=f"{todo[0].stage} jobs", unit="job")
+        for spec in bar:
+            bar.set_postfix_str(spec.model)
+            results.setdefault(spec.model, {}).update(run_job(spec, progress=bar.write))
+        return results
+    import submitit
+
+    folder = Path(log_folder or Path(todo[0].work_root) / "submitit")
+    if executor == "slurm":
+        ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    elif executor == "submitit_local":
+        ex = submitit.LocalExecutor(folder=folder)
+    else:
+        ex = submitit.DebugExecutor(folder=folder)
+    res = dict(resources or {})
+    if executor == "submitit_local":       # the local executor knows only generic parameters
+        res = {k: v for k, v in res.items() if k in ("timeout_min", "gpus_per_node", "cpus_per_task",
+                                                      "nodes", "tasks_per_node", "visible_gpus")}
+    elif executor == "debug":
+        res = {}
+    if res:
+        ex.update_parameters(**res)
+    jobs = ex.map_array(run_job, todo) if executor != "debug" else [ex.submit(run_job, s) for s in todo]
+    for spec, job in zip(todo, jobs):
+        try:
+            results.setdefault(spec.model, {}).update(job.result())
+        except Exception as exc:
+            raise JobError(f"{spec.stage} job for model {spec.model!r} failed ({type(exc).__name__}); "
+                           f"logs: {folder}") from exc
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# reading back
+
+
+def curves_frame(work: str | Path, models: list[str], benchmarks: list[str]):
+    """Validation curves of finished units: one row per (model, benchmark, lr, epoch)."""
+    import pandas as pd
+
+    rows = []
+    for m in models:
+        for b in benchmarks:
+            bdir = benchmark_dir(work, m, b)
+            if not bdir.is_dir():
+                continue
+            for udir in sorted(bdir.glob("lr=*")):
+                unit = ft.read_unit(udir)
+                if unit is None:
+                    continue
+                for p in unit.curve:
+                    rows.append({"model": m, "benchmark": b, "lr": unit.lr, "epoch": p["epoch"],
+                                 "val_score": p["val_score"], "train_loss": p["train_loss"],
+                                 "best_of_unit": p["epoch"] == unit.best_epoch})
+    return pd.DataFrame(rows, columns=["model", "benchmark", "lr", "epoch", "val_score", "train_loss",
+                                       "best_of_unit"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lib.pipeline.jobs SPEC.json``: run one job spec (used by tests and by hand)."""
+    ap = argparse.ArgumentParser(prog="python -m lib.pipeline.jobs", description=main.__doc__)
+    ap.add_argument("spec", help="a JSON file holding one JobSpec (or a list of them)")
+    args = ap.parse_args(argv)
+    data = json.loads(Path(args.spec).read_text())
+    for item in data if isinstance(data, list) else [data]:
+        print(json.dumps(run_job(JobSpec(**item), progress=_log)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
