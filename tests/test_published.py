@@ -120,6 +120,19 @@ def test_analysis_notebooks_on_a_tiny_store(tmp_path, monkeypatch):
     assert any("compute" in n for n in s06["notes"])
 
 
+def test_params_typo_stops_the_run_before_any_stage(tmp_path, monkeypatch, capsys):
+    params_dir = tmp_path / "params"
+    params_dir.mkdir()
+    (params_dir / "typo.yaml").write_text("description: typo\nstages:\n"
+                                          "  04_rank_agreement: {min_model: 3, rank_plot_pair: []}\n")
+    monkeypatch.setattr(paths, "PARAMS", params_dir)
+    monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "out")
+    assert run.main(["typo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "typo.yaml: stages.04_rank_agreement.min_model: unknown key (did you mean 'min_models'?)" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------ the paper's numbers
 def _raw(harmony_data):
     return json.loads((harmony_data / published.RESULTS_FILE).read_text())
