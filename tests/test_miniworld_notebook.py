@@ -29,7 +29,8 @@ def test_world_notebook_runs_and_summarises(tmp_path, monkeypatch):
     out = paths.stage_dir(PROFILE, "00_world")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_models"] == 6 and summary["n_families"] == 3 and summary["n_prepared"] == 3
-    assert summary["n_benchmarks"] == 6 and summary["corpus_docs"] == 400
+    assert summary["n_benchmarks"] == 6 and summary["n_corpora"] == 2 and summary["corpus_docs"] == 400
+    assert summary["mini_world"] and summary["preparation_tokens"] == 3 * 2 * 16 * 64   # 2 steps each
     assert (out / "figures" / "world.pdf").exists() and (out / "figures" / "world.png").exists()
     doses = (out / "doses.csv").read_text().splitlines()
     assert doses[0].split(",")[1:] == ["mw_facts", "mw_arith", "mw_entail", "mw_sentiment", "mw_grammar",

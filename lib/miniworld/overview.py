@@ -1,7 +1,9 @@
 """Tables and the figure of notebook 00_world: what the world holds and how the zoo was built.
 
-Reads only files the mini profile's prepare hook wrote (``work/world/manifest.json``, the zoo's
-``*.recipe.json`` records, the store's model metadata).
+Reads only what a profile's prepare hook wrote: the results store's model and benchmark metadata
+(every profile with self-built models has them), plus, for the mini world, ``work/world/manifest.json``
+and the zoo's ``work/models/*.recipe.json`` build records (loss curves). On a profile without a
+mini world (e.g. ``smoke``) the same calls describe whatever models and tasks its hook recorded.
 """
 
 from __future__ import annotations
@@ -11,126 +13,159 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import store
+from .. import metadata, paths, store
 from . import world as mw
+from . import zoo
 
 
-def benchmark_table(world_dir: str | Path) -> pd.DataFrame:
-    """One row per benchmark / corpus: paper analogue, lm-eval kind, metric, category, split sizes, example."""
-    manifest = store.read_json(Path(world_dir) / "manifest.json")
+def has_world(profile: str) -> bool:
+    return (zoo.world_dir(profile) / "manifest.json").exists()
+
+
+def benchmark_table(profile: str) -> pd.DataFrame:
+    """One row per benchmark / corpus: category, metric, lm-eval kind; for the mini world also the
+    paper analogue, split sizes and one training example."""
+    root = paths.store_dir(profile)
+    names = sorted(store.read_meta(root, "benchmarks"))
+    if not has_world(profile):
+        if not names:
+            raise FileNotFoundError(f"profile {profile!r} recorded no benchmark metadata in {root}: run its "
+                                    "prepare hook first")
+        return metadata.benchmarks_frame(names, root)[["category", "metric", "kind"]]
+    wdir = zoo.world_dir(profile)
+    manifest = store.read_json(wdir / "manifest.json")
     rows = []
-    for name, sizes in manifest["benchmarks"].items():
-        kind, metric, category, analogue = mw.BENCHMARKS[name]
-        example = mw.example_text(name, mw.load_split(world_dir, name, "train")[0])
-        rows.append({"benchmark": name, "analogue": analogue, "kind": kind, "metric": metric,
-                     "category": category, **sizes, "example": example.replace("\n", " | ")})
-    for name, sizes in manifest["corpora"].items():
-        example = mw.load_split(world_dir, name, "train")[0]["text"]
-        rows.append({"benchmark": name, "analogue": "perplexity corpus", "kind": "loglikelihood_rolling",
-                     "metric": "bits_per_byte", "category": "Perplexity", **sizes,
-                     "example": example[:120] + ("..." if len(example) > 120 else "")})
+    for name, sizes in {**manifest["benchmarks"], **manifest["corpora"]}.items():
+        first = mw.load_split(wdir, name, "train")[0]
+        if name in mw.BENCHMARKS:
+            kind, metric, category, analogue = mw.BENCHMARKS[name]
+            example = mw.example_text(name, first)
+        else:
+            kind, metric, category, analogue = "loglikelihood_rolling", "bits_per_byte", "Perplexity", "corpus"
+            example = first["text"][:120] + ("..." if len(first["text"]) > 120 else "")
+        rows.append({"benchmark": name, "category": category, "metric": metric, "kind": kind,
+                     "analogue": analogue, **sizes, "example": example.replace("\n", " | ")})
     return pd.DataFrame(rows).set_index("benchmark")
 
 
-def zoo_records(models_dir: str | Path) -> dict[str, dict]:
-    """The build records of every model in ``models_dir`` (``<slug>.recipe.json``), by model name."""
-    out = {}
-    for path in sorted(Path(models_dir).glob("*.recipe.json")):
-        rec = store.read_json(path)
-        out[rec["recipe"]["name"]] = rec
-    if not out:
-        raise FileNotFoundError(f"no zoo models under {models_dir}: run the mini profile's prepare hook "
-                                "(lib.miniworld.zoo:prepare)")
-    return out
-
-
-def zoo_table(records: dict[str, dict]) -> pd.DataFrame:
-    """One row per model: family, width x depth, parameters, tokens, FLOPs, final loss, preparation."""
+def zoo_table(profile: str) -> pd.DataFrame:
+    """One row per self-built model (from the store's metadata): family, parameters, tokens, FLOPs,
+    instruct (= prepared), base model and the preparation doses."""
+    root = paths.store_dir(profile)
+    meta = store.read_meta(root, "models")
+    if not meta:
+        raise FileNotFoundError(f"profile {profile!r} recorded no model metadata in {root}: run its prepare "
+                                "hook first")
     rows = []
-    for name, rec in records.items():
-        r, st = rec["recipe"], rec["stats"]
-        prepared = rec["mix"]["prepared"]
-        rows.append({"model": name, "family": r["family"], "d_model": r["d_model"], "n_layers": r["n_layers"],
-                     "params": st["n_params"], "tokens": st["tokens"], "flops": st["flops"],
-                     "final_loss": st["final_loss"], "prepared": ", ".join(f"{t}={d}" for t, d in prepared.items()),
-                     "prepared_char_share": rec["mix"]["prepared_char_share"],
-                     "build_seconds": rec.get("build_seconds")})
+    for name in meta:
+        info = metadata.model_info(name, root)
+        prepared = info.extra.get("prepared") or {}
+        rows.append({"model": name, "family": info.family, "params": (info.params_b or 0) * 1e9,
+                     "tokens": (info.pretrain_tokens_t or 0) * 1e12, "flops": (info.flops_1e21 or 0) * 1e21,
+                     "instruct": info.instruct, "base_model": info.extra.get("base_model"),
+                     "prepared": ", ".join(f"{t}={d}" for t, d in prepared.items()),
+                     "preparation_tokens": info.extra.get("preparation_tokens", 0)})
     return pd.DataFrame(rows).set_index("model")
 
 
-def dose_matrix(records: dict[str, dict]) -> pd.DataFrame:
-    """Model x benchmark matrix of preparation doses (0 = never seen in the benchmark's format)."""
-    return pd.DataFrame({name: {t: rec["mix"]["prepared"].get(t, 0) for t in mw.BENCHMARKS}
-                         for name, rec in records.items()}).T
+def dose_matrix(profile: str) -> pd.DataFrame:
+    """Model x downstream benchmark matrix of preparation doses (0 = never seen in its format)."""
+    root = paths.store_dir(profile)
+    meta = store.read_meta(root, "models")
+    benches = [b for b in store.read_meta(root, "benchmarks")
+               if not metadata.benchmark_info(b, root).is_perplexity]
+    if has_world(profile):
+        benches = [b for b in mw.BENCHMARKS if b in benches]
+    doses = {m: {b: int((metadata.model_info(m, root).extra.get("prepared") or {}).get(b, 0)) for b in benches}
+             for m in meta}
+    return pd.DataFrame(doses, index=benches).T
 
 
-def plot_overview(records: dict[str, dict]):
-    """Three panels: the zoo (parameters vs tokens, prepared twins hollow), pre-training loss curves,
-    and the preparation doses per model and benchmark."""
+def loss_curves(profile: str) -> dict[str, np.ndarray]:
+    """Training loss curves of the zoo (prepared twins continue their base model's steps); {} if none."""
+    records = {}
+    for path in sorted(zoo.models_dir(profile).glob("*.recipe.json")):
+        rec = store.read_json(path)
+        records[rec["recipe"]["name"]] = rec
+    curves = {}
+    for name, rec in records.items():
+        curve = np.asarray(rec["loss_curve"], float)
+        base = rec["recipe"].get("base")
+        if base in records:
+            curve[:, 0] += records[base]["recipe"]["steps"]
+        curves[name] = curve
+    return curves
+
+
+def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np.ndarray]):
+    """Up to three panels: the zoo (parameters vs tokens, prepared models hollow), training loss
+    curves (dashed: preparation phase) and the preparation doses per model and benchmark."""
     import matplotlib.pyplot as plt
 
     from .. import plots
 
-    table = zoo_table(records)
-    doses = dose_matrix(records)
-    fig, axes = plt.subplots(1, 3, figsize=(plots.WIDTH_DOUBLE, 2.7),
-                             gridspec_kw={"width_ratios": [1, 1, 1.3]})
+    show_doses = bool(doses.to_numpy().sum())
+    n = 1 + bool(curves) + show_doses
+    fig, axes = plt.subplots(1, n, figsize=(plots.WIDTH_DOUBLE * n / 3, 2.7), squeeze=False,
+                             gridspec_kw={"width_ratios": [1, 1, 1.3][:n]})
+    axes = list(axes[0])
     families = sorted(table["family"].unique())
     colors = dict(zip(families, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    markers = dict(zip(families, "osD^v"))
-    ax = axes[0]
-    for name, row in table.iterrows():
-        prepared = bool(row["prepared"])
-        ax.scatter(row["params"] / 1e3, row["tokens"] / 1e3 * (1.04 if prepared else 1.0),
+    markers = dict(zip(families, "osD^vP*X"))
+    ax = axes.pop(0)
+    for _, row in table.iterrows():
+        hollow = bool(row["prepared"])
+        ax.scatter(row["params"] / 1e3, row["tokens"] / 1e3 * (1.04 if hollow else 1.0),
                    marker=markers[row["family"]], s=36, linewidths=1.2,
-                   facecolors="none" if prepared else colors[row["family"]], edgecolors=colors[row["family"]])
+                   facecolors="none" if hollow else colors[row["family"]], edgecolors=colors[row["family"]])
     for fam in families:
         ax.scatter([], [], marker=markers[fam], color=colors[fam], label=fam)
-    ax.scatter([], [], marker="o", facecolors="none", edgecolors="0.3", label="prepared twin")
+    if table["prepared"].astype(bool).any():
+        ax.scatter([], [], marker="o", facecolors="none", edgecolors="0.3", label="prepared twin")
     ax.set_xlabel("parameters (thousands)")
-    ax.set_ylabel("pre-training tokens (thousands)")
+    ax.set_ylabel("training tokens (thousands)")
     ax.margins(0.15)
     ax.set_title("The zoo")
-    ax.legend(fontsize=6, loc="upper left")
-    ax = axes[1]
-    for name, rec in records.items():
-        curve = np.asarray(rec["loss_curve"], float)
-        base = rec["recipe"].get("base")
-        if base in records:           # a prepared twin continues its base model's curve
-            curve[:, 0] += records[base]["recipe"]["steps"]
-        fam = rec["recipe"]["family"]
-        ax.plot(curve[:, 0], curve[:, 1], color=colors[fam], lw=0.9,
-                ls="--" if rec["mix"]["prepared"] else "-", alpha=0.85)
-    ax.set_xlabel("pre-training step")
-    ax.set_ylabel("loss (nats / token)")
-    ax.set_title("Training loss (dashed: preparation)")
-    ax = axes[2]
-    im = ax.imshow(doses.to_numpy(), aspect="auto", cmap="Greens")
-    ax.set_xticks(range(doses.shape[1]), [c.removeprefix("mw_") for c in doses.columns], rotation=45, ha="right")
-    ax.set_yticks(range(doses.shape[0]), [m.removeprefix("mw-") for m in doses.index], fontsize=6)
-    ax.set_title("Preparation dose")
-    ax.grid(False)
-    fig.colorbar(im, ax=ax, fraction=0.05, label="formatted examples")
+    ax.legend(fontsize=6, loc="best")
+    if curves:
+        ax = axes.pop(0)
+        for name, curve in curves.items():
+            fam = table.loc[name, "family"] if name in table.index else families[0]
+            ax.plot(curve[:, 0], curve[:, 1], color=colors.get(fam, "0.4"), lw=0.9,
+                    ls="--" if name in table.index and table.loc[name, "prepared"] else "-", alpha=0.85)
+        ax.set_xlabel("training step")
+        ax.set_ylabel("loss (nats / token)")
+        ax.set_title("Training loss (dashed: preparation)")
+    if show_doses:
+        ax = axes.pop(0)
+        im = ax.imshow(doses.to_numpy(), aspect="auto", cmap="Greens")
+        ax.set_xticks(range(doses.shape[1]), [c.removeprefix("mw_") for c in doses.columns], rotation=45,
+                      ha="right")
+        ax.set_yticks(range(doses.shape[0]), [m.removeprefix("mw-") for m in doses.index], fontsize=6)
+        ax.set_title("Preparation dose")
+        ax.grid(False)
+        fig.colorbar(im, ax=ax, fraction=0.05, label="formatted examples")
     fig.tight_layout()
     return fig
 
 
-def summary(world_dir: str | Path, records: dict[str, dict]) -> dict:
-    """Headline numbers of the world and the zoo for summary.json."""
-    manifest = store.read_json(Path(world_dir) / "manifest.json")
-    table = zoo_table(records)
+def summary(profile: str, table: pd.DataFrame, benchmarks: pd.DataFrame) -> dict:
+    """Headline numbers of the world and the zoo for summary.json (plain keys)."""
     prepared = table[table["prepared"] != ""]
-    return {
-        "world_key": manifest["key"], "seed": manifest["config"]["seed"],
-        "n_creatures": manifest["config"]["n_creatures"], "corpus_docs": manifest["corpus_docs"],
-        "n_benchmarks": len(manifest["benchmarks"]), "n_corpora": len(manifest["corpora"]),
-        "test_items": {n: s["test"] for n, s in manifest["benchmarks"].items()},
+    downstream = benchmarks[benchmarks["category"] != metadata.PERPLEXITY]
+    out = {
+        "mini_world": has_world(profile),
+        "n_benchmarks": int(len(downstream)), "n_corpora": int(len(benchmarks) - len(downstream)),
         "n_models": int(len(table)), "n_families": int(table["family"].nunique()),
         "n_prepared": int(len(prepared)),
         "params_min": int(table["params"].min()), "params_max": int(table["params"].max()),
         "tokens_min": int(table["tokens"].min()), "tokens_max": int(table["tokens"].max()),
-        "total_pretrain_flops": float(table["flops"].sum()),
-        "mean_prepared_char_share": float(prepared["prepared_char_share"].mean()) if len(prepared) else 0.0,
-        "pretrain_seconds": float(table["build_seconds"].fillna(0).sum()),
+        "total_training_flops": float(table["flops"].sum()),
+        "preparation_tokens": int(prepared["preparation_tokens"].sum()) if len(prepared) else 0,
     }
-
+    if has_world(profile):
+        manifest = store.read_json(zoo.world_dir(profile) / "manifest.json")
+        out.update({"world_key": manifest["key"], "seed": manifest["config"]["seed"],
+                    "n_creatures": manifest["config"]["n_creatures"], "corpus_docs": manifest["corpus_docs"],
+                    "test_items": {n: s["test"] for n, s in manifest["benchmarks"].items()}})
+    return out
