@@ -1,0 +1,197 @@
+"""The pipeline end to end on the smoke profile (prepare + notebooks 01-03, one shared run), plus
+kill-and-resume, same-seed determinism, test-split isolation and the submitit path."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lib import paths, report, store
+from lib.pipeline import evaluate as ev
+from lib.pipeline import finetune as ft
+from lib.pipeline import jobs
+from lib.pipeline import tasks as tk
+
+pytestmark = pytest.mark.slow
+PROFILE = "smoke"
+_SESSION_START = time.time()
+
+
+@pytest.fixture(scope="session")
+def smoke():
+    """Run prepare + 01-03 of the smoke profile once per test session (from a clean store, so no
+    result of an older code version is reused; the built tiny models are kept, they are cached by
+    their definition)."""
+    import shutil
+
+    from lib import run
+
+    prof_dir = paths.profile_dir(PROFILE)
+    log = prof_dir / "run_log.json"
+    fresh = log.exists() and log.stat().st_mtime > _SESSION_START and \
+        all((paths.stage_dir(PROFILE, s) / "summary.json").exists()
+            for s in ("01_select_benchmarks", "02_finetune", "03_direct_eval"))
+    if not fresh:
+        for sub in ("01_select_benchmarks", "02_finetune", "03_direct_eval", "store", "work/finetune", "work/items"):
+            shutil.rmtree(prof_dir / sub, ignore_errors=True)
+        run.run_profile(PROFILE, stages=["01", "02", "03"], force=True)
+    return {"store": paths.store_dir(PROFILE), "work": paths.work_dir(PROFILE),
+            "selection": report.read_summary(PROFILE, "01_select_benchmarks")}
+
+
+def _scores(root, protocol):
+    df = store.load(root, protocol)
+    return {(r.model, r.benchmark): r for r in df.itertuples()}
+
+
+def test_every_model_and_task_scored_under_both_protocols(smoke):
+    sel = smoke["selection"]
+    assert sel["benchmarks"] == ["smoke_sounds", "smoke_count", "smoke_colours"]
+    assert sel["corpora"] == ["smoke_corpus"]
+    models = ev.default_models(smoke["store"])
+    assert len(models) == 4
+    for protocol in ("direct_eval", "train_before_test"):
+        got = _scores(smoke["store"], protocol)
+        assert set(got) == {(m, b) for m in models for b in sel["selected"]}
+        assert got[("tiny-llama-m", "smoke_corpus")].metric == "bits_per_byte"
+        assert got[("tiny-llama-m", "smoke_corpus")].higher_is_better is False
+        assert got[("tiny-llama-m", "smoke_count")].metric == "acc_norm"
+        assert got[("tiny-llama-m", "smoke_colours")].metric == "exact_match"
+
+
+def test_fine_tuned_beats_untouched(smoke):
+    direct, tbt = _scores(smoke["store"], "direct_eval"), _scores(smoke["store"], "train_before_test")
+    for bench in ("smoke_sounds", "smoke_count", "smoke_colours"):
+        assert tbt[("tiny-llama-m", bench)].score > direct[("tiny-llama-m", bench)].score + 0.1, bench
+    for m in ev.default_models(smoke["store"]):           # fine-tuning on the corpus lowers bits/byte
+        assert tbt[(m, "smoke_corpus")].score < direct[(m, "smoke_corpus")].score - 0.3
+
+
+def test_chosen_lr_and_epoch_are_the_validation_best(smoke):
+    tbt = _scores(smoke["store"], "train_before_test")
+    for (model, bench), res in tbt.items():
+        prov = res.provenance
+        units = [ft.read_unit(jobs.unit_dir(smoke["work"], model, bench, lr)) for lr in prov["recipe"]["lrs"]]
+        points = [(u.lr, p["epoch"], p["val_score"]) for u in units for p in u.curve]
+        assert len(points) == 2 * 3
+        best = max(p[2] for p in points) if res.higher_is_better else min(p[2] for p in points)
+        first = next(p for p in points if p[2] == best)
+        assert (prov["lr"], prov["epoch"], prov["val_score"]) == first
+        assert prov["val_curves"] == {ft.lr_name(u.lr): [p["val_score"] for p in u.curve] for u in units}
+        chosen = jobs.unit_dir(smoke["work"], model, bench, prov["lr"]) / f"epoch={prov['epoch']}"
+        assert (chosen / "adapter_config.json").exists() and prov["adapter"] == str(chosen)
+        others = [d for d in jobs.benchmark_dir(smoke["work"], model, bench).glob("lr=*/epoch=*") if d != chosen]
+        assert others == []                                            # only the chosen adapter is kept
+        assert prov["n_test"] == res.n and prov["n_train"] > 0 and prov["validation_carved_from_train"] is False
+
+
+def test_per_item_correctness_matches_the_scores(smoke):
+    for protocol in ("direct_eval", "train_before_test"):
+        for (model, bench), res in _scores(smoke["store"], protocol).items():
+            path = ev.items_path(smoke["work"], protocol, bench, model)
+            if bench == "smoke_corpus":
+                assert not path.exists()
+                continue
+            items = json.loads(path.read_text())
+            assert (items["model"], items["benchmark"], items["protocol"], items["metric"]) == \
+                (model, bench, protocol, res.metric)
+            assert len(items["doc_ids"]) == len(items["correct"]) == res.n
+            assert items["doc_ids"] == sorted(set(items["doc_ids"]))
+            assert sum(items["correct"]) / res.n == pytest.approx(res.score)
+
+
+def test_stage_summaries(smoke):
+    s2 = report.read_summary(PROFILE, "02_finetune")
+    s3 = report.read_summary(PROFILE, "03_direct_eval")
+    assert s2["n_results"] == 16 and sum(s2["chosen_lr_counts"].values()) == 16
+    assert s3["n_results"] == 16
+    assert s3["mean_gain_tbt_minus_direct"]["smoke_count"] > 0
+    assert s3["perplexity_mean_change"]["smoke_corpus"] < 0
+    for stage, fig in (("02_finetune", "val_curves"), ("03_direct_eval", "direct_vs_tbt")):
+        assert (paths.stage_dir(PROFILE, stage) / "figures" / f"{fig}.pdf").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# resume, determinism, test isolation, submitit
+
+
+def _spec(smoke, tmp: Path, stage="finetune", benchmarks=("smoke_sounds",), model="tiny-llama-s"):
+    sel = smoke["selection"]
+    for kind in ("models", "benchmarks"):
+        store.write_meta(tmp / "store", kind, store.read_meta(smoke["store"], kind))
+    (spec,) = jobs.plan(stage, [model], {**sel, "selected": list(benchmarks)}, store_root=tmp / "store",
+                        work_root=tmp / "work",
+                        recipe=ft.Recipe(lrs=(3e-3, 1e-2, 2e-2), epochs=3, batch_size=16, max_length=256),
+                        bootstrap_iters=0)
+    return spec
+
+
+def _outcome(spec):
+    res = store.read(store.path_for(spec.store_root, spec.protocol, spec.benchmarks[0], spec.model))
+    items = json.loads(ev.items_path(spec.work_root, spec.protocol, spec.benchmarks[0], spec.model).read_text())
+    p = res.provenance
+    return res.score, p["lr"], p["epoch"], p["val_curves"], items["correct"]
+
+
+def test_killed_run_resumes_to_the_same_results_and_same_seed_same_scores(smoke, tmp_path, monkeypatch):
+    # 1) uninterrupted, in process, spying on which split each evaluation used
+    spec_a = _spec(smoke, tmp_path / "a")
+    calls = []
+    real_eval, real_select = ev.evaluate, ft.select_best
+    monkeypatch.setattr(jobs.ev, "evaluate", lambda lm, task, info, role, *a, **k:
+                        calls.append(role) or real_eval(lm, task, info, role, *a, **k))
+    monkeypatch.setattr(jobs.ft, "select_best", lambda *a, **k: calls.append("select") or real_select(*a, **k))
+    jobs.run_job(spec_a)
+    # the test split is evaluated once, after the choice; every choice-relevant call saw validation
+    assert calls == ["validation"] * 9 + ["select", "test"]
+    monkeypatch.undo()
+    a = _outcome(spec_a)
+
+    # 2) the same job in a subprocess, killed while it trains the second learning rate
+    spec_b = _spec(smoke, tmp_path / "b")
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec_b.__dict__))
+    first = jobs.unit_dir(spec_b.work_root, spec_b.model, "smoke_sounds", 3e-3) / ft.UNIT_FILE
+    second = jobs.unit_dir(spec_b.work_root, spec_b.model, "smoke_sounds", 1e-2)
+    proc = subprocess.Popen([sys.executable, "-m", "lib.pipeline.jobs", str(spec_file)], cwd=paths.ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while not first.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the job finished before it could be killed"
+    assert first.exists() and not (second / ft.UNIT_FILE).exists()
+    assert not store.exists(spec_b.store_root, spec_b.protocol, "smoke_sounds", spec_b.model)
+    assert store.load(spec_b.store_root).empty                         # nothing half-written is read
+
+    # 3) resume: the finished unit is reused, the killed one redone; same results as uninterrupted
+    mtime = first.stat().st_mtime
+    jobs.run_job(spec_b)
+    assert first.stat().st_mtime == mtime
+    assert _outcome(spec_b) == a
+    assert jobs.run_job(spec_b) == {}                                  # finished: nothing to do
+
+    # 4) a second uninterrupted run with the same seed gives the same scores
+    spec_c = _spec(smoke, tmp_path / "c")
+    jobs.run_job(spec_c)
+    assert _outcome(spec_c) == a
+
+
+def test_direct_eval_through_submitit_local_executor(smoke, tmp_path):
+    spec = _spec(smoke, tmp_path, stage="direct", benchmarks=("smoke_count",), model="tiny-gpt2-s")
+    out = jobs.launch([spec], executor="submitit_local", resources={"timeout_min": 10},
+                      log_folder=tmp_path / "submitit")
+    ours = store.read(store.path_for(spec.store_root, "direct_eval", "smoke_count", "tiny-gpt2-s"))
+    shared = store.read(store.path_for(smoke["store"], "direct_eval", "smoke_count", "tiny-gpt2-s"))
+    assert out == {"tiny-gpt2-s": {"smoke_count": ours.score}}
+    assert ours.score == shared.score and ours.n == shared.n
+    assert any((tmp_path / "submitit").glob("*_log.out"))
+    assert jobs.launch([spec], executor="submitit_local") == {}         # nothing pending: nothing submitted

@@ -1,0 +1,223 @@
+"""Pipeline building blocks without the smoke run: tiny models, task registry, split plans, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lib import store
+from lib.pipeline import evaluate as ev
+from lib.pipeline import finetune as ft
+from lib.pipeline import jobs, localtasks, tiny
+from lib.pipeline import tasks as tk
+
+TEXTS = [f"the {a} says {s} . the {a} walks to the farm ." for a, s in tiny.ANIMAL_SOUNDS.items()] * 6
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny.train_tokenizer(TEXTS, 300)
+
+
+def test_tokenizer_has_special_tokens_and_roundtrips(tokenizer):
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token, tokenizer.unk_token) == \
+        ("<s>", "</s>", "<pad>", "<unk>")
+    assert len({tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id}) == 3
+    ids = tokenizer(" the cow says moo .", add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids) == " the cow says moo ."       # byte-level: spaces survive
+    assert len(tokenizer) == 300
+    with pytest.raises(tiny.TinyError, match="too small"):
+        tiny.train_tokenizer(TEXTS, 100)
+
+
+@pytest.mark.parametrize("family, module", [("llama", "q_proj"), ("gpt2", "c_attn"), ("gpt_neox", "query_key_value")])
+def test_three_architectures_with_their_lora_targets(tokenizer, family, module):
+    model = tiny.make_model(family, tokenizer, d_model=32, n_layers=1, n_heads=2, max_len=64)
+    assert model.config.model_type == family
+    assert model.config.vocab_size == len(tokenizer)
+    names = {n.split(".")[-1] for n, _ in model.named_modules()}
+    assert module in names and ft.lora_targets(model)[0] == module
+
+
+def test_unknown_family_and_bad_sizes(tokenizer):
+    with pytest.raises(tiny.TinyError, match="did you mean 'llama'"):
+        tiny.make_model("lama", tokenizer, d_model=32, n_layers=1, n_heads=2)
+    with pytest.raises(tiny.TinyError, match="n_heads must divide d_model"):
+        tiny.make_model("gpt2", tokenizer, d_model=30, n_layers=1, n_heads=4)
+
+
+def test_pretrain_is_deterministic_learns_and_saves_atomically(tokenizer, tmp_path):
+    import torch
+
+    stats = []
+    for run in ("a", "b"):
+        model = tiny.make_model("gpt2", tokenizer, d_model=32, n_layers=1, n_heads=2, max_len=64, seed=3)
+        stats.append(tiny.pretrain(model, tokenizer, TEXTS, steps=25, batch_size=4, seq_len=32, lr=3e-3,
+                                   seed=3, out_dir=tmp_path / run))
+    assert stats[0]["final_loss"] == stats[1]["final_loss"]
+    assert stats[0]["loss_curve"][0][1] > stats[0]["final_loss"] + 0.5          # it learned something
+    assert stats[0]["tokens"] == 25 * 4 * 32
+    assert stats[0]["flops"] == pytest.approx(6 * stats[0]["n_params"] * stats[0]["tokens"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]             # no temporary folders
+    m_a, tok_a = tiny.load(tmp_path / "a")
+    m_b, _ = tiny.load(tmp_path / "b")
+    for (n, p), (_, q) in zip(m_a.named_parameters(), m_b.named_parameters()):
+        assert torch.equal(p, q), n
+    assert tok_a.pad_token == "<pad>"
+    assert tiny.built(tmp_path / "missing") is None
+    with pytest.raises(tiny.TinyError, match="not a finished tiny model folder"):
+        tiny.load(tmp_path / "missing")
+
+
+# ---------------------------------------------------------------------------------------------
+# tasks
+
+
+def _mc(n):
+    return [{"query": f"q{i}:", "choices": ["a", "b"], "label": i % 2} for i in range(n)]
+
+
+@pytest.fixture
+def taskdir(tmp_path):
+    d = tmp_path / "tasks"
+    localtasks.write_task(d, "t_full", "multiple_choice", {"train": _mc(40), "validation": _mc(10), "test": _mc(12)})
+    localtasks.write_task(d, "t_notest", "multiple_choice", {"train": _mc(40), "validation": _mc(10)})
+    localtasks.write_task(d, "t_notrain", "multiple_choice", {"validation": _mc(10), "test": _mc(12)})
+    return d
+
+
+def test_select_reports_every_task_with_reason(taskdir):
+    rows = {r["task"]: r for r in tk.select(["t_full", "t_notest", "t_notrain"], [taskdir], min_train=30)}
+    assert rows["t_full"]["selected"] and rows["t_full"]["n_train"] == 40 and rows["t_full"]["n_test"] == 12
+    assert rows["t_full"]["metric"] == "acc" and rows["t_full"]["filter"] == "none"
+    assert rows["t_notest"]["selected"] and rows["t_notest"]["test_on"] == "validation"
+    assert not rows["t_notrain"]["selected"] and "no training split" in rows["t_notrain"]["reason"]
+    small = {r["task"]: r for r in tk.select(["t_full"], [taskdir], min_train=41)}
+    assert not small["t_full"]["selected"] and "< min_train 41" in small["t_full"]["reason"]
+
+
+def test_unknown_task_suggests_close_names(taskdir):
+    with pytest.raises(tk.TaskError, match="unknown task 't_ful'.*did you mean 't_full'"):
+        tk.select(["t_ful"], [taskdir])
+
+
+def test_malformed_yaml_is_named_before_anything_runs(taskdir):
+    bad = taskdir / "broken" / "broken.yaml"
+    bad.parent.mkdir()
+    bad.write_text("task: broken\ndataset_path: [json\n")
+    with pytest.raises(tk.TaskError, match=r"malformed task YAML .*broken\.yaml"):
+        tk.task_manager([taskdir])
+
+
+def test_empty_dataset_is_an_error_naming_the_task(taskdir):
+    (taskdir / "t_full" / "train.jsonl").write_text("")
+    manager = tk.task_manager([taskdir])
+    with pytest.raises(tk.TaskError, match="t_full"):
+        _, info = tk.inspect(manager, "t_full")
+        tk.validate_for_training(info)
+
+
+def test_split_plan_carves_validation_and_caps_deterministically(taskdir):
+    manager = tk.task_manager([taskdir])
+    task, info = tk.inspect(manager, "t_notest")
+    plan = tk.plan_splits(task, info, {"train": 30, "validation": 1000, "test": 1000}, seed=1)
+    assert plan.carved and plan.source == {"train": "train", "validation": "train", "test": "validation"}
+    assert plan.sizes == {"train": 30, "validation": 4, "test": 10}          # 10% of 40 carved, train capped
+    assert not set(plan.ids["train"]) & set(plan.ids["validation"])
+    again = tk.plan_splits(task, info, {"train": 30, "validation": 1000, "test": 1000}, seed=1)
+    assert again.ids == plan.ids
+    task2, info2 = tk.inspect(manager, "t_full")
+    plan2 = tk.plan_splits(task2, info2, {"train": 0, "validation": 0, "test": 5}, seed=0)
+    assert not plan2.carved and plan2.sizes == {"train": 40, "validation": 10, "test": 5}
+    tk.install_splits(task2, plan2)
+    tk.use_split(task2, "test")
+    assert len(task2.eval_docs) == 5 and task2.eval_docs[0] == task2.dataset["test"][plan2.ids["test"][0]]
+
+
+def test_plan_rejects_bad_input_before_training(taskdir, tmp_path):
+    root = tmp_path / "store"
+    store.write_meta(root, "models", {"tiny-a": {"family": "x", "path": str(tmp_path / "nowhere")}})
+    selection = {"selected": ["t_full"], "include_paths": [str(taskdir)], "include_defaults": False}
+    with pytest.raises(ev.ModelError, match="tiny-a"):
+        jobs.plan("direct", ["tiny-a"], selection, store_root=root, work_root=tmp_path)
+    with pytest.raises(ev.ModelError, match=r"unknown model path '/no/such/model'"):
+        jobs.plan("direct", ["/no/such/model"], selection, store_root=root, work_root=tmp_path)
+    with pytest.raises(ev.ModelError, match=r"unknown model 'tiny-b'.*did you mean 'tiny-a'"):
+        jobs.plan("direct", ["tiny-b"], selection, store_root=root, work_root=tmp_path)
+    with pytest.raises(tk.TaskError, match=r"unknown task 't_fulll'"):
+        jobs.plan("direct", ["tiny-a"], {**selection, "selected": ["t_fulll"]}, store_root=root, work_root=tmp_path)
+    notrain = {"name": "t_notrain", "kind": "multiple_choice", "metric": "acc", "filter": "none",
+               "higher_is_better": True, "category": "x", "splits": {"train": None, "validation": "validation",
+                                                                      "test": "test"},
+               "counts": {"train": None, "validation": 10, "test": 12}, "count_source": "dataset"}
+    with pytest.raises(tk.TaskError, match="'t_notrain' has no training split"):
+        jobs.plan("finetune", ["tiny-a"], {**selection, "selected": ["t_notrain"], "tasks": {"t_notrain": notrain}},
+                  store_root=root, work_root=tmp_path)
+    with pytest.raises(ValueError, match="unknown executor 'slrum'.*did you mean 'slurm'"):
+        jobs.launch([], executor="slrum")
+
+
+def test_recipe_and_unit_names():
+    assert ft.lr_name(2e-5) == "lr=2e-05" and ft.lr_name(0.003) == "lr=0.003"
+    assert jobs.unit_dir("/w", "org/m", "b", 1e-5).as_posix() == "/w/finetune/org__m/b/lr=1e-05"
+    with pytest.raises(ValueError, match="learning rates must be positive"):
+        ft.Recipe(lrs=(0.0,))
+    units = [ft.UnitResult(lr=1e-3, curve=[{"epoch": 1, "val_score": 0.5}, {"epoch": 2, "val_score": 0.7}]),
+             ft.UnitResult(lr=3e-3, curve=[{"epoch": 1, "val_score": 0.7}, {"epoch": 2, "val_score": 0.6}])]
+    assert ft.select_best(units, True) == (1e-3, 2, 0.7)                    # tie -> earlier lr
+    assert ft.select_best(units, False) == (1e-3, 1, 0.5)
+
+
+def test_training_examples_are_lm_eval_renderings_with_chat_template(taskdir, tokenizer):
+    """Loss only on the gold continuation; the chat template (for instruct models) wraps the prompt."""
+    import lib.pipeline.evaluate as ev
+
+    model = tiny.make_model("llama", tokenizer, d_model=32, n_layers=1, n_heads=2, max_len=64)
+    lm = ev.make_lm(model, tokenizer)
+    task, info = tk.inspect(tk.task_manager([taskdir]), "t_full")
+    tk.install_splits(task, tk.plan_splits(task, info, {}, 0))
+    examples = ft.training_examples(task, info, lm, 64)
+    ids, labels = examples[1]                                   # doc 1: label 1 -> choice "b"
+    target = [t for t, y in zip(ids, labels) if y != -100]
+    assert tokenizer.decode(target) == " b"
+    assert tokenizer.decode(ids) == "q1: b"
+    tokenizer.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+                               "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    try:
+        context, continuation = ft.render(task, info, task.dataset["tbt_train"][1], lm, chat_template=True)
+    finally:
+        tokenizer.chat_template = None
+    assert context.startswith("<|user|>q1:") and context.endswith("<|assistant|>") and continuation.endswith("b")
+
+
+def test_corpus_task_from_text_files(tmp_path):
+    from lib.pipeline import perplexity
+
+    f = tmp_path / "corpus.txt"
+    f.write_text("\n\n".join(f"document number {i} ." for i in range(20)))
+    yaml_path = perplexity.write_corpus_task(tmp_path / "tasks", "my_corpus", files=[f])
+    rows = tk.select([], [tmp_path / "tasks"], corpora=["my_corpus"])
+    assert rows[0]["selected"] and rows[0]["kind"] == "loglikelihood_rolling"
+    assert (rows[0]["n_train"], rows[0]["n_validation"], rows[0]["n_test"]) == (16, 2, 2)
+    assert yaml_path.exists()
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
+        perplexity.write_corpus_task(tmp_path / "tasks", "c2", files=[tmp_path / "missing.txt"])
+
+
+def test_paper_profile_validates_with_the_papers_models_and_benchmarks(harmony_data):
+    from lib import params
+
+    prof = params.load_profile("paper")
+    published = json.loads((harmony_data / "lm-harmony" / "all_results.json").read_text())
+    models = {m for scores in published["direct_eval"].values() for m in scores}
+    assert set(prof.stages["02_finetune"]["models"]) == models and len(models) == 61
+    assert prof.stages["03_direct_eval"]["models"] == prof.stages["02_finetune"]["models"]
+    tasks = prof.stages["01_select_benchmarks"]["tasks"]
+    assert len(tasks) == 24 and set(tasks) < set(published["direct_eval"])
+    s2 = prof.stages["02_finetune"]
+    assert (s2["lrs"], s2["epochs"], s2["lora_r"], s2["lora_alpha"], s2["lora_dropout"]) == \
+        ([1e-5, 2e-5, 5e-5], 5, 8, 32, 0.1)
+    s1 = prof.stages["01_select_benchmarks"]
+    assert (s1["cap_train"], s1["cap_validation"], s1["cap_test"], s1["min_train"]) == (50000, 1000, 10000, 1000)
+    assert s2["executor"] == "slurm" and s1["include_defaults"] is True
