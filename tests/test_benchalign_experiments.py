@@ -14,6 +14,17 @@ from lib.benchalign import baselines, data, experiments as ex, rank
 from test_benchalign_data import make_pipeline_world
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Small fits run fastest on one thread (and do not fight other work on a 2-core machine)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _world(K=60, M=40, seed=0):
     """Random item data: K models (sizes 0.5B..120B); items of benchmark "a" follow the models'
     skill (2PL-like), items of "b" are coin flips; the target is the skill."""
@@ -111,6 +122,10 @@ def test_too_few_models_degrade_to_notes():
     assert not sp.groups and any("not evaluated" in n for n in sp.notes)
     comp = ex.compare(d, sp, ex.METHODS, seeds=1, cfg=ex.Config(max_steps=5))
     assert ex.summarise(comp, d.target) == {}
+    one = ex.split_by_size(d, 1.0, {"1B+": 1.0})                # a single source model: nothing to learn
+    assert any("only 1 source model" in n for n in one.notes)
+    comp = ex.compare(d, one, ex.METHODS, seeds=1, cfg=ex.Config(max_steps=5))
+    assert set(comp.preds) == {"no_alignment", "random"} and set(ex.summarise(comp, d.target)) == {"1B+"}
 
 
 # --------------------------------------------------------------------------- notebook 07

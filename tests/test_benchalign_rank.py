@@ -11,6 +11,17 @@ import torch
 from lib.benchalign import rank
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Small fits run fastest on one thread (and do not fight other work on a 2-core machine)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _naive_ranknet(X, w, y, floor=rank.FLOOR):
     """Mean RankNet loss by explicit loops over ordered pairs (plain Python floats)."""
     wn = rank.normalise(w, floor)
@@ -59,6 +70,22 @@ def test_fast_ranknet_gradient_equals_naive_pairwise(small, w_kind):
     loss_t, grad_t = rank.loss_and_grad(X, w, y, "ranknet")     # what fit() uses
     assert loss_t == pytest.approx(naive_loss, rel=1e-12)
     np.testing.assert_allclose(grad_t, naive_grad, rtol=1e-9, atol=1e-12)
+
+
+def test_blockwise_ranknet_does_not_depend_on_the_block_size(small):
+    X, y = small
+    s = torch.tensor(X @ np.linspace(-1, 1, 6), requires_grad=True)
+    target = rank.Target(y)
+    assert target.n_pairs == int((y[:, None] > y[None, :]).sum())
+    values, grads = [], []
+    for block in (1, 2, 4, 256):
+        s.grad = None
+        value = rank.pair_loss(s, target, "ranknet", block=block)
+        value.backward()
+        values.append(float(value.detach()))
+        grads.append(s.grad.numpy().copy())
+    assert np.allclose(values, values[0], rtol=1e-12)
+    assert all(np.allclose(g, grads[0], rtol=1e-12, atol=1e-15) for g in grads)
 
 
 @pytest.mark.parametrize("loss", rank.LOSSES)

@@ -19,7 +19,9 @@ below is a function of the K x K matrix of score differences ``s_i - s_j``; its 
 respect to ``w~`` is ``X^T c`` for the K-vector ``c = dL/ds``. For the linear RankNet
 ``L = Σ_{y_i > y_j} log(1 + exp(-(s_i - s_j)))``, ``c_i = Σ_j A_ji - Σ_j A_ij`` with
 ``A_ij = [y_i > y_j] σ(-(s_i - s_j))`` (:func:`ranknet_loss_grad`). One step costs O(K M + K^2)
-time and O(K M + K^2) memory. Losses are averaged over the preferred pairs (a constant factor that
+time; :class:`_RankNet` computes the loss and ``c`` in blocks of rows, in descending target order
+(model i is preferred only to models after it, so half the pairs are visited), so the memory is
+O(K M + block K): neither a K x K matrix nor a K^2 x M tensor is formed. Losses are averaged over the preferred pairs (a constant factor that
 makes learning rates comparable across numbers of models).
 """
 
@@ -113,48 +115,105 @@ def _ranks(s: torch.Tensor) -> torch.Tensor:
     return r.to(s.dtype)
 
 
-def pair_loss(s: torch.Tensor, y: torch.Tensor, P: torch.Tensor, loss: str) -> torch.Tensor:
-    """The ranking loss ``loss`` of scores ``s`` against target ``y`` (P = preference matrix).
+class Target:
+    """A target ranking prepared for the losses: scores ``y``, their descending order, the number of
+    preferred pairs, and (only for the NDCG-weighted losses, built on first use) the dense K x K
+    preference matrix."""
 
-    - ``ranknet``: mean over preferred pairs of ``log(1 + exp(-(s_i - s_j)))``;
+    def __init__(self, y, dtype=torch.float64):
+        y_np = np.asarray(y, dtype=np.float64)
+        if not np.isfinite(y_np).all():
+            raise RankError("target scores contain NaN or infinite values")
+        self.y = torch.as_tensor(y_np, dtype=dtype)
+        self.order = torch.argsort(self.y, descending=True, stable=True)
+        ys = np.sort(y_np)
+        # pairs with y_i > y_j: for each model, the number of models strictly below it
+        self.n_pairs = int(np.searchsorted(ys, y_np, side="left").sum())
+        self._P: torch.Tensor | None = None
+
+    @property
+    def P(self) -> torch.Tensor:
+        if self._P is None:
+            self._P = (self.y[:, None] > self.y[None, :]).to(self.y.dtype)
+        return self._P
+
+
+class _RankNet(torch.autograd.Function):
+    """Sum of ``softplus(-(s_i - s_j))`` over the pairs with ``y_i > y_j``, and ``c = dL/ds``.
+
+    Models are visited in descending target order, so model i is preferred only to models after
+    it; blocks of ``block`` rows against the models after them give the loss and ``c`` with
+    O(K^2) time and O(block K) extra memory (no K x K matrix, no K^2 x M tensor).
+    """
+
+    @staticmethod
+    def forward(ctx, s, y, order, block):
+        ss, ys = s[order], y[order]
+        K = s.shape[0]
+        total = s.new_zeros(())
+        c = torch.zeros_like(s)
+        for lo in range(0, K, block):
+            hi = min(K, lo + block)
+            D = ss[lo:hi, None] - ss[None, lo:]
+            pref = (ys[lo:hi, None] > ys[None, lo:]).to(s.dtype)
+            total += (F.softplus(-D) * pref).sum()
+            A = torch.sigmoid(-D) * pref                 # -dL/dD_ij
+            c[lo:hi] -= A.sum(dim=1)
+            c[lo:] += A.sum(dim=0)
+        grad = torch.empty_like(c)
+        grad[order] = c
+        ctx.save_for_backward(grad)
+        return total
+
+    @staticmethod
+    def backward(ctx, g):
+        (c,) = ctx.saved_tensors
+        return g * c, None, None, None
+
+
+def pair_loss(s: torch.Tensor, target: Target, loss: str, block: int = 64) -> torch.Tensor:
+    """The ranking loss ``loss`` of scores ``s`` against ``target``.
+
+    - ``ranknet``: mean over preferred pairs of ``log(1 + exp(-(s_i - s_j)))`` (blockwise, exact;
+      see :class:`_RankNet`);
     - ``lambdarank``: the same pairs weighted by |ΔNDCG| of swapping i and j in the current
       ranking (weights held constant, Burges 2010);
     - ``ndcg_loss2``: LambdaLoss's NDCG-Loss2 (Wang et al. 2018): pairs weighted by
       ``|1/D(|r_i-r_j|) - 1/D(|r_i-r_j|+1)| · |G_i - G_j|``, ``D(k) = log2(1+k)``, log base 2;
     - ``pointwise``: least-squares regression of the standardised target on the standardised
       score (free intercept and slope; equals ``2 (1 - Pearson r)``).
+
+    The NDCG-weighted losses hold a K x K matrix (fine for thousands of models).
     """
+    y = target.y.to(s.dtype)
+    if loss == "ranknet":
+        return _RankNet.apply(s, y, target.order, block) / max(target.n_pairs, 1)
     if loss == "pointwise":
         zs = (s - s.mean()) / s.std(unbiased=False).clamp_min(1e-8)
         zy = (y - y.mean()) / y.std(unbiased=False).clamp_min(1e-8)
         return ((zs - zy) ** 2).mean()
-    D = s[:, None] - s[None, :]
-    terms = F.softplus(-D)
-    if loss == "ranknet":
-        weight = P
-    elif loss in ("lambdarank", "ndcg_loss2"):
-        with torch.no_grad():
-            G, r = _gains(y), _ranks(s)
-            dG = (G[:, None] - G[None, :]).abs()
-            if loss == "lambdarank":
-                disc = 1.0 / torch.log2(1.0 + r)
-                weight = P * dG * (disc[:, None] - disc[None, :]).abs()
-            else:
-                k = (r[:, None] - r[None, :]).abs()
-                delta = (1.0 / torch.log2(1.0 + k.clamp_min(1.0)) - 1.0 / torch.log2(2.0 + k)).abs()
-                weight = P * dG * delta / np.log(2.0)      # log2(1 + e^-x) = softplus(-x) / ln 2
-    else:
+    if loss not in ("lambdarank", "ndcg_loss2"):
         raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+    P = target.P.to(s.dtype)
+    terms = F.softplus(-(s[:, None] - s[None, :]))
+    with torch.no_grad():
+        G, r = _gains(y), _ranks(s)
+        dG = (G[:, None] - G[None, :]).abs()
+        if loss == "lambdarank":
+            disc = 1.0 / torch.log2(1.0 + r)
+            weight = P * dG * (disc[:, None] - disc[None, :]).abs()
+        else:
+            k = (r[:, None] - r[None, :]).abs()
+            delta = (1.0 / torch.log2(1.0 + k.clamp_min(1.0)) - 1.0 / torch.log2(2.0 + k)).abs()
+            weight = P * dG * delta / np.log(2.0)      # log2(1 + e^-x) = softplus(-x) / ln 2
     return (weight * terms).sum() / weight.sum().clamp_min(_EPS)
 
 
 def loss_and_grad(X, w, y, loss: str = "ranknet", floor: float = FLOOR) -> tuple[float, np.ndarray]:
     """Loss and gradient w.r.t. ``w`` exactly as :func:`fit` computes them (torch autograd on s)."""
     Xt = torch.as_tensor(np.asarray(X), dtype=torch.float64)
-    yt = torch.as_tensor(np.asarray(y), dtype=torch.float64)
     wt = torch.tensor(np.asarray(w, dtype=np.float64), requires_grad=True)
-    P = torch.as_tensor(preferences(y))
-    value = pair_loss(Xt @ normalise(wt, floor), yt, P, loss)
+    value = pair_loss(Xt @ normalise(wt, floor), Target(y), loss)
     value.backward()
     return float(value), wt.grad.numpy().copy()
 
@@ -197,7 +256,7 @@ class Fit:
 
 
 def fit(X_train, y_train, X_val=None, y_val=None, *, loss: str = "ranknet", lr: float = 1e-4,
-        max_steps: int = 2000, patience: int = 200, init=None, seed: int = 0, floor: float = FLOOR,
+        max_steps: int = 3000, patience: int = 500, init=None, seed: int = 0, floor: float = FLOOR,
         eval_every: int = 10, dtype=torch.float32) -> Fit:
     """Train BenchAlign weights on the training models; early stopping on the validation models.
 
@@ -219,15 +278,13 @@ def fit(X_train, y_train, X_val=None, y_val=None, *, loss: str = "ranknet", lr: 
         raise RankError("training features contain NaN or infinite values")
     torch.manual_seed(seed)
     Xt = torch.as_tensor(X_train, dtype=dtype)
-    yt = torch.as_tensor(np.asarray(y_train, dtype=np.float64), dtype=dtype)
-    Pt = torch.as_tensor(preferences(y_train), dtype=dtype)
-    if Pt.sum() == 0:
+    Tt = Target(y_train, dtype)
+    if Tt.n_pairs == 0:
         raise RankError("the target ranks no pair of training models (all target scores equal)")
     use_val = X_val is not None and len(X_val) >= 2 and np.ptp(np.asarray(y_val, dtype=float)) > 0
     if use_val:
         Xv = torch.as_tensor(np.asarray(X_val), dtype=dtype)
-        yv = torch.as_tensor(np.asarray(y_val, dtype=np.float64), dtype=dtype)
-        Pv = torch.as_tensor(preferences(y_val), dtype=dtype)
+        Tv = Target(y_val, dtype)
     w0 = np.full(M, 1.0 / M) if init is None else np.asarray(init, dtype=np.float64)
     if w0.shape != (M,):
         raise RankError(f"init has shape {w0.shape}, expected ({M},)")
@@ -238,15 +295,15 @@ def fit(X_train, y_train, X_val=None, y_val=None, *, loss: str = "ranknet", lr: 
         with torch.no_grad():
             wn = normalise(w, floor)
             if use_val:
-                return float(pair_loss(Xv @ wn, yv, Pv, loss))
-            return float(pair_loss(Xt @ wn, yt, Pt, loss))
+                return float(pair_loss(Xv @ wn, Tv, loss))
+            return float(pair_loss(Xt @ wn, Tt, loss))
 
     best = (val_loss(), 0, normalise(w.detach(), floor).double().numpy().copy())
     history = [(0, best[0], best[0])]
     step = 0
     for step in range(1, max_steps + 1):
         opt.zero_grad(set_to_none=True)
-        train = pair_loss(Xt @ normalise(w, floor), yt, Pt, loss)
+        train = pair_loss(Xt @ normalise(w, floor), Tt, loss)
         train.backward()
         opt.step()
         if step % eval_every == 0 or step == max_steps:

@@ -1,0 +1,123 @@
+"""Speed and memory of BenchAlign fits: the real leaderboard data and a paper-scale synthetic fit.
+
+    .venv/bin/python bench/bench_benchalign.py [--steps 500] [--threads 1] [--skip-real]
+
+1. Real data (needs $HARMONY_DATA): load MuSR + MATH-hard items with the IFEval target (428 models x
+   1,650 items), then one BenchAlign fit on the source models (<13B, default settings: Adam 1e-4,
+   early stopping with patience 500), and the full main comparison of notebook 07 for one seed.
+2. Paper scale: a synthetic two-skill 2PL world of 4,364 models x 21,606 items (0/1), the target a noisy
+   function of one of two skills; ``--steps`` (500) full-batch RankNet steps on 80% of the models with
+   validation on the rest (the loss, gradient and Adam update are exact and full-batch; memory stays
+   O(K M + K^2): no K^2 x M tensor). The real-data fits stop after a few hundred steps.
+
+Writes bench/results/benchalign.json and prints the numbers (peak memory = max resident set size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lib import paths  # noqa: E402
+from lib.benchalign import data, experiments as ex, rank  # noqa: E402
+from lib.store import atomic_write_json  # noqa: E402
+
+
+def peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20      # kB -> GiB (Linux)
+
+
+def bench_real() -> dict:
+    t0 = time.perf_counter()
+    d = data.load_oll(["musr", "openllm_math"], "ifeval")
+    t_load = time.perf_counter() - t0
+    sp = ex.split_by_size(d, 13.0, {"30B+": 30.0, "70B+": 70.0})
+    cfg = ex.Config()
+    train, val = ex.train_val(sp.source, cfg.val_fraction, 0)
+    t0 = time.perf_counter()
+    f = ex._fit_rows(d, train, val, cfg, seed=0)
+    t_fit = time.perf_counter() - t0
+    res = ex.evaluate(f.scores(d.X), d.target, sp.groups)
+    t0 = time.perf_counter()
+    ex.compare(d, sp, ex.METHODS, seeds=1, cfg=cfg)
+    t_compare = time.perf_counter() - t0
+    return {"shape": list(d.X.shape), "source_models": int(len(sp.source)), "train_models": int(len(train)),
+            "load_s": round(t_load, 3), "fit_s": round(t_fit, 2), "fit_steps": f.steps, "best_step": f.best_step,
+            "ms_per_step": round(1000 * t_fit / max(f.steps, 1), 2),
+            "test_seed0": {g: {k: round(v, 3) for k, v in r.items()} for g, r in res.items()},
+            "compare_all_methods_one_seed_s": round(t_compare, 1), "peak_rss_gib": round(peak_rss_gib(), 2)}
+
+
+def synthetic(K: int, M: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """0/1 responses of a two-skill 2PL world (float32, built in chunks): 30% of the items measure
+    the skill the target ranks by, 70% a nuisance skill, so plain accuracy ranks only moderately."""
+    rng = np.random.default_rng(seed)
+    skill = rng.normal(size=(K, 2)).astype(np.float32)
+    which = (rng.random(M) < 0.3).astype(int)            # 1: item measures the target skill
+    a = rng.lognormal(0.0, 0.3, size=M).astype(np.float32)
+    b = rng.normal(size=M).astype(np.float32)
+    X = np.empty((K, M), dtype=np.float32)
+    for lo in range(0, K, 512):
+        hi = min(K, lo + 512)
+        theta = np.where(which[None, :] == 1, skill[lo:hi, :1], skill[lo:hi, 1:])
+        p = 1.0 / (1.0 + np.exp(-a[None, :] * (theta - b[None, :])))
+        X[lo:hi] = rng.random((hi - lo, M), dtype=np.float32) < p
+    y = skill[:, 0] + 0.3 * rng.normal(size=K).astype(np.float32)
+    return X, y
+
+
+def bench_paper_scale(K: int, M: int, steps: int) -> dict:
+    t0 = time.perf_counter()
+    X, y = synthetic(K, M)
+    t_gen = time.perf_counter() - t0
+    rss_data = peak_rss_gib()
+    n_val = K // 5
+    t0 = time.perf_counter()
+    f = rank.fit(X[n_val:], y[n_val:], X[:n_val], y[:n_val], max_steps=steps, patience=steps, eval_every=10)
+    t_fit = time.perf_counter() - t0
+    s = f.scores(X[:n_val])
+    return {"shape": [K, M], "pairs_per_step": int((y[n_val:, None] > y[None, n_val:]).sum()),
+            "generate_s": round(t_gen, 1), "steps": f.steps, "fit_s": round(t_fit, 1),
+            "ms_per_step": round(1000 * t_fit / max(f.steps, 1), 1), "best_step": f.best_step,
+            "val_spearman": round(rank.spearman(s, y[:n_val]), 4),
+            "val_spearman_uniform": round(rank.spearman(X[:n_val].mean(axis=1), y[:n_val]), 4),
+            "x_gib": round(X.nbytes / 2**30, 2), "k2m_tensor_would_be_gib": round(K * K * M * 4 / 2**30),
+            "peak_rss_after_data_gib": round(rss_data, 2), "peak_rss_gib": round(peak_rss_gib(), 2)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=500, help="full-batch steps of the paper-scale fit")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core machine)")
+    ap.add_argument("--models", type=int, default=4364)
+    ap.add_argument("--items", type=int, default=21606)
+    ap.add_argument("--skip-real", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    out = {"machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
+                       "torch": torch.__version__}, "threads": args.threads}
+    if not args.skip_real:
+        if paths.has_data(data.OLL_DIR):
+            out["real"] = bench_real()
+            print("real data:", json.dumps(out["real"]), flush=True)
+        else:
+            out["real"] = {"skipped": "published data not found (set HARMONY_DATA)"}
+    out["paper_scale"] = bench_paper_scale(args.models, args.items, args.steps)
+    print("paper scale:", json.dumps(out["paper_scale"]), flush=True)
+    atomic_write_json(ROOT / "bench" / "results" / "benchalign.json", out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
