@@ -33,8 +33,12 @@ class StoreError(ValueError):
     """A result (file) is malformed; the message names it."""
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+def atomic_write_text(path: str | os.PathLike, text: str, fsync: bool = True) -> Path:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+
+    ``fsync=False`` skips the per-file flush to disk (bulk writers such as the published importer
+    call ``os.sync()`` once at the end instead, before recording that the batch is complete).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -42,7 +46,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
-            os.fsync(fh.fileno())
+            if fsync:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -67,8 +72,8 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
-    return atomic_write_text(path, json.dumps(_jsonable(data), indent=1, sort_keys=True) + "\n")
+def atomic_write_json(path: str | os.PathLike, data: Any, fsync: bool = True) -> Path:
+    return atomic_write_text(path, json.dumps(_jsonable(data), indent=1, sort_keys=True) + "\n", fsync=fsync)
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -127,13 +132,13 @@ def path_for(root: str | os.PathLike, protocol: str, benchmark: str, model: str)
     return Path(root) / slug(protocol) / slug(benchmark) / f"{slug(model)}.json"
 
 
-def write(root: str | os.PathLike, result: Result) -> Path:
+def write(root: str | os.PathLike, result: Result, fsync: bool = True) -> Path:
     """Validate and atomically write one result; returns its path."""
     result.validate()
     record = {"schema": SCHEMA, **asdict(result)}
     if record["stderr"] is not None and not math.isfinite(record["stderr"]):
         record["stderr"] = None
-    return atomic_write_json(path_for(root, result.protocol, result.benchmark, result.model), record)
+    return atomic_write_json(path_for(root, result.protocol, result.benchmark, result.model), record, fsync=fsync)
 
 
 def exists(root: str | os.PathLike, protocol: str, benchmark: str, model: str) -> bool:
