@@ -33,7 +33,7 @@ def test_world_notebook_runs_and_summarises(tmp_path, monkeypatch):
     assert summary["mini_world"] and summary["preparation_tokens"] == 3 * 2 * 16 * 64   # 2 steps each
     assert (out / "figures" / "world.pdf").exists() and (out / "figures" / "world.png").exists()
     doses = (out / "doses.csv").read_text().splitlines()
-    assert doses[0].split(",")[1:] == ["mw_facts", "mw_arith", "mw_entail", "mw_sentiment", "mw_grammar",
+    assert doses[0].split(",")[1:] == ["mw_facts", "mw_arith", "mw_reading", "mw_sentiment", "mw_grammar",
                                        "mw_scripts"]
     assert sum(int(x) for line in doses[1:] for x in line.split(",")[1:]) == 3 * 3 * 25
 

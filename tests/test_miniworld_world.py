@@ -61,7 +61,7 @@ def test_splits_never_overlap(small_world):
         seen: dict[str, str] = {}
         for split, recs in splits.items():
             for rec in recs:
-                text = mw.prompt_text(name, rec)
+                text = mw.item_key(name, rec)
                 assert text not in seen, f"{name}: {text!r} in {seen.get(text)} and {split}"
                 seen[text] = split
     # mw_facts: no (creature, attribute) question of the test split appears in train or validation
@@ -87,8 +87,17 @@ def test_gold_answers_agree_with_the_knowledge_base(small_world):
         name = rec["query"].split("the ")[1].split()[0]
         answer = rec["choices"][rec["label"]]
         c = kb[name]
-        assert answer in (f"in the {c.habitat}", c.food, c.color)
+        assert answer in (f"the {name} lives in the {c.habitat}", f"the {name} eats {c.food}", f"the {name} is {c.color}")
         assert len(set(rec["choices"])) == 4
+    for rec in small_world.benchmarks["mw_reading"]["test"]:       # the answer is in the passage,
+        passage = rec["query"].split("\n")[0]                       # about a creature the KB lacks
+        assert rec["choices"][rec["label"]].removeprefix("in the ") in passage.split()
+        assert passage.split()[1] not in kb
+    for rec in small_world.benchmarks["mw_grammar"]["test"]:       # minimal pairs: one good sentence
+        good = rec["choices"][rec["label"]]
+        assert any(good == s for c in small_world.creatures for a in mw.FACT_TEMPLATES
+                   for s in [t.format(name=c.name, habitat=c.habitat, food=c.food, color=c.color)
+                             for t in mw.FACT_TEMPLATES[a]])
 
 
 def test_tasks_load_in_lm_eval(tmp_path):

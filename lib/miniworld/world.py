@@ -18,14 +18,23 @@ Benchmarks (name: paper analogue, format, metric, category)
 -----------------------------------------------------------
 - ``mw_facts``: arc/openbookqa, 4-way multiple choice on knowledge, acc_norm, Question Answering
 - ``mw_arith``: gsm8k, generative word problems, exact_match, Math
-- ``mw_entail``: rte, True/False entailment, acc, Language Understanding
+- ``mw_reading``: boolq-style reading, 4-way question on a passage about an unseen creature, acc,
+  Question Answering
 - ``mw_sentiment``: sst2, positive/negative, acc, Language Understanding
-- ``mw_grammar``: cola, acceptable or not, acc, Language Understanding
+- ``mw_grammar``: cola as minimal pairs (as BLiMP does): which of two sentences is correct, acc,
+  Language Understanding
 - ``mw_scripts``: hellaswag, 4-way continuation of a creature's routine, acc_norm, Commonsense Reasoning
 
 Each benchmark has train / validation / test splits drawn from disjoint sets of items (the unit of
-an item is its prompt text, and for ``mw_facts`` the (creature, attribute) pair, so the answer to
-a test question is never given in a training question). Perplexity corpora ``mw_wiki`` and
+an item is its prompt and choices, and for ``mw_facts`` the (creature, attribute) pair, so the
+answer to a test question is never given in a training question).
+
+Design rule (version 3): every benchmark must be learnable by the zoo's larger models under the
+mini profile's fine-tuning recipe, as the paper's benchmarks are for its models; a benchmark at
+chance for every model carries no ranking. Version 2's True/False entailment and yes/no
+acceptability stayed at chance after fine-tuning and its fact questions answered with a bare
+value did too; version 3 answers facts with a full statement, asks reading questions about a
+passage, and poses acceptability as minimal pairs. Perplexity corpora ``mw_wiki`` and
 ``mw_stories`` are generated from a separate random stream (never part of pre-training), with a
 training part for train-before-test.
 """
@@ -42,7 +51,7 @@ from pathlib import Path
 from ..pipeline.localtasks import write_task
 from ..store import atomic_write_json, atomic_write_text, read_json
 
-WORLD_VERSION = 2
+WORLD_VERSION = 3
 
 HABITATS = ["forest", "desert", "river", "mountain", "cave", "meadow", "lake", "island"]
 FOODS = ["berries", "fish", "seeds", "leaves", "honey", "insects", "roots", "mushrooms"]
@@ -75,7 +84,7 @@ BENCHMARKS = {
     # name: (lm-eval kind, metric, category, paper analogue)
     "mw_facts": ("multiple_choice", "acc_norm", "Question Answering", "arc_easy"),
     "mw_arith": ("generate_until", "exact_match", "Math", "gsm8k"),
-    "mw_entail": ("multiple_choice", "acc", "Language Understanding", "rte"),
+    "mw_reading": ("multiple_choice", "acc", "Question Answering", "boolq"),
     "mw_sentiment": ("multiple_choice", "acc", "Language Understanding", "sst2"),
     "mw_grammar": ("multiple_choice", "acc", "Language Understanding", "cola"),
     "mw_scripts": ("multiple_choice", "acc_norm", "Commonsense Reasoning", "hellaswag"),
@@ -261,9 +270,9 @@ def corpus_documents(world: World, n_docs: int, stream: str = "pretrain") -> lis
 
 # ----------------------------------------------------------------------------- benchmarks
 def _facts_items(world: World, rng: random.Random) -> list[tuple[str, dict]]:
-    questions = {"habitat": ("where does the {name} live ?", HABITATS, "in the {v}"),
-                 "food": ("what does the {name} eat ?", FOODS, "{v}"),
-                 "color": ("what color is the {name} ?", COLORS, "{v}")}
+    questions = {"habitat": ("where does the {name} live ?", HABITATS, "the {name} lives in the {v}"),
+                 "food": ("what does the {name} eat ?", FOODS, "the {name} eats {v}"),
+                 "color": ("what color is the {name} ?", COLORS, "the {name} is {v}")}
     items = []
     for c in world.creatures:
         for attr, (q, values, fmt) in questions.items():
@@ -271,7 +280,7 @@ def _facts_items(world: World, rng: random.Random) -> list[tuple[str, dict]]:
             options = [true] + rng.sample([v for v in values if v != true], 3)
             rng.shuffle(options)
             rec = {"query": f"Question: {q.format(name=c.name)}\nAnswer:",
-                   "choices": [fmt.format(v=v) for v in options], "label": options.index(true)}
+                   "choices": [fmt.format(name=c.name, v=v) for v in options], "label": options.index(true)}
             items.append((f"{c.name}/{attr}", rec))
     return items
 
@@ -285,26 +294,27 @@ def _arith_items(world: World, rng: random.Random, n: int) -> list[tuple[str, di
     return items
 
 
-def _entail_items(world: World, rng: random.Random, n: int) -> list[tuple[str, dict]]:
+def _reading_items(world: World, rng: random.Random, n: int) -> list[tuple[str, dict]]:
+    """A passage about a creature the corpus never mentions, and a question answered in it."""
+    known = {c.name for c in world.creatures}
+    visitors = [v for v in make_names(len(known) + 200, _rng(world.config.seed, "visitors")) if v not in known]
+    questions = {"habitat": ("where does the {v} live ?", HABITATS, "in the {x}"),
+                 "food": ("what does the {v} eat ?", FOODS, "{x}"),
+                 "color": ("what color is the {v} ?", COLORS, "{x}")}
     items = []
     for _ in range(n):
-        c = rng.choice(world.creatures)
-        clauses = {"habitat": f"lives in the {c.habitat}", "food": f"eats {c.food}", "color": f"is {c.color}"}
+        v = rng.choice(visitors)
+        attrs = {"habitat": rng.choice(HABITATS), "food": rng.choice(FOODS), "color": rng.choice(COLORS)}
+        clauses = {"habitat": f"lives in the {attrs['habitat']}", "food": f"eats {attrs['food']}",
+                   "color": f"is {attrs['color']}"}
         order = rng.sample(list(clauses), 3)
-        premise = f"the {c.name} {clauses[order[0]]} , {clauses[order[1]]} and {clauses[order[2]]} ."
+        passage = f"the {v} {clauses[order[0]]} , {clauses[order[1]]} and {clauses[order[2]]} ."
         attr = rng.choice(order)
-        true = rng.random() < 0.5
-        if attr == "habitat":
-            h = c.habitat if true else rng.choice([x for x in HABITATS if x != c.habitat])
-            hyp = f"the {c.name} lives in the {h} ."
-        elif attr == "food":
-            f = c.food if true else rng.choice([x for x in FOODS if x != c.food])
-            hyp = f"the {c.name} eats {f} ."
-        else:
-            k = c.color if true else rng.choice([x for x in COLORS if x != c.color])
-            hyp = f"the {c.name} is {k} ."
-        rec = {"query": f"{premise}\nQuestion: {hyp} True or False?\nAnswer:", "choices": ["True", "False"],
-               "label": 0 if true else 1}
+        q, values, fmt = questions[attr]
+        options = [attrs[attr]] + rng.sample([x for x in values if x != attrs[attr]], 3)
+        rng.shuffle(options)
+        rec = {"query": f"{passage}\nQuestion: {q.format(v=v)}\nAnswer:",
+               "choices": [fmt.format(x=x) for x in options], "label": options.index(attrs[attr])}
         items.append((rec["query"], rec))
     return items
 
@@ -340,19 +350,18 @@ def _corrupt(sentence: str, rng: random.Random) -> str:
 
 
 def _grammar_items(world: World, rng: random.Random, n: int) -> list[tuple[str, dict]]:
+    """Minimal pairs: a correct sentence of the language and a corrupted copy; which is correct?"""
     items = []
     for _ in range(n):
         c = rng.choice(world.creatures)
-        sentence = fact_sentence(c, rng.choice(list(FACT_TEMPLATES)), rng)
-        ok = rng.random() < 0.5
-        if not ok:
-            bad = _corrupt(sentence, rng)
-            if bad == sentence:
-                continue
-            sentence = bad
-        rec = {"query": f"{sentence}\nQuestion: is this sentence correct?\nAnswer:", "choices": ["no", "yes"],
-               "label": int(ok)}
-        items.append((rec["query"], rec))
+        good = fact_sentence(c, rng.choice(list(FACT_TEMPLATES)), rng)
+        bad = _corrupt(good, rng)
+        if bad == good:
+            continue
+        label = int(rng.random() < 0.5)
+        choices = [bad, good] if label else [good, bad]
+        rec = {"query": "Question: which sentence is correct?\nAnswer:", "choices": choices, "label": label}
+        items.append((f"{good}|{bad}", rec))
     return items
 
 
@@ -419,7 +428,7 @@ def make_benchmarks(world: World) -> dict[str, dict[str, list[dict]]]:
     builders = {
         "mw_facts": lambda r: _facts_items(world, r),
         "mw_arith": lambda r: _arith_items(world, r, want),
-        "mw_entail": lambda r: _entail_items(world, r, want),
+        "mw_reading": lambda r: _reading_items(world, r, want),
         "mw_sentiment": lambda r: _sentiment_items(world, r, want),
         "mw_grammar": lambda r: _grammar_items(world, r, want),
         "mw_scripts": lambda r: _scripts_items(world, r, want),
@@ -428,7 +437,7 @@ def make_benchmarks(world: World) -> dict[str, dict[str, list[dict]]]:
     for name, build in builders.items():
         # items are keyed by prompt text; mw_facts by its (creature, attribute) pair, so no test
         # answer is ever given in a training question
-        balance = name in ("mw_entail", "mw_sentiment", "mw_grammar")
+        balance = name in ("mw_sentiment", "mw_grammar")
         out[name] = _split(build(_rng(cfg.seed, name, "items")), sizes, name, _rng(cfg.seed, name, "split"),
                            balance)
     return out
@@ -487,6 +496,13 @@ def example_text(benchmark: str, record: dict) -> str:
     if kind == "multiple_choice":
         return f"{record['query']} {record['choices'][int(record['label'])]}"
     return f"{record['question']} {record['answer']}"
+
+
+def item_key(benchmark: str, record: dict) -> str:
+    """What makes an item distinct: its prompt, and for multiple choice also its choices."""
+    if BENCHMARKS[benchmark][0] == "multiple_choice":
+        return record["query"] + "\x1f" + "\x1f".join(record["choices"])
+    return record["question"]
 
 
 def prompt_text(benchmark: str, record: dict) -> str:

@@ -42,7 +42,7 @@ from ..pipeline import tiny
 from . import world as mw
 
 PREP_A = ("mw_facts", "mw_arith", "mw_sentiment")
-PREP_B = ("mw_entail", "mw_grammar", "mw_scripts")
+PREP_B = ("mw_reading", "mw_grammar", "mw_scripts")
 VOCAB = {"llama": 512, "gpt2": 640, "gpt_neox": 384}
 TOKENIZER_DOCS = 6000          # corpus documents (plus every training prompt) a tokenizer is fitted on
 
