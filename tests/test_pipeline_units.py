@@ -221,3 +221,16 @@ def test_paper_profile_validates_with_the_papers_models_and_benchmarks(harmony_d
     s1 = prof.stages["01_select_benchmarks"]
     assert (s1["cap_train"], s1["cap_validation"], s1["cap_test"], s1["min_train"]) == (50000, 1000, 10000, 1000)
     assert s2["executor"] == "slurm" and s1["include_defaults"] is True
+
+
+@pytest.mark.slow
+def test_unreachable_builtin_task_falls_back_to_cached_count():
+    """Offline, a hub task's dataset fails fast; it is reported and judged on the paper's count."""
+    rows = {r["task"]: r for r in tk.select(["arc_easy", "wikitext"], include_defaults=True, min_train=1000,
+                                            timeout=120)}
+    arc = rows["arc_easy"]
+    assert arc["selected"] and arc["count_source"] == "cached" and arc["n_train"] == 2251
+    assert (arc["metric"], arc["category"]) == ("acc_norm", "Question Answering")
+    assert "arc_easy" in arc["note"] and "cannot load" in arc["note"]
+    assert not rows["wikitext"]["selected"] and rows["wikitext"]["count_source"] == "unavailable"
+    assert "dataset unreachable" in rows["wikitext"]["reason"]

@@ -257,6 +257,18 @@ def inspect(manager, name: str, store: str | Path | None = None, timeout: float 
     return task, info
 
 
+def _known_metadata(name: str, store: str | Path | None) -> dict:
+    """Kind, metric, filter, category of a task from ``lib.metadata`` (for unreachable tasks)."""
+    from .. import metadata
+
+    try:
+        info = metadata.benchmark_info(name, store)
+    except metadata.MetadataError:
+        return {}
+    return {"kind": info.kind, "metric": info.metric, "filter": info.filter or "none",
+            "higher_is_better": info.higher_is_better, "category": info.category}
+
+
 def select(names: list[str], include_paths: Iterable[str | Path] = (), include_defaults: bool = False,
            min_train: int = 1000, store: str | Path | None = None, timeout: float = 300.0,
            corpora: Iterable[str] = ()) -> list[dict]:
@@ -278,6 +290,7 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
             _, info = inspect(manager, name, store, timeout)
         except TaskError as exc:
             cached = CACHED_TRAIN_COUNTS.get(name)
+            row.update(_known_metadata(name, store))
             row.update(count_source="cached" if cached is not None else "unavailable", n_train=cached,
                        note=str(exc))
             keep = cached is not None and cached >= min_train and not is_corpus
