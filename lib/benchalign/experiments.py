@@ -147,6 +147,16 @@ def run_method(method: str, data: ItemData, train, val, seed: int, cfg: Config,
     return base.score(data.X), (None if base.scorer is not None else full)
 
 
+def best_single_choice(data: ItemData, split: Split) -> dict:
+    """Which benchmark the ``best_single`` baseline picks on the source models, and every
+    benchmark's Spearman rho with the target there."""
+    if len(split.source) < 2:
+        return {}
+    base = baselines.best_single(data.X[split.source], data.target[split.source], data.item_benchmark)
+    return {"benchmark": base.info["benchmark"],
+            "source_rho": {b: _clean(r) for b, r in base.info["source_rho"].items()}}
+
+
 def evaluate(scores: np.ndarray, y: np.ndarray, groups: dict[str, np.ndarray]) -> dict[str, dict]:
     return {g: {"spearman": rank.spearman(scores[idx], y[idx]),
                 "pair_acc": rank.pair_accuracy(scores[idx], y[idx])} for g, idx in groups.items()}
@@ -358,6 +368,7 @@ def cross_paper(data: ItemData, source_max_b: float, test_min_b: float, seeds: i
         return out
     comp = compare(data, split, CROSS_METHODS, seeds, cfg)
     out["comparison"] = summarise(comp, data.target, n_boot)[group]
+    out["best_single"] = best_single_choice(data, split)
     W = np.array(comp.weights["benchalign"])
     out["weights"] = {b: {"mean": round(float(W[:, j].mean()), 5), "std": round(float(W[:, j].std()), 5)}
                       for j, b in enumerate(data.item_benchmark)}

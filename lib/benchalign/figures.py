@@ -33,8 +33,10 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc")):
         ax.axvline(0.5 if metric == "pair_acc" else 0.0, color="0.4", lw=0.8, ls=":")
         ax.set_xlabel({"spearman": "Spearman ρ (test models)", "pair_acc": "pairwise accuracy"}.get(metric, metric))
         ax.invert_yaxis()
-    axes[0][-1].legend(title="test models", loc="lower right")
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.legend(handles, labels, title="test models", loc="upper center", ncol=len(groups),
+               bbox_to_anchor=(0.5, 1.0), frameon=False)
     return fig
 
 
@@ -76,7 +78,10 @@ def needs_curves(df: pd.DataFrame, group: str):
             d = sub[(sub.kind.isin(kinds)) & (sub.method == method)].groupby("n")["spearman"].agg(["mean", "std"])
             if len(d):
                 ax.errorbar(d.index, d["mean"], yerr=d["std"], fmt=style, ms=3, capsize=2, label=method)
+        ns = sorted(sub[sub.kind.isin(kinds)].n.unique())
         ax.set_xscale("log")
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.xaxis.set_minor_locator(plt.NullLocator())
         ax.set_xlabel(f"number of {label}")
     spread = sub[(sub.kind == "source_spread") & (sub.method == "benchalign")]
     if len(spread):
