@@ -1,8 +1,8 @@
 """Speed of the mini world: generation, the zoo's pre-training, and `make all` first and second run.
 
     python bench/bench_miniworld.py            # world + zoo only (minutes)
-    python bench/bench_miniworld.py --full     # also `python -m lib.run mini --then-published`,
-                                               # twice, into a fresh outputs folder (~30 minutes)
+    python bench/bench_miniworld.py --full     # `python -m lib.run mini --then-published` twice
+                                               # into a fresh outputs folder (~30 minutes)
 
 Writes bench/results/miniworld.json and prints the numbers. The full run uses a fresh
 ``TBT_OUTPUTS`` folder under .cache/ (never outputs/), so it measures a first run from nothing:
@@ -47,9 +47,12 @@ def bench_world_and_zoo(outputs: Path) -> dict:
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(outputs), check=True,
                           capture_output=True, text=True)
     times = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"prepare_first_s": times["first"], "prepare_second_s": times["second"], **zoo_seconds(outputs)}
+
+
+def zoo_seconds(outputs: Path) -> dict:
     records = [json.loads(p.read_text()) for p in (outputs / "mini" / "work" / "models").glob("*.recipe.json")]
-    return {"prepare_first_s": times["first"], "prepare_second_s": times["second"],
-            "models": len(records),
+    return {"models": len(records), "zoo_build_s": round(sum(r["build_seconds"] for r in records), 1),
             "pretrain_s_per_model": {r["recipe"]["name"]: round(r["build_seconds"], 1) for r in records}}
 
 
@@ -63,6 +66,9 @@ def bench_make_all(outputs: Path) -> dict:
         out[f"make_all_{label}_s"] = time.time() - t0
         log = json.loads((outputs / "mini" / "run_log.json").read_text())
         out[f"stages_{label}"] = {k: round(v["seconds"], 1) for k, v in log["stages"].items()}
+        pub = outputs / "published" / "run_log.json"
+        if pub.exists():
+            out[f"published_{label}_s"] = round(json.loads(pub.read_text())["total_seconds"], 1)
     return out
 
 
@@ -75,14 +81,16 @@ def main() -> int:
     try:
         result = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                               "platform": platform.platform()}}
-        result.update(bench_world_and_zoo(outputs))
-        if args.full:
+        if args.full:          # the first run starts from nothing: world, zoo, every stage
             result.update(bench_make_all(outputs))
+            result.update(zoo_seconds(outputs))
+        else:
+            result.update(bench_world_and_zoo(outputs))
         result["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        if not args.full:       # keep the last full-run numbers when only the quick part is re-measured
-            result.update({k: v for k, v in previous.items() if k.startswith(("make_all", "stages_"))})
+        keep = ("make_all", "stages_") if not args.full else ("prepare_",)   # the other mode's numbers
+        result.update({k: v for k, v in previous.items() if k.startswith(keep) and k not in result})
         RESULTS.write_text(json.dumps(result, indent=1) + "\n")
         print(json.dumps(result, indent=1))
     finally:
