@@ -234,3 +234,30 @@ def test_unreachable_builtin_task_falls_back_to_cached_count():
     assert "arc_easy" in arc["note"] and "cannot load" in arc["note"]
     assert not rows["wikitext"]["selected"] and rows["wikitext"]["count_source"] == "unavailable"
     assert "dataset unreachable" in rows["wikitext"]["reason"]
+
+
+_FINGERPRINT = """
+import hashlib, json, tempfile
+from lib.pipeline import tiny
+splits = tiny.smoke_task_splits(0)
+texts = tiny.smoke_pretraining_texts(0, n_docs=60)
+tok = tiny.train_tokenizer(texts + [json.dumps(splits)], 300)
+model = tiny.make_model("llama", tok, d_model=32, n_layers=1, n_heads=2, max_len=64)
+stats = tiny.pretrain(model, tok, texts, steps=5, batch_size=2, seq_len=32, lr=1e-3, seed=0,
+                      out_dir=tempfile.mkdtemp() + "/m")
+print(hashlib.sha256(json.dumps([splits, tok.backend_tokenizer.to_str(), stats["loss_curve"]]).encode()).hexdigest())
+"""
+
+
+def test_smoke_world_is_identical_across_processes():
+    """Tasks, tokenizer and pre-training do not depend on Python's per-process hash seed."""
+    import os
+    import subprocess
+    import sys
+
+    from lib import paths
+
+    digests = {subprocess.run([sys.executable, "-c", _FINGERPRINT], cwd=paths.ROOT, check=True, text=True,
+                              capture_output=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
+               for seed in ("1", "2")}
+    assert len(digests) == 1 and len(next(iter(digests))) == 64

@@ -274,7 +274,7 @@ SMOKE_TASKS = {   # name: (category, metric, filter, kind)
     "smoke_colours": ("Question Answering", "exact_match", "remove_whitespace", "generate_until"),
     "smoke_corpus": ("Perplexity", "bits_per_byte", None, "loglikelihood_rolling"),
 }
-SMOKE_VERSION = 2      # bump when the world below changes (invalidates the cache)
+SMOKE_VERSION = 3      # bump when the world below changes (invalidates the cache)
 
 
 def _filler(rng: random.Random) -> str:
@@ -334,7 +334,7 @@ def smoke_task_splits(seed: int = 0) -> dict[str, dict[str, list[dict]]]:
     LoRA fine-tuning of a tiny model can learn (the test items re-ask the same facts with other
     distractors and orders)."""
     rng = random.Random(seed + 1)
-    sounds = list(set(ANIMAL_SOUNDS.values()))
+    sounds = sorted(set(ANIMAL_SOUNDS.values()))
     sound_facts = [(f"Question: what does the {a} say?\nAnswer:", s, sounds) for a, s in ANIMAL_SOUNDS.items()]
     count_facts = [(f"Question: what number comes after {NUMBERS[i]}?\nAnswer:", NUMBERS[i + 1], NUMBERS)
                    for i in range(len(NUMBERS) - 1)]
@@ -355,7 +355,7 @@ def smoke_task_splits(seed: int = 0) -> dict[str, dict[str, list[dict]]]:
         docs = []
         for _ in range(n):
             sent = [f"{rng.choice(_TIMES)} the {rng.choice(list(OBJECT_COLOURS))} near the "
-                    f"{rng.choice(_PLACES)} is {rng.choice(list(set(OBJECT_COLOURS.values())))} ."
+                    f"{rng.choice(_PLACES)} is {rng.choice(sorted(set(OBJECT_COLOURS.values())))} ."
                     for _ in range(rng.randint(3, 5))]
             docs.append({"text": " ".join(sent)})
         return docs
