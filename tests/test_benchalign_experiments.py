@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 
-from lib import params, paths, store
+from lib import params, paths
 from lib.benchalign import baselines, data, experiments as ex, rank
 
 from test_benchalign_data import make_pipeline_world
