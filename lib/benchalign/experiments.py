@@ -180,8 +180,8 @@ def compare(data: ItemData, split: Split, methods=METHODS, seeds: int = 5, cfg: 
     rows, preds, weights = [], {}, {}
     it = [(m, s) for m in methods for s in range(seeds)]
     if progress:
-        from tqdm.auto import tqdm
-        it = tqdm(it, desc="methods x seeds")
+        from tqdm import tqdm                      # plain text bar: no widget dependency in notebooks
+        it = tqdm(it, desc="methods x seeds", mininterval=5)
     for method, seed in it:
         if len(split.source) < 2 and method not in ("no_alignment", "random"):
             continue                                   # nothing to fit on (the split's notes say so)
@@ -320,8 +320,8 @@ def data_needs(data: ItemData, split: Split, source_counts=(10, 20, 40, 80), ite
         jobs += [("source_spread", spread_models, s) for s in range(seeds)]
     jobs += [("items", n, s) for n in item_counts if 1 <= n <= M for s in range(seeds)]
     if progress:
-        from tqdm.auto import tqdm
-        jobs = tqdm(jobs, desc="data needs")
+        from tqdm import tqdm
+        jobs = tqdm(jobs, desc="data needs", mininterval=5)
     for kind, n, seed in jobs:
         rng = np.random.default_rng(10_000 + seed)
         items = None
