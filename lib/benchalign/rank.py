@@ -215,7 +215,7 @@ def loss_and_grad(X, w, y, loss: str = "ranknet", floor: float = FLOOR) -> tuple
     wt = torch.tensor(np.asarray(w, dtype=np.float64), requires_grad=True)
     value = pair_loss(Xt @ normalise(wt, floor), Target(y), loss)
     value.backward()
-    return float(value), wt.grad.numpy().copy()
+    return float(value.detach()), wt.grad.numpy().copy()
 
 
 # --------------------------------------------------------------------------- metrics
