@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import sys
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-real", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    out = {"machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
+    out = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                        "torch": torch.__version__}, "threads": args.threads}
     if not args.skip_real:
         if paths.has_data(data.OLL_DIR):
