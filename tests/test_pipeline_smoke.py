@@ -3,6 +3,7 @@ kill-and-resume, same-seed determinism, test-split isolation and the submitit pa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -185,6 +186,10 @@ def test_killed_run_resumes_to_the_same_results_and_same_seed_same_scores(smoke,
     assert first.stat().st_mtime == mtime
     assert _outcome(spec_b) == a
     assert jobs.run_job(spec_b) == {}                                  # finished: nothing to do
+    changed = dataclasses.replace(spec_b, recipe={**spec_b.recipe, "epochs": 2})
+    assert changed.pending() == ["smoke_sounds"]                       # another recipe is not reused
+    assert ft.read_unit(first.parent, changed.config(3e-3)) is None
+    assert ft.read_unit(first.parent, spec_b.config(3e-3)).curve
 
     # 4) a second uninterrupted run with the same seed gives the same scores
     spec_c = _spec(smoke, tmp_path / "c")

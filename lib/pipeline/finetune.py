@@ -148,6 +148,7 @@ class UnitResult:
     adapter: str | None = None
     n_train_examples: int = 0
     seconds: float = 0.0
+    config: dict = field(default_factory=dict)        # what produced it (see jobs.JobSpec.config)
 
 
 def _better(a: float, b: float | None, higher_is_better: bool) -> bool:
@@ -178,7 +179,7 @@ def _save_adapter(peft_model, target: Path) -> None:
 
 def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: str | Path,
                validate: Callable[[object], float], higher_is_better: bool,
-               progress: Callable[[str], None] | None = None):
+               progress: Callable[[str], None] | None = None, config: dict | None = None):
     """Train one LoRA adapter at ``lr`` for ``recipe.epochs`` epochs, validating after each.
 
     ``validate(peft_model) -> score`` runs the benchmark's lm-eval metric on the validation split.
@@ -193,9 +194,9 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
         shutil.rmtree(unit_dir)
     device = next(base.parameters()).device
     torch.manual_seed(recipe.seed)
-    config = LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, lora_dropout=recipe.lora_dropout,
-                        target_modules=lora_targets(base), task_type="CAUSAL_LM")
-    model = get_peft_model(base, config)
+    lora_config = LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, lora_dropout=recipe.lora_dropout,
+                             target_modules=lora_targets(base), task_type="CAUSAL_LM")
+    model = get_peft_model(base, lora_config)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=recipe.weight_decay)
     steps_per_epoch = math.ceil(len(examples) / recipe.batch_size)
@@ -203,7 +204,7 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / total))   # linear decay
     gen = torch.Generator().manual_seed(recipe.seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    res = UnitResult(lr=lr, n_train_examples=len(examples))
+    res = UnitResult(lr=lr, n_train_examples=len(examples), config=dict(config or {}))
     t_unit = time.time()
     for epoch in range(1, recipe.epochs + 1):
         t0 = time.time()
@@ -237,13 +238,17 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
     return res, model.unload()
 
 
-def read_unit(unit_dir: str | Path) -> UnitResult | None:
-    """A finished unit's record, or None when the unit has not finished."""
+def read_unit(unit_dir: str | Path, config: dict | None = None) -> UnitResult | None:
+    """A finished unit's record; None when it has not finished or (given ``config``) was made
+    with another configuration (recipe, splits, model), so that it is redone."""
     path = Path(unit_dir) / UNIT_FILE
     if not path.exists():
         return None
     data = store.read_json(path)
-    return UnitResult(**data)
+    unit = UnitResult(**{k: v for k, v in data.items() if k in UnitResult.__dataclass_fields__})
+    if config is not None and store._jsonable(config) != unit.config:
+        return None
+    return unit
 
 
 def select_best(units: list[UnitResult], higher_is_better: bool) -> tuple[float, int, float]:

@@ -69,9 +69,25 @@ class JobSpec:
     def protocol(self) -> str:
         return PROTOCOL[self.stage]
 
+    def config(self, lr: float | None = None) -> dict:
+        """What determines a result (recorded with it): a result or unit made with another
+        recipe, split plan, model source or chat setting is not reused but redone."""
+        cfg = {"stage": self.stage, "source": self.source, "caps": self.caps, "split_seed": self.split_seed,
+               "chat_template": self.chat_template}
+        if self.stage == "finetune":
+            recipe = {k: v for k, v in self.recipe.items() if k not in ("lrs", "eval_batch_size")}
+            cfg["recipe"] = recipe if lr is None else {**recipe, "lr": lr}
+            if lr is None:
+                cfg["lrs"] = list(self.recipe.get("lrs", []))
+        return store._jsonable(cfg)
+
+    def done(self, benchmark: str) -> bool:
+        path = store.path_for(self.store_root, self.protocol, benchmark, self.model)
+        return path.exists() and store.read(path).provenance.get("config") == self.config()
+
     def pending(self) -> list[str]:
-        """Benchmarks whose result is not in the store yet."""
-        return [b for b in self.benchmarks if not store.exists(self.store_root, self.protocol, b, self.model)]
+        """Benchmarks without a result of this configuration in the store."""
+        return [b for b in self.benchmarks if not self.done(b)]
 
 
 def benchmark_dir(work: str | Path, model: str, benchmark: str) -> Path:
@@ -178,7 +194,7 @@ def _provenance(spec: JobSpec, split_plan: tk.SplitPlan, recipe: ft.Recipe) -> d
             "n_train": split_plan.sizes["train"],
             "n_val": split_plan.sizes["validation"], "n_test": split_plan.sizes["test"],
             "test_split": split_plan.source["test"], "validation_carved_from_train": split_plan.carved,
-            "chat_template": spec.chat_template, "caps": split_plan.caps}
+            "chat_template": spec.chat_template, "caps": split_plan.caps, "config": spec.config()}
 
 
 def _finetune_benchmark(spec, recipe, model, tokenizer, task, info, split_plan, progress):
@@ -189,7 +205,9 @@ def _finetune_benchmark(spec, recipe, model, tokenizer, task, info, split_plan, 
     units = []
     for lr in recipe.lrs:
         udir = unit_dir(spec.work_root, spec.model, info.name, lr)
-        unit = ft.read_unit(udir)
+        unit = ft.read_unit(udir, spec.config(lr))
+        if unit is not None and unit.adapter and not Path(unit.adapter).exists():
+            unit = None             # its adapter was pruned (not chosen before): retrain, deterministically
         if unit is None:
             if examples is None:
                 examples = ft.training_examples(task, info, lm, recipe.max_length, spec.chat_template)
@@ -200,7 +218,7 @@ def _finetune_benchmark(spec, recipe, model, tokenizer, task, info, split_plan, 
                                    chat_template=spec.chat_template, seed=recipe.seed).score
 
             unit, model = ft.train_unit(model, tokenizer, examples, recipe, lr, udir, validate,
-                                        info.higher_is_better, progress=None)
+                                        info.higher_is_better, progress=None, config=spec.config(lr))
         units.append(unit)
     lr, epoch, val_score = ft.select_best(units, info.higher_is_better)
     chosen = next(u for u in units if u.lr == lr)
