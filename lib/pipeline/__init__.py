@@ -1,1 +1,14 @@
-"""The train-before-test pipeline: task selection, fine-tuning, evaluation, perplexity, job grid."""
+"""The train-before-test pipeline: task selection, fine-tuning, evaluation, perplexity, job grid.
+
+    tasks       lm-eval registry (built-ins + include_path folders), selection, split plans
+    evaluate    model loading/resolution, lm-eval scoring of a preloaded model, per-item files
+    finetune    LoRA recipe, training examples rendered by lm-eval, one learning-rate unit
+    perplexity  local text corpora as loglikelihood_rolling tasks; bits-per-byte tables
+    jobs        the (model, benchmark, lr) grid: resumable units, local or submitit launcher
+    tiny        tiny causal LMs built offline and the smoke profile's world (prepare hook)
+    localtasks  writes local lm-eval task YAML + JSONL (ground floor)
+    device      torch device and CPU thread count
+
+Heavy imports (torch, transformers, peft, lm_eval) happen inside functions, so importing a
+module here is cheap.
+"""
