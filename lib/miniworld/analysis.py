@@ -167,7 +167,7 @@ def plot_rank_moves(table: pd.DataFrame):
 
     fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE * 0.7, 2.6), sharey=True)
     n = int(table["n_models"].max()) if len(table) else 1
-    for ax, flag, title in ((axes[0], True, "tasks it was prepared for"), (axes[1], False, "other tasks")):
+    for ax, flag, title in ((axes[0], True, "Tasks it was prepared for"), (axes[1], False, "Other tasks")):
         part = table[table["prepared_for"] == flag]
         for _, row in part.iterrows():
             ax.plot([0, 1], [row["rank_direct"], row["rank_tbt"]], color="0.6", lw=0.6, alpha=0.6)
@@ -177,9 +177,10 @@ def plot_rank_moves(table: pd.DataFrame):
         ax.set_xticks([0, 1], [plots.PROTOCOL_LABELS[p] for p in PROTOCOLS])
         ax.set_xlim(-0.2, 1.2)
         ax.set_ylim(n + 0.5, 0.5)
-        ax.set_title(f"Prepared models, {title}")
-    axes[0].set_ylabel("rank (1 = best)")
+        ax.set_title(f"{title} (n = {len(part)})")
+    axes[0].set_ylabel("rank of a prepared model (1 = best)")
     axes[0].legend(loc="lower right")
+    fig.suptitle("Prepared models before and after train-before-test")
     fig.tight_layout()
     return fig
 
