@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import report, store
+from .. import plots, report, store
 from ..analysis import agreement, structure
 
 PROTOCOLS = ("direct_eval", "train_before_test")
@@ -163,8 +163,6 @@ def plot_rank_moves(table: pd.DataFrame):
     """Two panels (prepared tasks, other tasks): each prepared model's rank, direct -> tbt."""
     import matplotlib.pyplot as plt
 
-    from .. import plots
-
     fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE * 0.7, 2.6), sharey=True)
     n = int(table["n_models"].max()) if len(table) else 1
     for ax, flag, title in ((axes[0], True, "Tasks it was prepared for"), (axes[1], False, "Other tasks")):
@@ -188,8 +186,6 @@ def plot_rank_moves(table: pd.DataFrame):
 def plot_perplexity(table: pd.DataFrame):
     import matplotlib.pyplot as plt
 
-    from .. import plots
-
     fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.8))
     for protocol in PROTOCOLS:
         part = table[table["protocol"] == protocol]
@@ -207,8 +203,6 @@ def plot_perplexity(table: pd.DataFrame):
 
 def plot_pca(table: pd.DataFrame):
     import matplotlib.pyplot as plt
-
-    from .. import plots
 
     fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.4))
     labels = list(dict.fromkeys(table["models"]))
@@ -261,10 +255,7 @@ def notebook_section(ctx, view: str) -> pd.DataFrame | None:
     else:
         table = pca_table(df, ctx.store)
         values = {f"{r.protocol}/{r.models}": r.pc1_share for r in table.itertuples()}
-    if view == "pca":
         fig = plot_pca(table)
-    from .. import plots
-
     report.write_table(table, ctx.out, f"preparation_{view}", index=False)
     if fig is not None:
         plots.savefig(fig, ctx.out, f"preparation_{view}")
