@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
-import os
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from . import paths
+from .store import atomic_write_bytes
 
 URL_TEMPLATE = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
 LFS_TEMPLATE = "https://media.githubusercontent.com/media/{repo}/{commit}/{path}"
@@ -97,21 +96,6 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def get(remote: Remote, dest_dir: Path, fetcher: Callable[[str], bytes] | None = None, force: bool = False,
         url_template: str | None = None, lfs_template: str | None = None) -> Path:
     """Download one file into ``dest_dir / remote.dest`` unless a copy with the right sha256 is there."""
@@ -128,7 +112,7 @@ def get(remote: Remote, dest_dir: Path, fetcher: Callable[[str], bytes] | None =
     if remote.sha256 is not None and _sha256(data) != remote.sha256:
         raise DataError(f"sha256 mismatch for {remote.dest} from {url}: expected {remote.sha256}, "
                         f"got {_sha256(data)} (file not written)")
-    return _atomic_write_bytes(target, data)
+    return atomic_write_bytes(target, data)
 
 
 def jbl_to_npz(scores_path: Path, models_path: Path, out: Path) -> Path:
@@ -147,7 +131,7 @@ def jbl_to_npz(scores_path: Path, models_path: Path, out: Path) -> Path:
         raise DataError(f"{scores_path.name}: scores are not 0/1")
     buf = io.BytesIO()
     np.savez_compressed(buf, scores=scores.astype(np.uint8), models=models)
-    return _atomic_write_bytes(out, buf.getvalue())
+    return atomic_write_bytes(out, buf.getvalue())
 
 
 def download(dest_dir: str | Path | None = None, files: Iterable[Remote] | None = None,

@@ -33,8 +33,8 @@ class StoreError(ValueError):
     """A result (file) is malformed; the message names it."""
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, fsync: bool = True) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, fsync: bool = True) -> Path:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
 
     ``fsync=False`` skips the per-file flush to disk (bulk writers such as the published importer
     call ``os.sync()`` once at the end instead, before recording that the batch is complete).
@@ -43,8 +43,8 @@ def atomic_write_text(path: str | os.PathLike, text: str, fsync: bool = True) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             if fsync:
                 os.fsync(fh.fileno())
@@ -53,6 +53,11 @@ def atomic_write_text(path: str | os.PathLike, text: str, fsync: bool = True) ->
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, fsync: bool = True) -> Path:
+    """:func:`atomic_write_bytes` of UTF-8 text."""
+    return atomic_write_bytes(path, text.encode("utf-8"), fsync=fsync)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -31,3 +31,14 @@ def harmony_data() -> Path:
         return paths.data_dir("lm-harmony/all_results.json")
     except paths.DataMissing as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Small torch fits run fastest on one thread (and do not fight other work on 2 cores)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

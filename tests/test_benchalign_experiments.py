@@ -12,16 +12,7 @@ from lib.benchalign import baselines, data, experiments as ex, rank
 
 from test_benchalign_data import make_pipeline_world
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Small fits run fastest on one thread (and do not fight other work on a 2-core machine)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _world(K=60, M=40, seed=0):

@@ -10,16 +10,7 @@ import torch
 
 from lib.benchalign import rank
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Small fits run fastest on one thread (and do not fight other work on a 2-core machine)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _naive_ranknet(X, w, y, floor=rank.FLOOR):
