@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,3 +43,29 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+_SESSION_START = time.time()
+SMOKE = "smoke"
+
+
+@pytest.fixture(scope="session")
+def smoke():
+    """Run prepare + 01-03 of the smoke profile once per test session (from a clean store, so no
+    result of an older code version is reused; the built tiny models are kept, they are cached by
+    their definition)."""
+    import shutil
+
+    from lib import paths, report, run
+
+    prof_dir = paths.profile_dir(SMOKE)
+    log = prof_dir / "run_log.json"
+    fresh = log.exists() and log.stat().st_mtime > _SESSION_START and \
+        all((paths.stage_dir(SMOKE, s) / "summary.json").exists()
+            for s in ("01_select_benchmarks", "02_finetune", "03_direct_eval"))
+    if not fresh:
+        for sub in ("01_select_benchmarks", "02_finetune", "03_direct_eval", "store", "work/finetune", "work/items"):
+            shutil.rmtree(prof_dir / sub, ignore_errors=True)
+        run.run_profile(SMOKE, stages=["01", "02", "03"], force=True)
+    return {"store": paths.store_dir(SMOKE), "work": paths.work_dir(SMOKE),
+            "selection": report.read_summary(SMOKE, "01_select_benchmarks")}

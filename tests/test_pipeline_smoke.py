@@ -22,29 +22,6 @@ from lib.pipeline import tasks as tk
 
 pytestmark = pytest.mark.slow
 PROFILE = "smoke"
-_SESSION_START = time.time()
-
-
-@pytest.fixture(scope="session")
-def smoke():
-    """Run prepare + 01-03 of the smoke profile once per test session (from a clean store, so no
-    result of an older code version is reused; the built tiny models are kept, they are cached by
-    their definition)."""
-    import shutil
-
-    from lib import run
-
-    prof_dir = paths.profile_dir(PROFILE)
-    log = prof_dir / "run_log.json"
-    fresh = log.exists() and log.stat().st_mtime > _SESSION_START and \
-        all((paths.stage_dir(PROFILE, s) / "summary.json").exists()
-            for s in ("01_select_benchmarks", "02_finetune", "03_direct_eval"))
-    if not fresh:
-        for sub in ("01_select_benchmarks", "02_finetune", "03_direct_eval", "store", "work/finetune", "work/items"):
-            shutil.rmtree(prof_dir / sub, ignore_errors=True)
-        run.run_profile(PROFILE, stages=["01", "02", "03"], force=True)
-    return {"store": paths.store_dir(PROFILE), "work": paths.work_dir(PROFILE),
-            "selection": report.read_summary(PROFILE, "01_select_benchmarks")}
 
 
 def _scores(root, protocol):
