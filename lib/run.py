@@ -97,6 +97,8 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
                 raise ParamsError(f"{prof.path}: no stage {s!r}; stages: {list(prof.stages)}")
             chosen += hits
         selected = [s for s in prof.stages if s in chosen]
+    # Hugging Face's per-file download/load bars drown the stage lines (our own tqdm bars stay).
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if prof.offline:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -122,7 +124,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
         stamp.unlink(missing_ok=True)
         print(f"[{name}] {stage}: running ...", flush=True)
         t0 = time.time()
-        execute(stage, params, out_dir, kernel=kernel)
+        execute(stage, params, out_dir, kernel=kernel, progress=sys.stdout.isatty())
         dt = time.time() - t0
         if not (out_dir / "summary.json").exists():
             raise RuntimeError(f"stage {stage} finished without writing {out_dir / 'summary.json'}")
