@@ -30,7 +30,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from . import paths
-from .store import atomic_write_bytes
+from .store import atomic_write_bytes, sha256_file
 
 URL_TEMPLATE = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
 LFS_TEMPLATE = "https://media.githubusercontent.com/media/{repo}/{commit}/{path}"
@@ -102,7 +102,7 @@ def get(remote: Remote, dest_dir: Path, fetcher: Callable[[str], bytes] | None =
     fetcher = fetcher or fetch
     url_template, lfs_template = url_template or URL_TEMPLATE, lfs_template or LFS_TEMPLATE
     target = dest_dir / remote.dest
-    if not force and target.exists() and (remote.sha256 is None or _sha256(target.read_bytes()) == remote.sha256):
+    if not force and target.exists() and (remote.sha256 is None or sha256_file(target) == remote.sha256):
         return target
     url = remote.url(url_template)
     data = fetcher(url)

@@ -22,7 +22,6 @@ Unknown names raise :class:`MetadataError` naming the culprit and the closest kn
 from __future__ import annotations
 
 import csv
-import difflib
 import functools
 import math
 import re
@@ -33,6 +32,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from . import paths
+from .params import did_you_mean
 from .store import read_meta
 
 OBSSCALING_CSV = "obsscaling/base_llm_benchmark_eval.csv"
@@ -145,9 +145,7 @@ COMPUTE_ALIASES: dict[str, str] = {
 
 # --------------------------------------------------------------------------- helpers
 def _unknown(kind: str, name: str, known: Iterable[str], hint: str) -> MetadataError:
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
-    did = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return MetadataError(f"no metadata for {kind} {name!r}{did} ({hint})")
+    return MetadataError(f"no metadata for {kind} {name!r}{did_you_mean(name, known, n=3, cutoff=0.5)} ({hint})")
 
 
 def _store_records(store: str | Path | None, kind: str) -> dict[str, dict]:

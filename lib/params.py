@@ -37,9 +37,11 @@ class ParamsError(ValueError):
     """A params file or a notebook parameter cell is invalid; the message names file and key."""
 
 
-def _close(word: str, options) -> str:
-    match = difflib.get_close_matches(word, list(options), n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+def did_you_mean(word: str, options, n: int = 1, cutoff: float = 0.6) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``options`` to ``word``, or ``""``: the one
+    suggestion helper of every error message that names an unknown thing."""
+    match = difflib.get_close_matches(word, [str(o) for o in options], n=n, cutoff=cutoff)
+    return f" (did you mean {', '.join(map(repr, match))}?)" if match else ""
 
 
 def notebook_path(stage: str) -> Path:
@@ -51,7 +53,7 @@ def notebook_parameters(stage: str) -> dict[str, Any]:
     path = notebook_path(stage)
     if not path.exists():
         known = sorted(p.stem for p in paths.NOTEBOOKS.glob("*.ipynb"))
-        raise ParamsError(f"unknown stage {stage!r}: no notebook {path.name}{_close(stage, known)}")
+        raise ParamsError(f"unknown stage {stage!r}: no notebook {path.name}{did_you_mean(stage, known)}")
     nb = json.loads(path.read_text())
     cells = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
@@ -112,7 +114,7 @@ def load_profile(name: str, validate: bool = True) -> Profile:
     path = profile_path(name)
     if not path.exists():
         known = sorted(p.stem for p in paths.PARAMS.glob("*.yaml"))
-        raise ParamsError(f"unknown profile {name!r}: no {path}{_close(name, known)}; profiles: {known}")
+        raise ParamsError(f"unknown profile {name!r}: no {path}{did_you_mean(name, known)}; profiles: {known}")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -121,7 +123,7 @@ def load_profile(name: str, validate: bool = True) -> Profile:
         raise ParamsError(f"{path}: expected a mapping at the top level")
     for key in raw:
         if key not in TOP_KEYS:
-            raise ParamsError(f"{path}: unknown key {key!r}{_close(key, TOP_KEYS)}; allowed: {sorted(TOP_KEYS)}")
+            raise ParamsError(f"{path}: unknown key {key!r}{did_you_mean(key, TOP_KEYS)}; allowed: {sorted(TOP_KEYS)}")
     for key in sorted(REQUIRED_TOP - set(raw)):
         raise ParamsError(f"{path}: missing key {key!r}")
     stages = raw["stages"]
@@ -152,7 +154,7 @@ def check_stage(prof: Profile, stage: str, values: dict[str, Any]) -> dict[str, 
         if key == "profile":
             raise ParamsError(f"{prof.path}: stages.{stage}.profile: set by the runner, do not give it")
         if key not in declared:
-            raise ParamsError(f"{prof.path}: stages.{stage}.{key}: unknown key{_close(key, declared)}; "
+            raise ParamsError(f"{prof.path}: stages.{stage}.{key}: unknown key{did_you_mean(key, declared)}; "
                               f"the notebook's parameters are {sorted(declared)}")
         if not _type_ok(declared[key], value):
             raise ParamsError(f"{prof.path}: stages.{stage}.{key}: expected {_type_name(declared[key])}, "
@@ -178,7 +180,7 @@ def stage(name: str, profile: str) -> Stage:
     prof = load_profile(profile, validate=False)
     if name not in prof.stages:
         raise ParamsError(f"{prof.path}: stage {name!r} is not part of profile {profile!r}"
-                          f"{_close(name, prof.stages)}; its stages: {list(prof.stages)}")
+                          f"{did_you_mean(name, prof.stages)}; its stages: {list(prof.stages)}")
     st = Stage(profile=profile, name=name, out=paths.stage_dir(profile, name),
                store=paths.store_dir(profile), work=paths.work_dir(profile))
     st.out.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,6 @@ and is idempotent: a store already imported from a file with the same sha256 is 
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import time
@@ -26,14 +25,6 @@ SOURCE = {"repository": "github.com/socialfoundations/lm-harmony",
           "commit": "88bc5c352f6491bc9e6c19a361096a31c4df6e16", "path": "notebooks/all_results.json"}
 MISSING_STDERR = ("N/A", "NA", "", None)   # how the file spells "no standard error" (perplexity corpora)
 MARKER = "published_import.json"     # <store>/_meta/<MARKER>: what was imported, from which file hash
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def results_path() -> Path:
@@ -107,7 +98,7 @@ def import_store(profile: str, source: str | Path | None = None, force: bool = F
         raise paths.DataMissing(f"published results not found: {path} (set {paths.DATA_ENV}=<folder> "
                                 "(e.g. ../shared/data) or run `make data`)")
     root = paths.store_dir(profile)
-    digest = sha256_file(path)
+    digest = store.sha256_file(path)
     marker = root / "_meta" / MARKER
     if not force and marker.exists():
         done = store.read_json(marker)

@@ -13,6 +13,7 @@ Layout::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -58,6 +59,15 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, fsync: bool = True)
 def atomic_write_text(path: str | os.PathLike, text: str, fsync: bool = True) -> Path:
     """:func:`atomic_write_bytes` of UTF-8 text."""
     return atomic_write_bytes(path, text.encode("utf-8"), fsync=fsync)
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _jsonable(obj: Any) -> Any:

@@ -18,7 +18,6 @@ from lib import paths, report, store
 from lib.pipeline import evaluate as ev
 from lib.pipeline import finetune as ft
 from lib.pipeline import jobs
-from lib.pipeline import tasks as tk
 
 pytestmark = pytest.mark.slow
 PROFILE = "smoke"

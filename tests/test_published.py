@@ -36,7 +36,7 @@ def test_import_small_file_is_faithful_and_idempotent(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "out")
     src = _write(tmp_path / "all_results.json", SMALL)
     rec = published.import_store("p", source=src)
-    assert rec["n_results"] == 6 and rec["sha256"] == published.sha256_file(src)
+    assert rec["n_results"] == 6 and rec["sha256"] == store.sha256_file(src)
     df = store.load(paths.store_dir("p"))
     row = df[(df.protocol == "direct_eval") & (df.benchmark == "mnli") & (df.model == "google/gemma-2b")].iloc[0]
     assert (row.score, row.stderr, row.metric, row.higher_is_better) == (0.5, 0.02, "acc", True)

@@ -24,16 +24,16 @@ Model sizes come from the model id (:func:`parse_size_b`) for leaderboard models
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from .. import paths
+from ..params import did_you_mean
 from ..store import read_json
 
 OLL_DIR = "oll-v2-items"
@@ -117,7 +117,7 @@ class ItemData:
         index = {m: i for i, m in enumerate(self.models)}
         missing = [m for m in models if m not in index]
         if missing:
-            raise ItemDataError(f"unknown model(s) {missing[:3]}{_close(missing[0], self.models)}")
+            raise ItemDataError(f"unknown model(s) {missing[:3]}{did_you_mean(missing[0], self.models)}")
         idx = np.array([index[m] for m in models], dtype=int)
         return ItemData(self.X[idx], list(models), self.item_benchmark, self.item_id,
                         None if self.target is None else self.target[idx],
@@ -133,11 +133,6 @@ class ItemData:
         """Model x benchmark mean correctness."""
         return pd.DataFrame({b: self.X[:, self.item_benchmark == b].mean(axis=1) for b in self.benchmarks},
                             index=pd.Index(self.models, name="model"))
-
-
-def _close(name: str, options: Iterable[str]) -> str:
-    match = difflib.get_close_matches(name, list(options), n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 # --------------------------------------------------------------------------- validation
@@ -202,7 +197,7 @@ def read_oll(name: str, data: str | Path | None = None, duplicates: str = "first
     path = base / OLL_DIR / f"{name}.npz"
     if not path.exists():
         known = oll_available(base)
-        raise ItemDataError(f"no leaderboard item file {path}{_close(name, known)}; present: {known}")
+        raise ItemDataError(f"no leaderboard item file {path}{did_you_mean(name, known)}; present: {known}")
     with np.load(path, allow_pickle=False) as npz:
         missing = [k for k in ("scores", "models") if k not in npz.files]
         if missing:
@@ -300,7 +295,7 @@ def load_pipeline(store: str | Path, work: str | Path, benchmarks: Sequence[str]
     benchmarks = list(benchmarks) or present
     for b in benchmarks:
         if b not in present:
-            raise ItemDataError(f"no per-item files for benchmark {b!r} under {root}{_close(b, present)}")
+            raise ItemDataError(f"no per-item files for benchmark {b!r} under {root}{did_you_mean(b, present)}")
     per: dict[str, dict[str, dict[int, float]]] = {}
     for b in benchmarks:
         for f in sorted((root / b).glob("*.json")):
@@ -383,4 +378,4 @@ def load_source(source: str, *, store: str | Path, work: str | Path, features: S
         return load_oll(features, target or None, duplicates=duplicates)
     if source == "pipeline":
         return load_pipeline(store, work, features)
-    raise ItemDataError(f"unknown data source {source!r}{_close(source, SOURCES)}; expected one of {SOURCES}")
+    raise ItemDataError(f"unknown data source {source!r}{did_you_mean(source, SOURCES)}; expected one of {SOURCES}")

@@ -8,7 +8,6 @@ mini world (e.g. ``smoke``) the same calls describe whatever models and tasks it
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..pipeline.localtasks import write_task
-from ..store import atomic_write_json, atomic_write_text, read_json
+from ..store import atomic_write_json, atomic_write_text, read_json, sha256_file
 
 WORLD_VERSION = 3
 
@@ -521,10 +521,6 @@ def benchmark_meta() -> dict[str, dict]:
 
 
 # ----------------------------------------------------------------------------- on disk
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def build(out_dir: str | Path, config: WorldConfig | None = None, force: bool = False) -> dict:
     """Write the world under ``out_dir`` (cached: an unchanged config rebuilds nothing).
 
@@ -560,7 +556,7 @@ def build(out_dir: str | Path, config: WorldConfig | None = None, force: bool = 
     atomic_write_json(out / "creatures.json", [asdict(c) for c in world.creatures])
     files["corpus.txt"] = ""
     files["creatures.json"] = ""
-    files = {f: _sha(out / f) for f in sorted(files)}
+    files = {f: sha256_file(out / f) for f in sorted(files)}
     manifest = {"key": cfg.key(), "version": WORLD_VERSION, "config": asdict(cfg), "files": files,
                 "benchmarks": {n: {s: len(r) for s, r in sp.items()} for n, sp in world.benchmarks.items()},
                 "corpora": {n: {s: len(r) for s, r in sp.items()} for n, sp in world.corpora.items()},

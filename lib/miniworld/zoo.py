@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .. import paths, store
+from ..params import did_you_mean
 from ..pipeline import tiny
 from . import world as mw
 
@@ -76,10 +77,8 @@ class Recipe:
                 raise ZooError(f"zoo model {self.name!r}: {key} must be a positive integer")
         for task, dose in self.prepared.items():
             if task not in mw.BENCHMARKS:
-                import difflib
-                close = difflib.get_close_matches(task, list(mw.BENCHMARKS), n=1)
                 raise ZooError(f"zoo model {self.name!r}: prepared task {task!r} is not a mini-world benchmark"
-                               f"{f' (did you mean {close[0]!r}?)' if close else ''}")
+                               f"{did_you_mean(task, mw.BENCHMARKS)}")
             if not isinstance(dose, int) or dose <= 0:
                 raise ZooError(f"zoo model {self.name!r}: dose of {task!r} must be a positive integer")
         if bool(self.prepared) != bool(self.base):

@@ -7,7 +7,6 @@ per-item correctness that BenchAlign reads: ``<work>/items/<protocol>/<benchmark
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import store
+from ..params import did_you_mean
 from .tasks import TaskInfo, TaskError, docs, use_split
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def resolve_model(entry: str, store_root: str | Path | None = None, offline: boo
     if path.is_absolute() or entry.startswith(".") or path.exists():
         if not (path / "config.json").exists():
             known = [k for k, v in meta.items() if v.get("path")]
-            raise ModelError(f"unknown model path {entry!r}: no config.json there{_close(entry, known)}")
+            raise ModelError(f"unknown model path {entry!r}: no config.json there{did_you_mean(entry, known, n=3)}")
         return path.name, str(path.resolve())
     if offline is None:
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
@@ -57,14 +57,9 @@ def resolve_model(entry: str, store_root: str | Path | None = None, offline: boo
         if not isinstance(hit, str):
             known = [k for k, v in meta.items() if v.get("path")]
             raise ModelError(f"unknown model {entry!r}: not a local folder, a model of the store's "
-                             f"metadata{_close(entry, known)}, nor a hub id in the local cache "
+                             f"metadata{did_you_mean(entry, known, n=3)}, nor a hub id in the local cache "
                              "(HF_HUB_OFFLINE is set)")
     return entry, entry
-
-
-def _close(word: str, options) -> str:
-    m = difflib.get_close_matches(word, list(options), n=3)
-    return f" (did you mean {', '.join(map(repr, m))}?)" if m else ""
 
 
 def load_model(source: str, device: str | None = None):

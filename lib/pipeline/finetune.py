@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import store
+from .device import optimizer_step
 from .tasks import TaskInfo, docs
 
 UNIT_FILE = "unit.json"
@@ -213,12 +214,7 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
         losses = []
         for ids, labels, mask in _batches(examples, order, recipe.batch_size, pad):
             loss = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(float(loss.detach()))
+            losses.append(optimizer_step(loss, params, opt, sched))
         model.eval()
         train_seconds = time.time() - t0
         score = float(validate(model))

@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .. import store
+from ..params import did_you_mean
 from . import evaluate as ev
 from . import finetune as ft
 from . import tasks as tk
@@ -259,7 +258,7 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
     path on one machine. Jobs with nothing pending are not submitted.
     """
     if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}{tk.close_matches(executor, EXECUTORS)}; "
+        raise ValueError(f"unknown executor {executor!r}{did_you_mean(executor, EXECUTORS)}; "
                          f"expected one of {list(EXECUTORS)}")
     todo = [s for s in specs if s.pending()]
     results: dict[str, dict] = {}

@@ -15,7 +15,6 @@ results of different models line up.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import logging
 import random
@@ -23,6 +22,8 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+
+from ..params import did_you_mean
 
 # Training-split sizes the paper counted (data README): the fallback when a dataset cannot be
 # reached (offline, hub down). Used for selection only, never for training.
@@ -45,11 +46,6 @@ log = logging.getLogger(__name__)
 
 class TaskError(ValueError):
     """A task cannot be used (unknown, malformed, no training split, empty, unreachable)."""
-
-
-def close_matches(word: str, options: Iterable[str], n: int = 3) -> str:
-    match = difflib.get_close_matches(word, list(options), n=n)
-    return f" (did you mean {', '.join(repr(m) for m in match)}?)" if match else ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,7 +109,7 @@ def check_names(manager, names: Iterable[str]) -> None:
     for name in names:
         if name not in known:
             where = "the built-in registry and " if manager.include_path is None else ""
-            raise TaskError(f"unknown task {name!r}{close_matches(name, known)}; searched "
+            raise TaskError(f"unknown task {name!r}{did_you_mean(name, known, n=3)}; searched "
                             f"{where}include_path {manager.include_path}")
 
 

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ..params import did_you_mean
+
 FAMILIES = ("llama", "gpt2", "gpt_neox")
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
 STATS_FILE = "pretrain.json"     # written last into a finished model folder
@@ -85,10 +87,8 @@ def make_model(family: str, tokenizer, *, d_model: int, n_layers: int, n_heads: 
     import transformers as tf
 
     if family not in FAMILIES:
-        import difflib
-        close = difflib.get_close_matches(family, FAMILIES, n=1)
-        raise TinyError(f"make_model: unknown family {family!r}"
-                        f"{f' (did you mean {close[0]!r}?)' if close else ''}; known: {list(FAMILIES)}")
+        raise TinyError(f"make_model: unknown family {family!r}{did_you_mean(family, FAMILIES)}; "
+                        f"known: {list(FAMILIES)}")
     if min(d_model, n_layers, n_heads, max_len) <= 0 or d_model % n_heads:
         raise TinyError(f"make_model: invalid sizes d_model={d_model}, n_layers={n_layers}, "
                         f"n_heads={n_heads}, max_len={max_len} (n_heads must divide d_model)")
@@ -162,7 +162,7 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
     """
     import torch
 
-    from .device import setup_torch
+    from .device import optimizer_step, setup_torch
 
     setup_torch()
     texts = [t for t in texts if t]
@@ -197,12 +197,7 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
         starts = torch.randint(0, len(stream) - seq_len, (batch_size,), generator=gen)
         batch = stream[starts[:, None] + offsets]
         loss = model(input_ids=batch, labels=batch).loss      # the model shifts labels itself
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
+        losses.append(optimizer_step(loss, model.parameters(), opt, sched))
     model.eval()
     seconds = time.time() - t0
     n_params = n_parameters(model)
