@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lib import paths  # noqa: E402
-from lib.benchalign import data, experiments as ex, rank  # noqa: E402
-from lib.store import atomic_write_json  # noqa: E402
+from lib.benchalign import data, rank  # noqa: E402
+from lib.benchalign import experiments as ex
+from lib.util import atomic_write_json
 
 
 def peak_rss_gib() -> float:
@@ -47,7 +48,7 @@ def bench_real() -> dict:
     cfg = ex.Config()
     train, val = ex.train_val(sp.source, cfg.val_fraction, 0)
     t0 = time.perf_counter()
-    f = ex._fit_rows(d, train, val, cfg, seed=0)
+    f = ex._fit_rows(d, train, val, cfg)
     t_fit = time.perf_counter() - t0
     res = ex.evaluate(f.scores(d.X), d.target, sp.groups)
     t0 = time.perf_counter()

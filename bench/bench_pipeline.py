@@ -5,7 +5,7 @@ Measures, and writes to bench/results/pipeline.json:
     i.e. `make all PROFILE=smoke`: prepare + every stage), per stage, and of a second, cached run;
   - pre-training tokens/s of the tiny models (from their build statistics);
   - LoRA fine-tuning tokens/s (all tokens of the padded batches, and target tokens) on the tiny
-    model tiny-llama-m;
+    model mw-llama-s (on mw_sentiment);
   - evaluation examples/s through lm-eval per task kind (multiple choice, generative, perplexity).
 Outputs go to .cache/bench-outputs (never outputs/). Use --skip-profile to time only the kernels
 (needs a previous full run).
@@ -44,6 +44,7 @@ def run_profile(profile: str) -> dict:
 
 def kernels(profile: str = "smoke") -> dict:
     from lib import paths
+    from lib.miniworld import zoo
     from lib.pipeline import evaluate as ev
     from lib.pipeline import finetune as ft
     from lib.pipeline import tasks as tk
@@ -52,37 +53,38 @@ def kernels(profile: str = "smoke") -> dict:
     out: dict = {}
     models = ev.default_models(paths.store_dir(profile))
     out["pretrain_tokens_per_second"] = {
-        m: round(tiny.built(paths.work_dir(profile) / "tiny" / "models" / m)["tokens_per_second"])
-        for m in models}
+        m: round(tiny.built(zoo.model_dir(zoo.models_dir(profile), m))["tokens_per_second"]) for m in models}
     sel = json.loads((paths.stage_dir(profile, "01_select_benchmarks") / "summary.json").read_text())
     manager = tk.task_manager(sel["include_paths"], sel["include_defaults"])
-    model, tok = ev.load_model(str(paths.work_dir(profile) / "tiny" / "models" / "tiny-llama-m"))
+    name = "mw-llama-s"
+    model, tok = ev.load_model(str(zoo.model_dir(zoo.models_dir(profile), name)))
     lm = ev.make_lm(model, tok, 32)
 
-    task, info = tk.inspect(manager, "smoke_sounds", paths.store_dir(profile))
+    task, info = tk.inspect(manager, "mw_sentiment", paths.store_dir(profile))
     plan = tk.plan_splits(task, info, sel["caps"], sel["split_seed"])
     tk.install_splits(task, plan)
     examples = ft.training_examples(task, info, lm, 256)
-    recipe = ft.Recipe(lrs=(3e-3,), epochs=2, batch_size=16, max_length=256)
+    recipe = ft.Recipe(lrs=(3e-3,), epochs=2, lora_r=8, lora_alpha=32, lora_dropout=0.1, batch_size=16,
+                       max_length=256, weight_decay=0.0, seed=0)
     tmp = OUT / "bench-unit"
     t0 = time.time()
-    _, model = ft.train_unit(model, tok, examples, recipe, 3e-3, tmp, lambda m: 0.0, True)
+    ft.train_unit(model, tok, examples, recipe, 3e-3, tmp, lambda m: 0.0, True)
     dt = time.time() - t0
     shutil.rmtree(tmp, ignore_errors=True)
     n_tokens = sum(len(i) for i, _ in examples) * recipe.epochs
     n_target = sum(sum(1 for y in lab if y != -100) for _, lab in examples) * recipe.epochs
-    out["finetune"] = {"model": "tiny-llama-m", "task": "smoke_sounds", "examples": len(examples),
+    out["finetune"] = {"model": name, "task": "mw_sentiment", "examples": len(examples),
                        "epochs": recipe.epochs, "seconds": round(dt, 2),
                        "tokens_per_second": round(n_tokens / dt), "target_tokens_per_second": round(n_target / dt)}
     out["eval_examples_per_second"] = {}
     lm = ev.make_lm(model, tok, 32)
-    for name in ("smoke_sounds", "smoke_colours", "smoke_corpus"):
-        task, info = tk.inspect(manager, name, paths.store_dir(profile))
+    for bench in ("mw_sentiment", "mw_arith", "mw_wiki"):
+        task, info = tk.inspect(manager, bench, paths.store_dir(profile))
         plan = tk.plan_splits(task, info, sel["caps"], sel["split_seed"])
         tk.install_splits(task, plan)
         ev.evaluate(lm, task, info, "validation", plan.ids["validation"])          # warm-up
         o = ev.evaluate(lm, task, info, "test", plan.ids["test"])
-        out["eval_examples_per_second"][f"{name} ({info.kind})"] = round(o.n / o.seconds, 1)
+        out["eval_examples_per_second"][f"{bench} ({info.kind})"] = round(o.n / o.seconds, 1)
     return out
 
 

@@ -1,7 +1,7 @@
 """train-before-test: fair language-model evaluation as a notebook research repository.
 
 Layers (imports point downward only):
-    lib.paths, lib.params, lib.store, lib.metadata, lib.plots, lib.report   ground floor
+    lib.util, lib.paths, lib.params, lib.store, lib.metadata, lib.plots, lib.report   ground floor
     lib.pipeline     select tasks, fine-tune, evaluate, perplexity, job grid, tiny test models
     lib.analysis     rank agreement, perplexity agreement, PCA structure
     lib.benchalign   item weights learned from pairwise preferences

@@ -1,6 +1,6 @@
 """`make data`: download the published reference data from pinned commits, sha256-checked.
 
-``python -m lib.data download`` fetches the files named in the data README over HTTPS into
+``python -m lib.data download`` fetches the files named in the README's Data section over HTTPS into
 :data:`lib.paths.DATA_DOWNLOADS` (git-ignored), in the same layout as a ``$HARMONY_DATA`` folder::
 
     lm-harmony/all_results.json                     train-before-test paper's scores
@@ -18,19 +18,18 @@ line saying to point ``HARMONY_DATA`` at a copy instead.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 
 from . import paths
-from .store import atomic_write_bytes, sha256_file
+from .util import atomic_write_bytes, sha256_bytes, sha256_file
 
 URL_TEMPLATE = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
 LFS_TEMPLATE = "https://media.githubusercontent.com/media/{repo}/{commit}/{path}"
@@ -92,10 +91,6 @@ def fetch(url: str) -> bytes:
                         "copy of the published data, e.g. ../shared/data)") from None
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def get(remote: Remote, dest_dir: Path, fetcher: Callable[[str], bytes] | None = None, force: bool = False,
         url_template: str | None = None, lfs_template: str | None = None) -> Path:
     """Download one file into ``dest_dir / remote.dest`` unless a copy with the right sha256 is there."""
@@ -109,15 +104,15 @@ def get(remote: Remote, dest_dir: Path, fetcher: Callable[[str], bytes] | None =
     if data.startswith(b"version https://git-lfs"):          # a Git LFS pointer: fetch the object itself
         url = remote.url(lfs_template)
         data = fetcher(url)
-    if remote.sha256 is not None and _sha256(data) != remote.sha256:
+    if remote.sha256 is not None and sha256_bytes(data) != remote.sha256:
         raise DataError(f"sha256 mismatch for {remote.dest} from {url}: expected {remote.sha256}, "
-                        f"got {_sha256(data)} (file not written)")
+                        f"got {sha256_bytes(data)} (file not written)")
     return atomic_write_bytes(target, data)
 
 
 def jbl_to_npz(scores_path: Path, models_path: Path, out: Path) -> Path:
     """Convert the joblib scores (models x items, 0/1) and model list to ``out`` (.npz, no pickles)."""
-    import joblib   # shipped with scikit-learn
+    import joblib  # shipped with scikit-learn
 
     try:
         scores = np.asarray(joblib.load(scores_path))

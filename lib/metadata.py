@@ -5,7 +5,7 @@ corpora, 61 models); records in ``<store>/_meta/benchmarks.json`` and ``<store>/
 (written with :func:`lib.store.write_meta`) extend or override them field by field, so tiny models,
 the mini-world zoo and local tasks get metadata the same way::
 
-    benchmark_info("nq_open")            -> BenchmarkInfo(category="Question Answering", metric="exact_match", ...)
+    benchmark_info("nq_open")            -> Benchmark(category="Question Answering", metric="exact_match", ...)
     model_info("Qwen/Qwen2-7B-Instruct") -> ModelInfo(family="Qwen", params_b=7.62, instruct=True, ...)
     model_info("tiny-a", store=ctx.store)   # from the store's _meta/models.json
 
@@ -25,15 +25,16 @@ import csv
 import functools
 import math
 import re
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
 from . import paths
-from .params import did_you_mean
 from .store import read_meta
+from .util import did_you_mean, note_read
 
 OBSSCALING_CSV = "obsscaling/base_llm_benchmark_eval.csv"
 PERPLEXITY = "Perplexity"
@@ -49,18 +50,34 @@ class MetadataError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-@dataclass(frozen=True)
-class BenchmarkInfo:
+MC, GEN, PPL = "multiple_choice", "generate_until", "loglikelihood_rolling"   # lm-eval output types
+
+
+@dataclass(frozen=True, kw_only=True)
+class Benchmark:
+    """What we know about a benchmark or perplexity corpus: the one record of it, built by keyword
+    (``lib.metadata``'s table, the mini world, local tasks and :class:`lib.pipeline.tasks.TaskInfo`
+    all use it). ``higher_is_better`` follows from the metric when not given."""
     name: str
     category: str
     metric: str
-    higher_is_better: bool
-    filter: str | None = None      # lm-eval filter whose value is reported (e.g. "flexible-extract")
-    kind: str = "multiple_choice"  # lm-eval output_type: multiple_choice | generate_until | loglikelihood_rolling
+    higher_is_better: bool | None = None
+    filter: str = "none"           # lm-eval filter whose value is reported ("none": unfiltered)
+    kind: str = MC                 # lm-eval output_type
+    analogue: str | None = None    # the paper benchmark a synthetic one mirrors
+    source: str | None = None      # where the record comes from (e.g. "miniworld")
+
+    def __post_init__(self):
+        if self.higher_is_better is None:
+            object.__setattr__(self, "higher_is_better", self.metric not in LOWER_IS_BETTER_METRICS)
 
     @property
     def is_perplexity(self) -> bool:
         return self.category == PERPLEXITY or self.metric in LOWER_IS_BETTER_METRICS
+
+    def record(self) -> dict:
+        """The fields other than ``name`` (what ``<store>/_meta/benchmarks.json`` holds)."""
+        return {k: v for k, v in asdict(self).items() if k != "name"}
 
 
 @dataclass(frozen=True)
@@ -75,27 +92,31 @@ class ModelInfo:
 
 
 # --------------------------------------------------------------------------- benchmarks
-_MC, _GEN, _PPL = "multiple_choice", "generate_until", "loglikelihood_rolling"
 _LU, _CR, _QA = "Language Understanding", "Commonsense Reasoning", "Question Answering"
 _PBC, _MATH, _MED = "Physics/Biology/Chemistry", "Math", "Medicine"
 
-# name: (category, metric, filter, kind) -- the paper's 24 benchmarks and its 3 perplexity corpora
-_BENCHMARKS: dict[str, tuple[str, str, str | None, str]] = {
-    "mnli": (_LU, "acc", None, _MC), "qnli": (_LU, "acc", None, _MC), "rte": (_LU, "acc", None, _MC),
-    "sst2": (_LU, "acc", None, _MC), "mrpc": (_LU, "acc", None, _MC), "qqp": (_LU, "acc", None, _MC),
-    "wic": (_LU, "acc", None, _MC), "anli_r1": (_LU, "acc", None, _MC), "cola": (_LU, "mcc", None, _MC),
-    "winogrande": (_CR, "acc", None, _MC), "commonsense_qa": (_CR, "acc", None, _MC),
-    "social_iqa": (_CR, "acc", None, _MC), "hellaswag": (_CR, "acc_norm", None, _MC),
-    "boolq": (_QA, "acc", None, _MC), "openbookqa": (_QA, "acc_norm", None, _MC),
-    "arc_easy": (_QA, "acc_norm", None, _MC), "arc_challenge": (_QA, "acc_norm", None, _MC),
-    "nq_open": (_QA, "exact_match", "remove_whitespace", _GEN),
-    "sciq": (_PBC, "acc_norm", None, _MC), "piqa": (_PBC, "acc_norm", None, _MC),
-    "mathqa": (_MATH, "acc_norm", None, _MC), "gsm8k": (_MATH, "exact_match", "flexible-extract", _GEN),
-    "medmcqa": (_MED, "acc_norm", None, _MC), "headqa_en": (_MED, "acc_norm", None, _MC),
-    "wiki_2025": (PERPLEXITY, "bits_per_byte", None, _PPL),
-    "arxiv_2025": (PERPLEXITY, "bits_per_byte", None, _PPL),
-    "stackexchange_2025": (PERPLEXITY, "bits_per_byte", None, _PPL),
-}
+
+def _table(*records: Benchmark) -> dict[str, Benchmark]:
+    return {b.name: b for b in records}
+
+
+# The paper's 24 benchmarks (its metric and filter choices) and its 3 perplexity corpora.
+BENCHMARKS: dict[str, Benchmark] = _table(
+    *(Benchmark(name=n, category=_LU, metric="acc") for n in
+      ("mnli", "qnli", "rte", "sst2", "mrpc", "qqp", "wic", "anli_r1")),
+    Benchmark(name="cola", category=_LU, metric="mcc"),
+    *(Benchmark(name=n, category=_CR, metric="acc") for n in ("winogrande", "commonsense_qa", "social_iqa")),
+    Benchmark(name="hellaswag", category=_CR, metric="acc_norm"),
+    Benchmark(name="boolq", category=_QA, metric="acc"),
+    *(Benchmark(name=n, category=_QA, metric="acc_norm") for n in ("openbookqa", "arc_easy", "arc_challenge")),
+    Benchmark(name="nq_open", category=_QA, metric="exact_match", filter="remove_whitespace", kind=GEN),
+    *(Benchmark(name=n, category=_PBC, metric="acc_norm") for n in ("sciq", "piqa")),
+    Benchmark(name="mathqa", category=_MATH, metric="acc_norm"),
+    Benchmark(name="gsm8k", category=_MATH, metric="exact_match", filter="flexible-extract", kind=GEN),
+    *(Benchmark(name=n, category=_MED, metric="acc_norm") for n in ("medmcqa", "headqa_en")),
+    *(Benchmark(name=n, category=PERPLEXITY, metric="bits_per_byte", kind=PPL)
+      for n in ("wiki_2025", "arxiv_2025", "stackexchange_2025")),
+)
 
 # --------------------------------------------------------------------------- models
 # id: (family, series, params_b, instruct, base model of an instruct variant)
@@ -184,7 +205,9 @@ def obsscaling_table() -> dict[str, dict[str, Any]]:
     """The ObsScaling base-model table keyed by its model id ({} when the published data is absent)."""
     if not paths.has_data(OBSSCALING_CSV):
         return {}
-    return _read_obsscaling(str(paths.data_dir(OBSSCALING_CSV) / OBSSCALING_CSV))
+    path = paths.data_dir(OBSSCALING_CSV) / OBSSCALING_CSV
+    note_read(path)
+    return _read_obsscaling(str(path))
 
 
 def obsscaling_match(model_id: str, table: dict[str, dict] | None = None) -> dict[str, Any] | None:
@@ -216,34 +239,32 @@ def _compute_for(model_id: str, base: str | None) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- public API
 def known_benchmarks(store: str | Path | None = None) -> list[str]:
-    return sorted(set(_BENCHMARKS) | set(_store_records(store, "benchmarks")))
+    return sorted(set(BENCHMARKS) | set(_store_records(store, "benchmarks")))
 
 
 def known_models(store: str | Path | None = None) -> list[str]:
     return sorted(set(_MODELS) | set(_store_records(store, "models")))
 
 
-def _benchmark_info(name: str, records: dict[str, dict]) -> BenchmarkInfo:
-    base: dict[str, Any] = {}
-    if name in _BENCHMARKS:
-        cat, metric, filt, kind = _BENCHMARKS[name]
-        base = {"category": cat, "metric": metric, "filter": filt, "kind": kind}
+def _benchmark_info(name: str, records: dict[str, dict]) -> Benchmark:
+    base: dict[str, Any] = BENCHMARKS[name].record() if name in BENCHMARKS else {}
     if name in records:
-        base.update({k: v for k, v in records[name].items() if k in BenchmarkInfo.__dataclass_fields__})
+        base.update({k: v for k, v in records[name].items() if k in Benchmark.__dataclass_fields__})
     if not base:
-        raise _unknown("benchmark", name, set(_BENCHMARKS) | set(records),
+        raise _unknown("benchmark", name, set(BENCHMARKS) | set(records),
                        "add it to lib.metadata or to the store's _meta/benchmarks.json")
     for key in ("category", "metric"):
         if not base.get(key):
             raise MetadataError(f"metadata of benchmark {name!r} lacks {key!r}")
-    if base.get("higher_is_better") is None:
-        base["higher_is_better"] = base["metric"] not in LOWER_IS_BETTER_METRICS
-    base.setdefault("kind", _PPL if base["category"] == PERPLEXITY else _MC)
     base.pop("name", None)
-    return BenchmarkInfo(name=name, **base)
+    if base.get("filter") is None:
+        base["filter"] = "none"
+    if "kind" not in base and base["category"] == PERPLEXITY:
+        base["kind"] = PPL
+    return Benchmark(name=name, **base)
 
 
-def benchmark_info(name: str, store: str | Path | None = None) -> BenchmarkInfo:
+def benchmark_info(name: str, store: str | Path | None = None) -> Benchmark:
     """Category, metric, direction, filter and lm-eval kind of benchmark ``name``."""
     return _benchmark_info(name, _store_records(store, "benchmarks"))
 
@@ -283,10 +304,10 @@ def model_info(model_id: str, store: str | Path | None = None) -> ModelInfo:
 
 
 def benchmarks_frame(names: Iterable[str], store: str | Path | None = None) -> pd.DataFrame:
-    """One row per benchmark (index ``benchmark``): category, metric, higher_is_better, filter, kind."""
+    """One row per benchmark (index ``benchmark``): the fields of :class:`Benchmark`."""
     records = _store_records(store, "benchmarks")
-    rows = [vars(_benchmark_info(n, records)) for n in names]
-    cols = [f.name for f in fields(BenchmarkInfo)]
+    rows = [asdict(_benchmark_info(n, records)) for n in names]
+    cols = [f.name for f in fields(Benchmark)]
     return pd.DataFrame(rows, columns=cols).rename(columns={"name": "benchmark"}).set_index("benchmark")
 
 

@@ -1,26 +1,35 @@
-"""Profiles: one YAML per profile in params/, validated against the notebooks' parameter cells.
+"""Profiles: one YAML per profile in params/, holding only what departs from the notebooks' defaults.
 
-A profile file looks like::
+A notebook's cell tagged ``parameters`` holds its defaults (literals only; the paper's recipe
+wherever one applies). A profile names the stages it runs and overrides what it must::
 
     description: one line saying what this profile is for
     offline: true                       # set HF_HUB_OFFLINE / HF_DATASETS_OFFLINE while it runs
     prepare:                            # optional hooks run before the notebooks, in order:
       - lib.published:import_store      #   "module:function" or {"module:function": {kwargs}}
+    common:                             # optional: values for every stage whose notebook has the key
+      models: [a, b]
     stages:
-      04_rank_agreement:                # a notebook in notebooks/, run in the listed order
-        min_models: 5                   # every parameter of that notebook's `parameters` cell
+      01_select_benchmarks:
+        min_train: 100                  # an override, with the reason it departs from the default
+      04_rank_agreement:                # nothing: the notebook's defaults
 
-The notebook's cell tagged ``parameters`` holds literals only; it is the schema. Every key of a
-stage must be a parameter of that notebook, every parameter (except ``profile``) must be given,
-and each value must have the type of the notebook's default. Violations raise
-:class:`ParamsError` naming the file and the key before anything runs.
+A stage's parameters resolve as: the notebook's defaults, then ``common``, then the stage's own
+values. Unknown keys and values of another type than the default raise :class:`ParamsError`
+naming the file and the key (with the closest known key), before anything runs.
+
+In a notebook, the cell after the parameters calls :func:`stage` with ``globals()``: run by
+``make all`` (papermill injects the resolved values) or stepped through in JupyterLab (the cell
+holds the defaults), the notebook ends up with the same values. A value changed by hand in the
+parameters cell wins, and the stage's cached result is cleared so ``make all`` redoes it.
 """
 
 from __future__ import annotations
 
 import ast
-import difflib
-import json
+import functools
+import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,8 +37,9 @@ from typing import Any
 import yaml
 
 from . import paths
+from .util import READS_ENV, did_you_mean
 
-TOP_KEYS = {"description", "offline", "prepare", "stages"}
+TOP_KEYS = {"description", "offline", "prepare", "common", "stages"}
 REQUIRED_TOP = {"description", "stages"}
 
 
@@ -37,40 +47,56 @@ class ParamsError(ValueError):
     """A params file or a notebook parameter cell is invalid; the message names file and key."""
 
 
-def did_you_mean(word: str, options, n: int = 1, cutoff: float = 0.6) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``options`` to ``word``, or ``""``: the one
-    suggestion helper of every error message that names an unknown thing."""
-    match = difflib.get_close_matches(word, [str(o) for o in options], n=n, cutoff=cutoff)
-    return f" (did you mean {', '.join(map(repr, match))}?)" if match else ""
-
-
+# --------------------------------------------------------------------------- notebook defaults
 def notebook_path(stage: str) -> Path:
     return paths.NOTEBOOKS / f"{stage}.ipynb"
 
 
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@functools.lru_cache(maxsize=64)
+def _inspect(path: str, mtime_ns: int) -> tuple[tuple[str, Any, str], ...]:
+    import papermill as pm
+
+    log, collect = logging.getLogger("papermill"), _Collect()
+    log.addHandler(collect)
+    try:
+        found = pm.inspect_notebook(path)
+    except Exception as exc:  # papermill's own errors, unreadable JSON
+        raise ParamsError(f"{Path(path).name}: cannot read its parameters cell: {exc}") from None
+    finally:
+        log.removeHandler(collect)
+    if collect.messages:         # a line papermill skips would silently lose a parameter
+        raise ParamsError(f"{Path(path).name}: parameters cell: {collect.messages[0]} (one `name = literal  "
+                          "# comment` per line; keep brackets and '=' out of comments)")
+    out = []
+    for name, spec in found.items():
+        try:
+            value = ast.literal_eval(spec["default"])
+        except (ValueError, SyntaxError):
+            raise ParamsError(f"{Path(path).name}: parameter {name!r} = {spec['default']} is not a literal "
+                              "(derive values in the next cell)") from None
+        out.append((name, value, spec.get("help", "")))
+    return tuple(out)
+
+
 def notebook_parameters(stage: str) -> dict[str, Any]:
-    """The literal defaults of the notebook's ``parameters`` cell, in order."""
+    """The defaults of the notebook's ``parameters`` cell, in order (papermill reads the cell)."""
     path = notebook_path(stage)
     if not path.exists():
         known = sorted(p.stem for p in paths.NOTEBOOKS.glob("*.ipynb"))
         raise ParamsError(f"unknown stage {stage!r}: no notebook {path.name}{did_you_mean(stage, known)}")
-    nb = json.loads(path.read_text())
-    cells = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
-    if len(cells) != 1:
-        raise ParamsError(f"{path.name}: expected exactly one cell tagged 'parameters', found {len(cells)}")
-    source = "".join(cells[0]["source"])
-    out: dict[str, Any] = {}
-    for node in ast.parse(source).body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)):
-            raise ParamsError(f"{path.name}: the parameters cell may only hold `name = literal` lines "
-                              f"(line {node.lineno})")
-        name = node.targets[0].id
-        try:
-            out[name] = ast.literal_eval(node.value)
-        except ValueError:
-            raise ParamsError(f"{path.name}: parameter {name!r} is not a literal (derive values in the "
-                              "next cell)") from None
+    found = _inspect(str(path), path.stat().st_mtime_ns)
+    if not found:
+        raise ParamsError(f"{path.name}: no cell tagged 'parameters' (or it is empty)")
+    out = {name: value for name, value, _ in found}
     if "profile" not in out:
         raise ParamsError(f"{path.name}: the parameters cell must define `profile`")
     return out
@@ -95,25 +121,40 @@ def _type_name(v: Any) -> str:
             tuple: "list"}.get(type(v), type(v).__name__)
 
 
+# --------------------------------------------------------------------------- profiles
 @dataclass
 class Profile:
     name: str
     path: Path
     description: str
-    stages: dict[str, dict[str, Any]]
+    stages: dict[str, dict[str, Any]]          # stage -> its own overrides
+    common: dict[str, Any] = field(default_factory=dict)
     offline: bool = False
-    prepare: list[str] = field(default_factory=list)
+    prepare: list = field(default_factory=list)
+
+    def overrides(self, stage: str) -> dict[str, Any]:
+        """What this profile sets for ``stage``: the ``common`` keys the notebook has, then its own."""
+        declared = notebook_parameters(stage)
+        return {**{k: v for k, v in self.common.items() if k in declared}, **self.stages[stage]}
+
+    def params(self, stage: str) -> dict[str, Any]:
+        """Every parameter of ``stage``: the notebook's defaults, then this profile's overrides."""
+        return {**notebook_parameters(stage), **self.overrides(stage), "profile": self.name}
 
 
 def profile_path(name: str) -> Path:
     return paths.PARAMS / f"{name}.yaml"
 
 
+def known_profiles() -> list[str]:
+    return sorted(p.stem for p in paths.PARAMS.glob("*.yaml"))
+
+
 def load_profile(name: str, validate: bool = True) -> Profile:
-    """Read ``params/<name>.yaml`` and validate every stage against its notebook."""
+    """Read ``params/<name>.yaml``; with ``validate`` check every override against its notebook."""
     path = profile_path(name)
     if not path.exists():
-        known = sorted(p.stem for p in paths.PARAMS.glob("*.yaml"))
+        known = known_profiles()
         raise ParamsError(f"unknown profile {name!r}: no {path}{did_you_mean(name, known)}; profiles: {known}")
     try:
         raw = yaml.safe_load(path.read_text())
@@ -126,11 +167,16 @@ def load_profile(name: str, validate: bool = True) -> Profile:
             raise ParamsError(f"{path}: unknown key {key!r}{did_you_mean(key, TOP_KEYS)}; allowed: {sorted(TOP_KEYS)}")
     for key in sorted(REQUIRED_TOP - set(raw)):
         raise ParamsError(f"{path}: missing key {key!r}")
-    stages = raw["stages"]
+    stages, common = raw["stages"], raw.get("common") or {}
     if not isinstance(stages, dict) or not stages:
-        raise ParamsError(f"{path}: 'stages' must be a non-empty mapping of notebook name -> parameters")
+        raise ParamsError(f"{path}: 'stages' must be a non-empty mapping of notebook name -> overrides")
+    if not isinstance(common, dict):
+        raise ParamsError(f"{path}: 'common' must be a mapping of parameter -> value")
+    for stage_name, values in stages.items():
+        if values is not None and not isinstance(values, dict):
+            raise ParamsError(f"{path}: stages.{stage_name}: expected a mapping of parameter -> value")
     prof = Profile(name=name, path=path, description=str(raw["description"]),
-                   stages={s: dict(v or {}) for s, v in stages.items()},
+                   stages={s: dict(v or {}) for s, v in stages.items()}, common=dict(common),
                    offline=bool(raw.get("offline", False)), prepare=list(raw.get("prepare") or []))
     for item in prof.prepare:
         spec = next(iter(item)) if isinstance(item, dict) and len(item) == 1 else item
@@ -138,50 +184,104 @@ def load_profile(name: str, validate: bool = True) -> Profile:
             raise ParamsError(f"{path}: prepare: expected 'module:function' or {{'module:function': {{...}}}}, "
                               f"got {item!r}")
     if validate:
-        for stage, values in prof.stages.items():
-            check_stage(prof, stage, values)
+        validate_profile(prof)
     return prof
 
 
-def check_stage(prof: Profile, stage: str, values: dict[str, Any]) -> dict[str, Any]:
-    """Validate one stage's values against the notebook's parameter cell; returns what to inject."""
-    try:
-        defaults = notebook_parameters(stage)
-    except ParamsError as exc:
-        raise ParamsError(f"{prof.path}: stages.{stage}: {exc}") from None
-    declared = {k: v for k, v in defaults.items() if k != "profile"}
+def validate_profile(prof: Profile) -> None:
+    """Every stage has a notebook, every override names one of its parameters with the default's type,
+    and every ``common`` key belongs to at least one stage."""
+    used: set[str] = set()
+    for stage_name in prof.stages:
+        try:
+            declared = notebook_parameters(stage_name)
+        except ParamsError as exc:
+            raise ParamsError(f"{prof.path}: stages.{stage_name}: {exc}") from None
+        used |= set(declared) & set(prof.common)
+        for where, values in ((f"stages.{stage_name}", prof.stages[stage_name]),
+                              ("common", {k: v for k, v in prof.common.items() if k in declared})):
+            _check_values(prof.path, where, stage_name, declared, values)
+    unused = sorted(set(prof.common) - used)
+    if unused:
+        known = sorted({k for s in prof.stages for k in notebook_parameters(s)} - {"profile"})
+        raise ParamsError(f"{prof.path}: common.{unused[0]}: no stage of this profile has that parameter"
+                          f"{did_you_mean(unused[0], known)}")
+
+
+def _check_values(path: Path, where: str, stage_name: str, declared: dict, values: dict) -> None:
     for key, value in values.items():
         if key == "profile":
-            raise ParamsError(f"{prof.path}: stages.{stage}.profile: set by the runner, do not give it")
+            raise ParamsError(f"{path}: {where}.profile: set by the runner, do not give it")
         if key not in declared:
-            raise ParamsError(f"{prof.path}: stages.{stage}.{key}: unknown key{did_you_mean(key, declared)}; "
-                              f"the notebook's parameters are {sorted(declared)}")
+            raise ParamsError(f"{path}: {where}.{key}: unknown key{did_you_mean(key, declared)}; "
+                              f"{stage_name}'s parameters are {sorted(k for k in declared if k != 'profile')}")
         if not _type_ok(declared[key], value):
-            raise ParamsError(f"{prof.path}: stages.{stage}.{key}: expected {_type_name(declared[key])}, "
+            raise ParamsError(f"{path}: {where}.{key}: expected {_type_name(declared[key])}, "
                               f"got {_type_name(value)} ({value!r})")
-    missing = [k for k in declared if k not in values]
-    if missing:
-        raise ParamsError(f"{prof.path}: stages.{stage}: missing key(s) {missing}")
-    return {"profile": prof.name, **values}
 
 
+def check_stage(prof: Profile, stage_name: str) -> dict[str, Any]:
+    """Validate ``stage_name`` of ``prof``; returns every parameter to inject (with ``profile``)."""
+    if stage_name not in prof.stages:
+        raise ParamsError(f"{prof.path}: stage {stage_name!r} is not part of profile {prof.name!r}"
+                          f"{did_you_mean(stage_name, prof.stages)}; its stages: {list(prof.stages)}")
+    declared = notebook_parameters(stage_name)
+    _check_values(prof.path, f"stages.{stage_name}", stage_name, declared, prof.stages[stage_name])
+    return prof.params(stage_name)
+
+
+# --------------------------------------------------------------------------- inside a notebook
 @dataclass
 class Stage:
-    """What a notebook needs to know about where it runs (its second cell builds one)."""
+    """Where a notebook runs and with which parameters (its second cell builds one)."""
     profile: str
     name: str
     out: Path      # outputs/<profile>/<stage>/
     store: Path    # outputs/<profile>/store/
     work: Path     # outputs/<profile>/work/
+    params: dict[str, Any] = field(default_factory=dict)
+    changed: dict[str, Any] = field(default_factory=dict)   # values that differ from the profile's
 
 
-def stage(name: str, profile: str) -> Stage:
-    """Context of stage ``name`` under ``profile``; validates both and creates the output folder."""
+def stage(name: str, namespace: dict[str, Any]) -> Stage:
+    """Resolve stage ``name``'s parameters in ``namespace`` (the notebook's ``globals()``) and
+    return its context; creates the output folder.
+
+    The profile is ``namespace["profile"]``. A parameter whose value is still the notebook's
+    default takes the profile's value (what ``make all`` injects), so a notebook stepped through
+    in JupyterLab computes what ``make all`` computed; a value changed by hand is kept. The
+    resolved values are written back into ``namespace``. When they differ from the profile's, the
+    stage's cache stamp is removed so the next ``make all`` re-runs it, and one line says so.
+    """
+    profile = namespace.get("profile")
+    if not isinstance(profile, str):
+        raise ParamsError(f"{name}: set `profile` in the parameters cell (profiles: {known_profiles()})")
     prof = load_profile(profile, validate=False)
-    if name not in prof.stages:
-        raise ParamsError(f"{prof.path}: stage {name!r} is not part of profile {profile!r}"
-                          f"{did_you_mean(name, prof.stages)}; its stages: {list(prof.stages)}")
-    st = Stage(profile=profile, name=name, out=paths.stage_dir(profile, name),
-               store=paths.store_dir(profile), work=paths.work_dir(profile))
-    st.out.mkdir(parents=True, exist_ok=True)
-    return st
+    wanted = check_stage(prof, name)
+    defaults = notebook_parameters(name)
+    final = {}
+    for key, default in defaults.items():
+        value = namespace.get(key, default)
+        final[key] = wanted[key] if _same(value, default) else value
+        if not _type_ok(default, final[key]):
+            raise ParamsError(f"{name}: parameter {key} = {final[key]!r}: expected {_type_name(default)}")
+    changed = {k: v for k, v in final.items() if not _same(v, wanted[k])}
+    namespace.update(final)
+    ctx = Stage(profile=profile, name=name, out=paths.stage_dir(profile, name), store=paths.store_dir(profile),
+                work=paths.work_dir(profile), params=final, changed=changed)
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    set_by_profile = sorted(k for k in prof.overrides(name) if k not in changed)
+    if set_by_profile:
+        print(f"{name}: {paths.show(prof.path)} sets {', '.join(set_by_profile)}; the rest are the defaults")
+    if changed and not os.environ.get(READS_ENV):
+        (ctx.out / paths.STAGE_STAMP).unlink(missing_ok=True)
+        print(f"{name}: changed by hand: {', '.join(f'{k}={v!r}' for k, v in changed.items())}; writing to "
+              f"{paths.show(ctx.out)} and clearing its cache, so the next `make all` re-runs this stage")
+    return ctx
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as parameter values: same type and value (a list and a tuple with equal items match)."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b

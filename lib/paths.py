@@ -14,6 +14,7 @@ CACHE = ROOT / ".cache"
 DATA_DOWNLOADS = ROOT / "data" / "published"   # where `make data` puts the published files
 
 DATA_ENV = "HARMONY_DATA"
+STAGE_STAMP = ".stage.json"     # in a stage's output folder: what its last successful run read (lib.run)
 
 
 class DataMissing(FileNotFoundError):
@@ -43,6 +44,14 @@ def has_data(required: str) -> bool:
         return True
     except DataMissing:
         return False
+
+
+def show(path: str | os.PathLike) -> str:
+    """``path`` relative to the repository when it lies inside it (for messages)."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 def profile_dir(profile: str) -> Path:

@@ -7,10 +7,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import seaborn as sns
 
-PROTOCOL_LABELS = {"direct_eval": "Direct evaluation", "train_before_test": "Train-before-test"}
-PROTOCOL_COLORS = {"direct_eval": "#c44e52", "train_before_test": "#4c72b0"}
-CATEGORY_ORDER = ["Language Understanding", "Commonsense Reasoning", "Question Answering",
-                  "Physics/Biology/Chemistry", "Math", "Medicine"]
+from .store import DIRECT, TBT
+
+PROTOCOL_LABELS = {DIRECT: "Direct evaluation", TBT: "Train-before-test"}
+PROTOCOL_COLORS = {DIRECT: "#c44e52", TBT: "#4c72b0"}
 WIDTH_SINGLE = 3.4   # inches: one column of a two-column paper
 WIDTH_DOUBLE = 7.0
 
@@ -26,15 +26,12 @@ def use_style() -> None:
     })
 
 
-def savefig(fig, out_dir: str | Path, name: str, close: bool = False) -> list[Path]:
-    """Save ``fig`` as ``<name>.pdf`` and ``<name>.png`` in ``out_dir``; returns both paths."""
-    out_dir = Path(out_dir)
-    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
-    written = []
+def savefig(fig, out_dir: str | Path, name: str, close: bool = False) -> None:
+    """Save ``fig`` as ``figures/<name>.pdf`` and ``figures/<name>.png`` in ``out_dir`` (returns
+    nothing, so a notebook cell ending with it shows the figure and no return value)."""
+    folder = Path(out_dir) / "figures"
+    folder.mkdir(parents=True, exist_ok=True)
     for ext in ("pdf", "png"):
-        path = out_dir / "figures" / f"{name}.{ext}"
-        fig.savefig(path)
-        written.append(path)
+        fig.savefig(folder / f"{name}.{ext}")
     if close:
         plt.close(fig)
-    return written

@@ -1,6 +1,6 @@
 """Import the train-before-test paper's published results into a profile's results store.
 
-``all_results.json`` (lm-harmony, see the data README) maps ``{protocol: {benchmark: {model: score}}}``
+``all_results.json`` (lm-harmony; the README's Data section) maps ``{protocol: {benchmark: {model: score}}}``
 for ``direct_eval`` and ``train_before_test``, with standard errors under ``<protocol>_stderr``.
 :func:`import_store` turns it into one :class:`lib.store.Result` per (protocol, benchmark, model),
 with the metric and direction from :mod:`lib.metadata` and provenance naming the source file and
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import metadata, paths, store
+from .util import CorruptFile, current, mark, read_json, sha256_file
 
 RESULTS_FILE = "lm-harmony/all_results.json"
 SOURCE = {"repository": "github.com/socialfoundations/lm-harmony",
@@ -38,7 +39,10 @@ def parse_results(path: str | Path) -> dict[str, dict[str, dict[str, dict[str, f
     Raises :class:`lib.store.StoreError` naming the file and the offending entry.
     """
     path = Path(path)
-    raw = store.read_json(path)
+    try:
+        raw = read_json(path)
+    except CorruptFile as exc:
+        raise store.StoreError(str(exc)) from None
     if not isinstance(raw, dict):
         raise store.StoreError(f"{path}: expected a JSON object {{protocol: {{benchmark: {{model: score}}}}}}")
     allowed = set(store.PROTOCOLS) | {p + "_stderr" for p in store.PROTOCOLS}
@@ -60,7 +64,8 @@ def parse_results(path: str | Path) -> dict[str, dict[str, dict[str, dict[str, f
             out[protocol][bench] = {}
             for model, score in by_model.items():
                 if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-                    raise store.StoreError(f"{path}: {protocol}/{bench}/{model}: score {score!r} is not a finite number")
+                    raise store.StoreError(f"{path}: {protocol}/{bench}/{model}: score {score!r} "
+                                           "is not a finite number")
                 err = errs.get(model)
                 if err in MISSING_STDERR:
                     err = None
@@ -73,7 +78,7 @@ def parse_results(path: str | Path) -> dict[str, dict[str, dict[str, dict[str, f
     return out
 
 
-def _check_metadata(results: dict, path: Path) -> dict[str, metadata.BenchmarkInfo]:
+def _check_metadata(results: dict, path: Path) -> dict[str, metadata.Benchmark]:
     """Every benchmark and model must have metadata before anything is written."""
     benches = sorted({b for per in results.values() for b in per})
     models = sorted({m for per in results.values() for by in per.values() for m in by})
@@ -98,12 +103,11 @@ def import_store(profile: str, source: str | Path | None = None, force: bool = F
         raise paths.DataMissing(f"published results not found: {path} (set {paths.DATA_ENV}=<folder> "
                                 "(e.g. ../shared/data) or run `make data`)")
     root = paths.store_dir(profile)
-    digest = store.sha256_file(path)
+    digest = sha256_file(path)
     marker = root / "_meta" / MARKER
-    if not force and marker.exists():
-        done = store.read_json(marker)
-        if done.get("sha256") == digest and all(store.path_for(root, *key.split("|")).exists()
-                                                for key in done.get("keys", [])):
+    if not force:
+        done = current(marker, digest)
+        if done is not None and all(store.path_for(root, *k.split("|")).exists() for k in done.get("keys", [])):
             return done
     t0 = time.time()
     results = parse_results(path)
@@ -122,14 +126,12 @@ def import_store(profile: str, source: str | Path | None = None, force: bool = F
     wanted = {store.path_for(root, *k.split("|")) for k in keys}
     removed = 0
     for old in list(store.iter_paths(root)):
-        if old not in wanted and store.read_json(old).get("provenance", {}).get("repository") == SOURCE["repository"]:
+        if old not in wanted and read_json(old).get("provenance", {}).get("repository") == SOURCE["repository"]:
             old.unlink()
             removed += 1
     os.sync()            # one flush for the whole batch (per-file fsync made the import 8x slower)
-    record = {"source_path": str(path), "sha256": digest, "n_results": len(keys), "removed": removed,
-              "seconds": round(time.time() - t0, 2), "keys": sorted(keys)}
-    store.atomic_write_json(marker, record)
-    return record
+    return mark(marker, digest, source_path=str(path), sha256=digest, n_results=len(keys), removed=removed,
+                seconds=round(time.time() - t0, 2), keys=sorted(keys))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from . import paths
-from .store import _jsonable, atomic_write_json, atomic_write_text, read_json
+from .util import atomic_write_json, atomic_write_text, jsonable, note_read, read_json
 
 _DIGITS = "Zero One Two Three Four Five Six Seven Eight Nine".split()
 
@@ -23,9 +22,12 @@ def write_summary(out_dir: str | Path, summary: dict[str, Any]) -> Path:
 def read_summary(profile: str, stage: str) -> dict[str, Any]:
     """Read an earlier stage's summary (a later notebook reads files, never variables)."""
     path = paths.stage_dir(profile, stage) / "summary.json"
+    note_read(path)
+    run = f"make run PROFILE={profile} STAGES={stage.split('_')[0]}"
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: run stage {stage} of profile {profile} first")
-    return read_json(path)
+        raise FileNotFoundError(f"{path} does not exist: run stage {stage} of profile {profile} first "
+                                f"(`{run}`)")
+    return read_json(path, rebuild=run)
 
 
 def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, index: bool = True) -> Path:
@@ -49,7 +51,7 @@ def write_numbers_tex(out_dir: str | Path, numbers: dict[str, Any], prefix: str 
         if name in seen:
             raise ValueError(f"numbers.tex: keys {seen[name]!r} and {key!r} give the same macro \\{name}")
         seen[name] = key
-        value = _jsonable(value)
+        value = jsonable(value)
         text = f"{value:.{digits}f}" if isinstance(value, float) else str(value)
         lines.append(f"\\newcommand{{\\{name}}}{{{text}}}")
     return atomic_write_text(Path(out_dir) / "numbers.tex", "\n".join(lines) + "\n")
@@ -65,7 +67,3 @@ def flatten(d: dict[str, Any], sep: str = "/", prefix: str = "") -> dict[str, An
         else:
             out[key] = v
     return out
-
-
-def dumps(summary: dict[str, Any]) -> str:
-    return json.dumps(_jsonable(summary), indent=1, sort_keys=True)

@@ -1,16 +1,23 @@
 """Run the notebooks of a profile, in order, through papermill: ``python -m lib.run PROFILE``.
 
 Each stage writes ``outputs/<profile>/<stage>/`` (the executed notebook, summary.json, tables,
-figures). A stage is skipped when its fingerprint (notebook source, injected parameters, the lib
-source, and the fingerprints of the stages before it) equals the one recorded by its last
-successful run, so a second ``make all`` only re-runs what changed. Long stages additionally cache
-per unit of work (see ``lib.pipeline.jobs``), so an interrupted run resumes where it stopped.
+figures). A stage is skipped when nothing it depends on changed since its last successful run:
+
+- its *key*: the notebook's source, its resolved parameters, and the source of the ``lib``
+  modules it imports (followed through their own imports, :func:`lib_closure`), and
+- its *reads*: every input it read while it ran (results store, earlier stages' summary.json,
+  item files, published data, task folders), recorded by the stage itself through
+  :func:`lib.util.note_read` and compared by content digest.
+
+So editing ``lib/benchalign`` re-runs only 07, and a stage whose upstream outputs came out the
+same stays cached. Long stages also cache per unit of work (``lib.pipeline.jobs``), so an
+interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
+import ast
 import importlib
 import json
 import os
@@ -20,31 +27,91 @@ from pathlib import Path
 
 from . import paths
 from .params import ParamsError, Profile, check_stage, load_profile, notebook_path
-from .store import atomic_write_json, read_json
+from .util import READS_ENV, atomic_write_json, current, digest, mark, sha256_bytes
 
-FINGERPRINT = ".fingerprint.json"
+
+# --------------------------------------------------------------------------- what a stage depends on
+def _code_cells(path: Path) -> list[str]:
+    nb = json.loads(path.read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
 
 
 def _notebook_source_hash(path: Path) -> str:
     nb = json.loads(path.read_text())
-    src = [(c["cell_type"], "".join(c["source"])) for c in nb["cells"]]
-    return hashlib.sha256(json.dumps(src).encode()).hexdigest()
+    return sha256_bytes(json.dumps([(c["cell_type"], "".join(c["source"])) for c in nb["cells"]]))
 
 
-def lib_hash() -> str:
-    h = hashlib.sha256()
-    for p in sorted((paths.ROOT / "lib").rglob("*.py")):
-        h.update(str(p.relative_to(paths.ROOT)).encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()
+def _module_file(name: str, root: Path) -> Path | None:
+    base = root.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
-def fingerprint(stage: str, params: dict, upstream: str, lib: str) -> str:
-    payload = json.dumps({"notebook": _notebook_source_hash(notebook_path(stage)), "params": params,
-                          "upstream": upstream, "lib": lib}, sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()
+def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Names of the ``lib`` modules a module's code imports (anywhere, lazy imports included)."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            found.add(target)
+            found |= {f"{target}.{a.name}" for a in node.names}     # `from pkg import module`
+    return {n for n in found if n == "lib" or n.startswith("lib.")}
 
 
+def lib_closure(sources: list[str], root: Path | None = None) -> list[Path]:
+    """The ``lib`` source files that code ``sources`` imports, directly or through other ``lib``
+    modules (with the ``__init__.py`` of every package on the way), sorted."""
+    root = root or paths.ROOT
+    todo = set().union(*(_imported(_parse(s), "__main__", False) for s in sources)) if sources else set()
+    seen: dict[str, Path] = {}
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):                 # lib, lib.x, lib.x.y: packages run first
+            sub = ".".join(parts[:i])
+            if sub in seen:
+                continue
+            path = _module_file(sub, root)
+            if path is None:
+                continue                                    # an attribute imported from a module
+            seen[sub] = path
+            todo |= _imported(_parse(path.read_text()), sub, path.name == "__init__.py") - set(seen)
+    return sorted(set(seen.values()))
+
+
+def _parse(source: str) -> ast.AST:
+    try:
+        return ast.parse(source)
+    except SyntaxError:      # IPython magics: keep the lines Python can read
+        return ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+
+
+def stage_key(stage: str, params: dict, root: Path | None = None) -> dict:
+    """What determines a stage besides its inputs: notebook source, parameters, lib closure."""
+    root = root or paths.ROOT
+    nb = notebook_path(stage)
+    files = lib_closure(_code_cells(nb), root)
+    return {"notebook": _notebook_source_hash(nb), "params": params,
+            "lib": {str(p.relative_to(root)): digest(p) for p in files}}
+
+
+def _reads_now(reads: dict[str, str]) -> dict[str, str]:
+    return {p: digest(p) for p in reads}
+
+
+def is_cached(out_dir: Path, key: dict) -> bool:
+    """True when the stage's stamp holds ``key`` and every input it read is unchanged."""
+    record = current(out_dir / paths.STAGE_STAMP, key, needs=[out_dir / "summary.json"])
+    return record is not None and _reads_now(record.get("reads", {})) == record.get("reads", {})
+
+
+# --------------------------------------------------------------------------- running
 def run_prepare(prof: Profile) -> None:
     """Call the profile's prepare hooks: ``"module:function"`` or ``{"module:function": {kwargs}}``.
 
@@ -63,40 +130,47 @@ def run_prepare(prof: Profile) -> None:
         print(f"[{prof.name}] prepare {spec} done in {time.time() - t0:.1f}s", flush=True)
 
 
-def execute(stage: str, params: dict, out_dir: Path, kernel: str = "python3", progress: bool = False) -> Path:
-    """Execute one notebook with papermill; the executed copy appears only when it succeeded."""
+def execute(stage: str, params: dict, out_dir: Path, kernel: str = "python3", progress: bool = False
+            ) -> dict[str, str]:
+    """Execute one notebook with papermill; the executed copy appears only when it succeeded.
+    Returns the inputs the stage recorded as read, with their content digests."""
     import papermill as pm
 
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / f"{stage}.ipynb"
     partial = out_dir / f".{stage}.partial.ipynb"
-    pm.execute_notebook(str(notebook_path(stage)), str(partial), parameters=params,
-                        kernel_name=kernel, cwd=str(paths.NOTEBOOKS), progress_bar=progress,
-                        log_output=False)
-    os.replace(partial, final)
-    return final
-
-
-def _show(path: Path) -> str:
+    reads_log = out_dir / ".reads.partial"
+    reads_log.unlink(missing_ok=True)
+    os.environ[READS_ENV] = str(reads_log)       # the kernel (a subprocess) inherits it
     try:
-        return str(path.relative_to(paths.ROOT))
-    except ValueError:
-        return str(path)
+        pm.execute_notebook(str(notebook_path(stage)), str(partial), parameters=params,
+                            kernel_name=kernel, cwd=str(paths.NOTEBOOKS), progress_bar=progress,
+                            log_output=False)
+    finally:
+        os.environ.pop(READS_ENV, None)
+    reads = sorted(set(reads_log.read_text().split("\n")) - {""}) if reads_log.exists() else []
+    reads_log.unlink(missing_ok=True)
+    os.replace(partial, final)
+    return {p: digest(p) for p in reads}
+
+
+def _select(prof: Profile, stages: list[str] | None) -> list[str]:
+    if not stages:
+        return list(prof.stages)
+    chosen = []
+    for s in stages:
+        hits = [st for st in prof.stages if st == s or st.split("_")[0] == s]
+        if not hits:
+            raise ParamsError(f"{prof.path}: no stage {s!r}; stages: {list(prof.stages)}")
+        chosen += hits
+    return [s for s in prof.stages if s in chosen]
 
 
 def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
                 kernel: str = "python3") -> dict[str, dict]:
     """Run (or skip, when cached) the stages of profile ``name``; returns per-stage status/timing."""
     prof = load_profile(name)                     # validates every stage before any work starts
-    selected = list(prof.stages)
-    if stages:
-        chosen = []
-        for s in stages:
-            hits = [st for st in prof.stages if st == s or st.split("_")[0] == s]
-            if not hits:
-                raise ParamsError(f"{prof.path}: no stage {s!r}; stages: {list(prof.stages)}")
-            chosen += hits
-        selected = [s for s in prof.stages if s in chosen]
+    selected = _select(prof, stages)
     # Hugging Face's per-file download/load bars drown the stage lines (our own tqdm bars stay).
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if prof.offline:
@@ -104,32 +178,24 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     t_start = time.time()
     run_prepare(prof)
-    lib = lib_hash()
-    upstream = ""
     log: dict[str, dict] = {}
-    for stage in prof.stages:
-        params = check_stage(prof, stage, prof.stages[stage])
-        fp = fingerprint(stage, params, upstream, lib)
-        upstream = fp
-        if stage not in selected:
-            continue
+    for stage in selected:
+        params = check_stage(prof, stage)
+        key = stage_key(stage, params)
         out_dir = paths.stage_dir(name, stage)
-        stamp = out_dir / FINGERPRINT
-        cached = (not force and stamp.exists() and (out_dir / "summary.json").exists()
-                  and read_json(stamp).get("fingerprint") == fp)
-        if cached:
+        if not force and is_cached(out_dir, key):
             print(f"[{name}] {stage}: cached", flush=True)
             log[stage] = {"status": "cached", "seconds": 0.0}
             continue
-        stamp.unlink(missing_ok=True)
+        (out_dir / paths.STAGE_STAMP).unlink(missing_ok=True)
         print(f"[{name}] {stage}: running ...", flush=True)
         t0 = time.time()
-        execute(stage, params, out_dir, kernel=kernel, progress=sys.stdout.isatty())
+        reads = execute(stage, params, out_dir, kernel=kernel, progress=sys.stdout.isatty())
         dt = time.time() - t0
         if not (out_dir / "summary.json").exists():
             raise RuntimeError(f"stage {stage} finished without writing {out_dir / 'summary.json'}")
-        atomic_write_json(stamp, {"fingerprint": fp, "seconds": dt, "finished": time.time()})
-        print(f"[{name}] {stage}: done in {dt:.1f}s -> {_show(out_dir)}", flush=True)
+        mark(out_dir / paths.STAGE_STAMP, key, reads=reads, seconds=dt, finished=time.time())
+        print(f"[{name}] {stage}: done in {dt:.1f}s -> {paths.show(out_dir)}", flush=True)
         log[stage] = {"status": "ran", "seconds": dt}
     total = time.time() - t_start
     atomic_write_json(paths.profile_dir(name) / "run_log.json", {"stages": log, "total_seconds": total})

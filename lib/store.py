@@ -13,18 +13,19 @@ Layout::
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
-import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-PROTOCOLS = ("direct_eval", "train_before_test")
+from .util import CorruptFile, atomic_write_json, note_read, read_json
+
+# The two protocols, spelled the same way in the store, the job grid, the tables and the figures.
+DIRECT, TBT = "direct_eval", "train_before_test"
+PROTOCOLS = (DIRECT, TBT)
 SCHEMA = 1
 COLUMNS = ["protocol", "benchmark", "model", "metric", "score", "stderr",
            "higher_is_better", "n", "provenance"]
@@ -32,72 +33,6 @@ COLUMNS = ["protocol", "benchmark", "model", "metric", "score", "stderr",
 
 class StoreError(ValueError):
     """A result (file) is malformed; the message names it."""
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, fsync: bool = True) -> Path:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
-
-    ``fsync=False`` skips the per-file flush to disk (bulk writers such as the published importer
-    call ``os.sync()`` once at the end instead, before recording that the batch is complete).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            if fsync:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | os.PathLike, text: str, fsync: bool = True) -> Path:
-    """:func:`atomic_write_bytes` of UTF-8 text."""
-    return atomic_write_bytes(path, text.encode("utf-8"), fsync=fsync)
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _jsonable(obj: Any) -> Any:
-    """numpy scalars/arrays and Paths -> plain JSON types."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 1) == 0:
-        return obj.item()
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
-def atomic_write_json(path: str | os.PathLike, data: Any, fsync: bool = True) -> Path:
-    return atomic_write_text(path, json.dumps(_jsonable(data), indent=1, sort_keys=True) + "\n", fsync=fsync)
-
-
-def read_json(path: str | os.PathLike) -> Any:
-    """Read JSON, raising :class:`StoreError` that names the file when it does not parse."""
-    path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise StoreError(f"corrupted file {path}: {exc}") from None
 
 
 def slug(name: str) -> str:
@@ -125,7 +60,7 @@ class Result:
     n: int | None = None
     provenance: dict = field(default_factory=dict)
 
-    def validate(self) -> "Result":
+    def validate(self) -> Result:
         where = f"result ({self.protocol}, {self.benchmark}, {self.model})"
         for key in ("protocol", "benchmark", "model", "metric"):
             val = getattr(self, key)
@@ -163,7 +98,11 @@ def exists(root: str | os.PathLike, protocol: str, benchmark: str, model: str) -
 def read(path: str | os.PathLike) -> Result:
     """Read one result file; any problem raises :class:`StoreError` naming the file."""
     path = Path(path)
-    data = read_json(path)
+    try:
+        data = read_json(path)
+    except CorruptFile as exc:
+        raise StoreError(f"{exc}; delete it and re-run the stage that wrote it (`make all` redoes only "
+                         "what is missing)") from None
     if not isinstance(data, dict):
         raise StoreError(f"corrupted result file {path}: not a JSON object")
     if data.get("schema") != SCHEMA:
@@ -184,20 +123,20 @@ def read(path: str | os.PathLike) -> Result:
 def iter_paths(root: str | os.PathLike):
     root = Path(root)
     for protocol_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")):
-        for path in sorted(protocol_dir.glob("*/*.json")):
-            yield path
+        yield from sorted(protocol_dir.glob("*/*.json"))
 
 
 def load(root: str | os.PathLike, protocol: str | None = None) -> pd.DataFrame:
-    """All results under ``root`` as one tidy DataFrame (columns :data:`COLUMNS`)."""
+    """All results under ``root`` (of one ``protocol`` if given) as one tidy DataFrame (columns
+    :data:`COLUMNS`)."""
     root = Path(root)
     if not root.is_dir():
         raise StoreError(f"results store {root} does not exist (run the stages that fill it first)")
+    note_read(root / protocol if protocol else root)
     rows = []
     for path in iter_paths(root):
-        res = read(path)
-        if protocol is None or res.protocol == protocol:
-            rows.append(asdict(res))
+        if protocol is None or path.parent.parent.name == slug(protocol):
+            rows.append(asdict(read(path)))
     df = pd.DataFrame(rows, columns=COLUMNS)
     return df.sort_values(["protocol", "benchmark", "model"], ignore_index=True)
 
@@ -229,4 +168,30 @@ def write_meta(root: str | os.PathLike, kind: str, records: dict[str, dict]) -> 
 
 def read_meta(root: str | os.PathLike, kind: str) -> dict[str, dict]:
     path = Path(root) / "_meta" / f"{kind}.json"
+    note_read(path)
     return read_json(path) if path.exists() else {}
+
+
+def directions(df: pd.DataFrame) -> dict[str, bool]:
+    """``{benchmark: higher_is_better}`` from a tidy store frame (must be consistent per benchmark)."""
+    per = df.groupby("benchmark")["higher_is_better"].agg(lambda s: set(s.astype(bool)))
+    mixed = [b for b, v in per.items() if len(v) != 1]
+    if mixed:
+        raise StoreError(f"benchmarks with mixed higher_is_better in the store: {mixed}")
+    return {b: next(iter(v)) for b, v in per.items()}
+
+
+def orient(scores, higher_is_better: Mapping[str, bool] | bool):
+    """Scores turned so that higher is better: lower-is-better ones (bits-per-byte) are negated.
+
+    ``scores`` is a model x benchmark matrix with ``higher_is_better`` a ``{benchmark: bool}``
+    mapping (missing benchmarks count as higher-is-better), or one Series / array with a bool.
+    The one place where the direction of a score is applied.
+    """
+    if isinstance(higher_is_better, bool):
+        return scores if higher_is_better else -scores
+    out = scores.copy()
+    for col in out.columns:
+        if not higher_is_better.get(col, True):
+            out[col] = -out[col]
+    return out

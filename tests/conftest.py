@@ -64,7 +64,8 @@ def smoke():
         all((paths.stage_dir(SMOKE, s) / "summary.json").exists()
             for s in ("01_select_benchmarks", "02_finetune", "03_direct_eval"))
     if not fresh:
-        for sub in ("01_select_benchmarks", "02_finetune", "03_direct_eval", "store", "work/finetune", "work/items"):
+        for sub in ("01_select_benchmarks", "02_finetune", "03_direct_eval", "store", "work/train_before_test",
+                    "work/items"):
             shutil.rmtree(prof_dir / sub, ignore_errors=True)
         run.run_profile(SMOKE, stages=["01", "02", "03"], force=True)
     return {"store": paths.store_dir(SMOKE), "work": paths.work_dir(SMOKE),

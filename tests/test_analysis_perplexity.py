@@ -56,7 +56,8 @@ def test_settings_and_groups(tiny_store):
 
 def test_too_few_models_and_no_corpus(tiny_store):
     df = store.load(tiny_store)
-    summ = perplexity.summarise(perplexity.agreement_table(df, tiny_store, min_models=4)).set_index(["setting", "group"])
+    table = perplexity.agreement_table(df, tiny_store, min_models=4)
+    summ = perplexity.summarise(table).set_index(["setting", "group"])
     assert math.isnan(summ.loc[("direct", "instruct"), "tau_average"])
     assert perplexity.agreement_table(df[df.benchmark != "corpus"], tiny_store).empty
     assert perplexity.summarise(perplexity.agreement_table(df[df.benchmark != "corpus"], tiny_store)).empty

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from lib import store
+from lib import store, util
 from lib.benchalign import data
 
 
@@ -84,7 +84,7 @@ def test_real_leaderboard_items_join(harmony_data):
 
 
 def _items_file(work, bench, model, ids, correct):
-    store.atomic_write_json(work / "items" / "direct_eval" / bench / f"{store.slug(model)}.json",
+    util.atomic_write_json(work / "items" / "direct_eval" / bench / f"{store.slug(model)}.json",
                             {"model": model, "benchmark": bench, "protocol": "direct_eval", "metric": "acc",
                              "doc_ids": ids, "correct": correct})
 
@@ -101,7 +101,8 @@ def make_pipeline_world(root, n_models=8, seed=0):
         for b, n in (("ba", 12), ("bb", 9)):
             ids = list(range(100, 100 + n))[::-1]            # file order need not be sorted
             _items_file(work, b, m, ids, (rng.random(n) < 0.2 + 0.6 * skill).astype(int).tolist())
-            store.write(st, store.Result("train_before_test", b, m, "acc", float(0.3 + 0.5 * skill + 0.01 * (b == "bb"))))
+            score = float(0.3 + 0.5 * skill + 0.01 * (b == "bb"))
+            store.write(st, store.Result("train_before_test", b, m, "acc", score))
     return st, work, models
 
 

@@ -6,11 +6,11 @@ import json
 
 import numpy as np
 import pytest
+from test_benchalign_data import make_pipeline_world
 
 from lib import params, paths
-from lib.benchalign import baselines, data, experiments as ex, rank
-
-from test_benchalign_data import make_pipeline_world
+from lib.benchalign import baselines, data, rank
+from lib.benchalign import experiments as ex
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from lib import params, report, store
+from lib import params, report, store, util
 
 
 def _res(**kw):
@@ -43,8 +43,19 @@ def test_store_rejects_bad_results_and_names_corrupt_file(tmp_path):
 
 
 def test_atomic_write_leaves_no_temporary_files(tmp_path):
-    store.atomic_write_json(tmp_path / "a.json", {"x": 1})
+    util.atomic_write_json(tmp_path / "a.json", {"x": 1})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_stamps_say_whether_cached_work_is_current(tmp_path):
+    stamp = tmp_path / "done.json"
+    assert util.current(stamp, {"lr": 1e-3}) is None
+    util.mark(stamp, {"lr": 1e-3}, seconds=2.0)
+    assert util.current(stamp, {"lr": 1e-3})["seconds"] == 2.0
+    assert util.current(stamp, {"lr": 2e-3}) is None                      # made another way
+    assert util.current(stamp, {"lr": 1e-3}, needs=[tmp_path / "adapter"]) is None
+    stamp.write_text("{broken")
+    assert util.current(stamp, {"lr": 1e-3}) is None                      # unreadable: redo
 
 
 def test_meta_merges(tmp_path):
@@ -64,10 +75,11 @@ def test_macro_names_are_letters_only():
 def fake_project(tmp_path, monkeypatch):
     nb_dir, params_dir = tmp_path / "notebooks", tmp_path / "params"
     nb_dir.mkdir(), params_dir.mkdir()
-    cell = {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "outputs": [],
+    cell = {"cell_type": "code", "id": "p", "metadata": {"tags": ["parameters"]}, "outputs": [],
             "execution_count": None, "source": ['profile = "x"\n', "alpha = 0.5\n", "names = ['a']\n"]}
-    (nb_dir / "01_demo.ipynb").write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
-                                                      "nbformat_minor": 5}))
+    kernel = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    (nb_dir / "01_demo.ipynb").write_text(json.dumps({"cells": [cell], "nbformat": 4, "nbformat_minor": 5,
+                                                      "metadata": {"kernelspec": kernel}}))
     monkeypatch.setattr(params.paths, "NOTEBOOKS", nb_dir)
     monkeypatch.setattr(params.paths, "PARAMS", params_dir)
     return params_dir
@@ -76,13 +88,41 @@ def fake_project(tmp_path, monkeypatch):
 def test_params_valid_profile(fake_project):
     (fake_project / "x.yaml").write_text("description: t\nstages:\n  01_demo: {alpha: 1, names: [b]}\n")
     prof = params.load_profile("x")
-    assert params.check_stage(prof, "01_demo", prof.stages["01_demo"]) == {"profile": "x", "alpha": 1,
-                                                                           "names": ["b"]}
+    assert params.check_stage(prof, "01_demo") == {"profile": "x", "alpha": 1, "names": ["b"]}
+
+
+def test_a_profile_holds_only_overrides_and_common_values(fake_project):
+    (fake_project / "x.yaml").write_text("description: t\nstages:\n  01_demo: {alpha: 2}\n")
+    assert params.check_stage(params.load_profile("x"), "01_demo") == {"profile": "x", "alpha": 2, "names": ["a"]}
+    (fake_project / "x.yaml").write_text("description: t\ncommon: {names: [c]}\nstages:\n  01_demo:\n")
+    assert params.load_profile("x").params("01_demo") == {"profile": "x", "alpha": 0.5, "names": ["c"]}
+    (fake_project / "x.yaml").write_text("description: t\ncommon: {nmes: [c]}\nstages:\n  01_demo:\n")
+    with pytest.raises(params.ParamsError, match="common.nmes: no stage of this profile has that parameter "
+                                                 r"\(did you mean 'names'\?\)"):
+        params.load_profile("x")
+
+
+def test_a_notebook_resolves_the_profile_in_and_out_of_papermill(fake_project, tmp_path, monkeypatch, capsys):
+    """Stepped through with the cell's defaults, a notebook gets the profile's values; a value
+    changed by hand wins and clears the stage's cache stamp so `make all` re-runs it."""
+    monkeypatch.setattr(params.paths, "OUTPUTS", tmp_path / "out")
+    monkeypatch.delenv("TBT_READS", raising=False)
+    (fake_project / "x.yaml").write_text("description: t\nstages:\n  01_demo: {alpha: 2}\n")
+    ns = {"profile": "x", "alpha": 0.5, "names": ["a"]}
+    ctx = params.stage("01_demo", ns)
+    assert ns == {"profile": "x", "alpha": 2, "names": ["a"]} and ctx.changed == {}
+    stamp = ctx.out / params.paths.STAGE_STAMP
+    stamp.write_text("{}")
+    ns = {"profile": "x", "alpha": 0.5, "names": ["z"]}
+    ctx = params.stage("01_demo", ns)
+    assert ns["names"] == ["z"] and ns["alpha"] == 2 and ctx.changed == {"names": ["z"]}
+    assert not stamp.exists() and "re-runs this stage" in capsys.readouterr().out
+    with pytest.raises(params.ParamsError, match="alpha = 'x': expected float"):
+        params.stage("01_demo", {"profile": "x", "alpha": "x", "names": []})
 
 
 @pytest.mark.parametrize("body, message", [
     ("description: t\nstages:\n  01_demo: {alpha: 1, names: [b], alhpa: 2}\n", "unknown key.*did you mean 'alpha'"),
-    ("description: t\nstages:\n  01_demo: {alpha: 1}\n", r"missing key\(s\) \['names'\]"),
     ("description: t\nstages:\n  01_demo: {alpha: fast, names: [b]}\n", "alpha: expected float, got str"),
     ("description: t\nstages:\n  01_dmeo: {}\n", "unknown stage '01_dmeo'.*did you mean '01_demo'"),
     ("stages:\n  01_demo: {alpha: 1, names: [b]}\n", "missing key 'description'"),

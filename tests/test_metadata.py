@@ -38,7 +38,8 @@ def test_model_table_matches_the_paper():
 
 
 def test_unknown_names_fail_with_close_matches():
-    with pytest.raises(metadata.MetadataError, match=r"'Qwen/Qwen2-7B-instruct'.*did you mean 'Qwen/Qwen2-7B-Instruct'"):
+    with pytest.raises(metadata.MetadataError,
+                       match=r"'Qwen/Qwen2-7B-instruct'.*did you mean 'Qwen/Qwen2-7B-Instruct'"):
         metadata.model_info("Qwen/Qwen2-7B-instruct")
     with pytest.raises(metadata.MetadataError, match=r"benchmark 'hellaswg'.*'hellaswag'"):
         metadata.benchmarks_frame(["mnli", "hellaswg"])

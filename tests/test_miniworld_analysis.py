@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import pytest
@@ -37,7 +36,6 @@ def ctx(tmp_path):
         for m in MODELS})
     out = tmp_path / "out"
     out.mkdir()
-    (out / "summary.json").write_text(json.dumps({"earlier": 1}))
     return SimpleNamespace(store=root, out=out)
 
 
@@ -46,10 +44,11 @@ def test_rank_table_and_summary(ctx):
     assert list(table["benchmark"]) == ["t1", "t2"]          # perplexity corpora excluded
     t1 = table.set_index("benchmark").loc["t1"]
     assert bool(t1["prepared_for"]) and t1["dose"] == 7
-    assert (t1["rank_direct"], t1["rank_tbt"], t1["shift"]) == (1.0, 3.0, 2.0)
-    assert t1["twin_gap_direct"] == pytest.approx(0.6) and t1["twin_gap_tbt"] == pytest.approx(0.02)
+    assert (t1["rank_direct_eval"], t1["rank_train_before_test"], t1["shift"]) == (1.0, 3.0, 2.0)
+    assert t1["twin_gap_direct_eval"] == pytest.approx(0.6)
+    assert t1["twin_gap_train_before_test"] == pytest.approx(0.02)
     t2 = table.set_index("benchmark").loc["t2"]
-    assert (t2["rank_direct"], t2["rank_tbt"], t2["shift"]) == (4.0, 4.0, 0.0)
+    assert (t2["rank_direct_eval"], t2["rank_train_before_test"], t2["shift"]) == (4.0, 4.0, 0.0)
     s = mwa.rank_summary(table)
     assert s["prepared_tasks"]["mean_shift"] == 2.0 and s["other_tasks"]["mean_shift"] == 0.0
 
@@ -70,14 +69,14 @@ def test_perplexity_and_pca_views(ctx):
 
 
 def test_notebook_section_writes_and_skips(ctx, tmp_path, capsys):
-    table = mwa.notebook_section(ctx, "ranks")
+    summary = {"earlier": 1}
+    table = mwa.notebook_section(ctx, "ranks", summary)
     assert len(table) == 2
-    summary = json.loads((ctx.out / "summary.json").read_text())
     assert summary["earlier"] == 1 and summary["preparation"]["prepared_tasks"]["mean_shift"] == 2.0
     assert (ctx.out / "preparation_ranks.csv").exists()
     assert (ctx.out / "figures" / "preparation_ranks.png").exists()
     bare = SimpleNamespace(store=tmp_path / "empty", out=tmp_path)
-    assert mwa.notebook_section(bare, "pca") is None
+    assert mwa.notebook_section(bare, "pca", {}) is None
     assert "skipped" in capsys.readouterr().out
     with pytest.raises(ValueError, match="unknown view"):
-        mwa.notebook_section(ctx, "rank")
+        mwa.notebook_section(ctx, "rank", {})

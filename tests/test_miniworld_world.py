@@ -41,11 +41,11 @@ def test_build_is_cached_and_rebuilt_when_config_changes(tmp_path):
 
 def test_six_benchmarks_in_the_papers_formats(small_world):
     assert len(small_world.benchmarks) >= 6
-    kinds = {mw.BENCHMARKS[n][0] for n in small_world.benchmarks}
-    metrics = {mw.BENCHMARKS[n][1] for n in small_world.benchmarks}
+    kinds = {mw.BENCHMARKS[n].kind for n in small_world.benchmarks}
+    metrics = {mw.BENCHMARKS[n].metric for n in small_world.benchmarks}
     assert kinds == {"multiple_choice", "generate_until"}
     assert {"acc", "acc_norm", "exact_match"} <= metrics
-    for name, splits in small_world.benchmarks.items():
+    for splits in small_world.benchmarks.values():
         assert set(splits) == {"train", "validation", "test"}
         for recs in splits.values():
             assert recs
@@ -87,7 +87,8 @@ def test_gold_answers_agree_with_the_knowledge_base(small_world):
         name = rec["query"].split("the ")[1].split()[0]
         answer = rec["choices"][rec["label"]]
         c = kb[name]
-        assert answer in (f"the {name} lives in the {c.habitat}", f"the {name} eats {c.food}", f"the {name} is {c.color}")
+        assert answer in (f"the {name} lives in the {c.habitat}", f"the {name} eats {c.food}",
+                          f"the {name} is {c.color}")
         assert len(set(rec["choices"])) == 4
     for rec in small_world.benchmarks["mw_reading"]["test"]:       # the answer is in the passage,
         passage = rec["query"].split("\n")[0]                       # about a creature the KB lacks

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lib import metadata, paths, store
+from lib import metadata, paths, store, util
 from lib.miniworld import world as mw
 from lib.miniworld import zoo
 
@@ -42,7 +42,7 @@ def test_default_zoo_design():
 def test_prepared_models_saw_their_doses(tiny_zoo):
     profile, summary = tiny_zoo
     wdir, mdir = zoo.world_dir(profile), zoo.models_dir(profile)
-    key = store.read_json(wdir / "manifest.json")["key"]
+    key = util.read_json(wdir / "manifest.json")["key"]
     assert len(summary["models"]) == 6
     assert not any(zoo.count_prepared(mw.load_corpus(wdir), wdir).values())   # the corpus has none
     builds = {}

@@ -9,10 +9,15 @@ import pytest
 from lib import store
 from lib.pipeline import evaluate as ev
 from lib.pipeline import finetune as ft
-from lib.pipeline import jobs, localtasks, tiny
+from lib.pipeline import jobs, localtasks, tiny, training
 from lib.pipeline import tasks as tk
+from lib.store import DIRECT, TBT
 
-TEXTS = [f"the {a} says {s} . the {a} walks to the farm ." for a, s in tiny.ANIMAL_SOUNDS.items()] * 6
+SOUNDS = {"cow": "moo", "dog": "woof", "cat": "meow", "duck": "quack", "sheep": "baa", "pig": "oink",
+          "horse": "neigh", "owl": "hoot", "snake": "hiss", "bee": "buzz", "frog": "croak", "crow": "caw"}
+TEXTS = [f"the {a} says {s} . the {a} walks to the farm ." for a, s in SOUNDS.items()] * 8
+RECIPE = dict(lrs=(1e-5, 2e-5, 5e-5), epochs=5, lora_r=8, lora_alpha=32, lora_dropout=0.1, batch_size=8,
+              max_length=1024, weight_decay=0.0, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +58,8 @@ def test_pretrain_is_deterministic_learns_and_saves_atomically(tokenizer, tmp_pa
     stats = []
     for run in ("a", "b"):
         model = tiny.make_model("gpt2", tokenizer, d_model=32, n_layers=1, n_heads=2, max_len=64, seed=3)
-        stats.append(tiny.pretrain(model, tokenizer, TEXTS, steps=25, batch_size=4, seq_len=32, lr=3e-3,
-                                   seed=3, out_dir=tmp_path / run))
+        stats.append(training.pretrain(model, tokenizer, TEXTS, steps=25, batch_size=4, seq_len=32, lr=3e-3,
+                                       seed=3, out_dir=tmp_path / run))
     assert stats[0]["final_loss"] == stats[1]["final_loss"]
     assert stats[0]["loss_curve"][0][1] > stats[0]["final_loss"] + 0.5          # it learned something
     assert stats[0]["tokens"] == 25 * 4 * 32
@@ -140,29 +145,29 @@ def test_plan_rejects_bad_input_before_training(taskdir, tmp_path):
     store.write_meta(root, "models", {"tiny-a": {"family": "x", "path": str(tmp_path / "nowhere")}})
     selection = {"selected": ["t_full"], "include_paths": [str(taskdir)], "include_defaults": False}
     with pytest.raises(ev.ModelError, match="tiny-a"):
-        jobs.plan("direct", ["tiny-a"], selection, store_root=root, work_root=tmp_path)
+        jobs.plan(DIRECT, ["tiny-a"], selection, store_root=root, work_root=tmp_path)
     with pytest.raises(ev.ModelError, match=r"unknown model path '/no/such/model'"):
-        jobs.plan("direct", ["/no/such/model"], selection, store_root=root, work_root=tmp_path)
+        jobs.plan(DIRECT, ["/no/such/model"], selection, store_root=root, work_root=tmp_path)
     with pytest.raises(ev.ModelError, match=r"unknown model 'tiny-b'.*did you mean 'tiny-a'"):
-        jobs.plan("direct", ["tiny-b"], selection, store_root=root, work_root=tmp_path)
+        jobs.plan(DIRECT, ["tiny-b"], selection, store_root=root, work_root=tmp_path)
     with pytest.raises(tk.TaskError, match=r"unknown task 't_fulll'"):
-        jobs.plan("direct", ["tiny-a"], {**selection, "selected": ["t_fulll"]}, store_root=root, work_root=tmp_path)
+        jobs.plan(DIRECT, ["tiny-a"], {**selection, "selected": ["t_fulll"]}, store_root=root, work_root=tmp_path)
     notrain = {"name": "t_notrain", "kind": "multiple_choice", "metric": "acc", "filter": "none",
                "higher_is_better": True, "category": "x", "splits": {"train": None, "validation": "validation",
                                                                       "test": "test"},
                "counts": {"train": None, "validation": 10, "test": 12}, "count_source": "dataset"}
     with pytest.raises(tk.TaskError, match="'t_notrain' has no training split"):
-        jobs.plan("finetune", ["tiny-a"], {**selection, "selected": ["t_notrain"], "tasks": {"t_notrain": notrain}},
-                  store_root=root, work_root=tmp_path)
+        jobs.plan(TBT, ["tiny-a"], {**selection, "selected": ["t_notrain"], "tasks": {"t_notrain": notrain}},
+                  store_root=root, work_root=tmp_path, recipe=ft.Recipe(**RECIPE))
     with pytest.raises(ValueError, match="unknown executor 'slrum'.*did you mean 'slurm'"):
         jobs.launch([], executor="slrum")
 
 
 def test_recipe_and_unit_names():
     assert ft.lr_name(2e-5) == "lr=2e-05" and ft.lr_name(0.003) == "lr=0.003"
-    assert jobs.unit_dir("/w", "org/m", "b", 1e-5).as_posix() == "/w/finetune/org__m/b/lr=1e-05"
+    assert jobs.unit_dir("/w", "org/m", "b", 1e-5).as_posix() == "/w/train_before_test/org__m/b/lr=1e-05"
     with pytest.raises(ValueError, match="learning rates must be positive"):
-        ft.Recipe(lrs=(0.0,))
+        ft.Recipe(**{**RECIPE, "lrs": (0.0,)})
     units = [ft.UnitResult(lr=1e-3, curve=[{"epoch": 1, "val_score": 0.5}, {"epoch": 2, "val_score": 0.7}]),
              ft.UnitResult(lr=3e-3, curve=[{"epoch": 1, "val_score": 0.7}, {"epoch": 2, "val_score": 0.6}])]
     assert ft.select_best(units, True) == (1e-3, 2, 0.7)                    # tie -> earlier lr
@@ -211,14 +216,12 @@ def test_paper_profile_validates_with_the_papers_models_and_benchmarks(harmony_d
     prof = params.load_profile("paper")
     published = json.loads((harmony_data / "lm-harmony" / "all_results.json").read_text())
     models = {m for scores in published["direct_eval"].values() for m in scores}
-    assert set(prof.stages["02_finetune"]["models"]) == models and len(models) == 61
-    assert prof.stages["03_direct_eval"]["models"] == prof.stages["02_finetune"]["models"]
-    tasks = prof.stages["01_select_benchmarks"]["tasks"]
-    assert len(tasks) == 24 and set(tasks) < set(published["direct_eval"])
-    s2 = prof.stages["02_finetune"]
+    s1, s2, s3 = (prof.params(s) for s in ("01_select_benchmarks", "02_finetune", "03_direct_eval"))
+    assert set(s2["models"]) == models and len(models) == 61
+    assert s3["models"] == s2["models"] and prof.common["models"] == s2["models"]     # written once
+    assert len(s1["tasks"]) == 24 and set(s1["tasks"]) < set(published["direct_eval"])
     assert (s2["lrs"], s2["epochs"], s2["lora_r"], s2["lora_alpha"], s2["lora_dropout"]) == \
         ([1e-5, 2e-5, 5e-5], 5, 8, 32, 0.1)
-    s1 = prof.stages["01_select_benchmarks"]
     assert (s1["cap_train"], s1["cap_validation"], s1["cap_test"], s1["min_train"]) == (50000, 1000, 10000, 1000)
     assert s2["executor"] == "slurm" and s1["include_defaults"] is True
 
@@ -238,19 +241,22 @@ def test_unreachable_builtin_task_falls_back_to_cached_count():
 
 _FINGERPRINT = """
 import hashlib, json, tempfile
-from lib.pipeline import tiny
-splits = tiny.smoke_task_splits(0)
-texts = tiny.smoke_pretraining_texts(0, n_docs=60)
-tok = tiny.train_tokenizer(texts + [json.dumps(splits)], 300)
+from lib.miniworld import world as mw
+from lib.pipeline import tiny, training
+w = mw.generate(mw.WorldConfig(seed=0, n_creatures=12, n_corpus_docs=60, train=12, validation=4, test=6,
+                               corpus_train=4, corpus_validation=2, corpus_test=2))
+texts = w.corpus()
+tok = tiny.train_tokenizer(texts + [json.dumps(w.benchmarks)], 300)
 model = tiny.make_model("llama", tok, d_model=32, n_layers=1, n_heads=2, max_len=64)
-stats = tiny.pretrain(model, tok, texts, steps=5, batch_size=2, seq_len=32, lr=1e-3, seed=0,
-                      out_dir=tempfile.mkdtemp() + "/m")
-print(hashlib.sha256(json.dumps([splits, tok.backend_tokenizer.to_str(), stats["loss_curve"]]).encode()).hexdigest())
+stats = training.pretrain(model, tok, texts, steps=5, batch_size=2, seq_len=32, lr=1e-3, seed=0,
+                          out_dir=tempfile.mkdtemp() + "/m")
+state = [w.benchmarks, tok.backend_tokenizer.to_str(), stats["loss_curve"]]
+print(hashlib.sha256(json.dumps(state).encode()).hexdigest())
 """
 
 
-def test_smoke_world_is_identical_across_processes():
-    """Tasks, tokenizer and pre-training do not depend on Python's per-process hash seed."""
+def test_world_and_tiny_models_are_identical_across_processes():
+    """The world, the tokenizer and pre-training do not depend on Python's per-process hash seed."""
     import os
     import subprocess
     import sys

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lib import metadata, paths, published, report, run, store
+from lib import metadata, paths, published, report, run, store, util
 
 PAPER_BENCHMARKS = 24
 
@@ -36,7 +36,7 @@ def test_import_small_file_is_faithful_and_idempotent(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "out")
     src = _write(tmp_path / "all_results.json", SMALL)
     rec = published.import_store("p", source=src)
-    assert rec["n_results"] == 6 and rec["sha256"] == store.sha256_file(src)
+    assert rec["n_results"] == 6 and rec["sha256"] == util.sha256_file(src)
     df = store.load(paths.store_dir("p"))
     row = df[(df.protocol == "direct_eval") & (df.benchmark == "mnli") & (df.model == "google/gemma-2b")].iloc[0]
     assert (row.score, row.stderr, row.metric, row.higher_is_better) == (0.5, 0.02, "acc", True)
@@ -129,7 +129,8 @@ def test_params_typo_stops_the_run_before_any_stage(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "out")
     assert run.main(["typo"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "typo.yaml: stages.04_rank_agreement.min_model: unknown key (did you mean 'min_models'?)" in err[0]
+    assert len(err) == 1
+    assert "typo.yaml: stages.04_rank_agreement.min_model: unknown key (did you mean 'min_models'?)" in err[0]
     assert not (tmp_path / "out").exists()
 
 

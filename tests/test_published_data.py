@@ -61,7 +61,8 @@ def test_download_verifies_converts_and_skips_verified_copies(tmp_path, remote):
               lfs_template=f"file://{root}/media/{{repo}}/{{commit}}/{{path}}")
     dest = tmp_path / "dest"
     written = data.download(dest, **kw)
-    assert (dest / "lm-harmony/all_results.json").exists() and (dest / "obsscaling/base_llm_benchmark_eval.csv").exists()
+    assert (dest / "lm-harmony/all_results.json").exists()
+    assert (dest / "obsscaling/base_llm_benchmark_eval.csv").exists()
     with np.load(dest / "oll-v2-items/toy.npz", allow_pickle=False) as npz:
         assert npz["scores"].dtype == np.uint8 and (npz["scores"] == scores).all()
         assert npz["models"].tolist() == ["org/a", "org/b"]

@@ -61,11 +61,11 @@ def test_rank_agreement_reads_the_smoke_store(full_smoke):
 def test_perplexity_and_pca_read_the_smoke_store(full_smoke):
     df = full_smoke["results"]
     ppl = report.read_summary("smoke", "05_perplexity")
-    assert ppl["corpora"] == ["smoke_corpus"]
+    assert ppl["corpora"] == ["mw_wiki"]
     # tau between (negated) bits-per-byte and mean downstream score, before fine-tuning
     d = df[df.protocol == "direct_eval"]
-    bpb = d[d.benchmark == "smoke_corpus"].set_index("model")["score"]
-    down = d[d.benchmark != "smoke_corpus"].groupby("model")["score"].mean()
+    bpb = d[d.benchmark == "mw_wiki"].set_index("model")["score"]
+    down = d[d.benchmark != "mw_wiki"].groupby("model")["score"].mean()
     expected = _tau_b(-bpb.sort_index(), down.loc[bpb.sort_index().index])
     got = ppl["tau_average"]["direct"]["all"]
     assert (got is None and math.isnan(expected)) or got == pytest.approx(expected, abs=1e-9)

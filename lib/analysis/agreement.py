@@ -10,7 +10,7 @@ always means the two rankings agree.
 from __future__ import annotations
 
 import itertools
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -39,24 +39,6 @@ def kendall_tau(a: pd.Series, b: pd.Series, min_models: int = MIN_MODELS) -> tup
     """
     common = a.index.intersection(b.index)
     return tau_arrays(a.loc[common].to_numpy(float), b.loc[common].to_numpy(float), min_models)
-
-
-def oriented(matrix: pd.DataFrame, higher_is_better: Mapping[str, bool]) -> pd.DataFrame:
-    """The matrix with lower-is-better columns negated, so higher is better everywhere."""
-    out = matrix.copy()
-    for col in out.columns:
-        if not higher_is_better.get(col, True):
-            out[col] = -out[col]
-    return out
-
-
-def directions(df: pd.DataFrame) -> dict[str, bool]:
-    """``{benchmark: higher_is_better}`` from a tidy store frame (must be consistent per benchmark)."""
-    per = df.groupby("benchmark")["higher_is_better"].agg(lambda s: set(s.astype(bool)))
-    mixed = [b for b, v in per.items() if len(v) != 1]
-    if mixed:
-        raise store.StoreError(f"benchmarks with mixed higher_is_better in the store: {mixed}")
-    return {b: next(iter(v)) for b, v in per.items()}
 
 
 def split_benchmarks(names: Iterable[str], store_root=None) -> tuple[list[str], list[str]]:
@@ -89,13 +71,13 @@ def tau_matrix(pairs: pd.DataFrame, order: list[str] | None = None) -> pd.DataFr
 
 
 def compare_protocols(df: pd.DataFrame, benchmarks: list[str], min_models: int = MIN_MODELS,
-                      protocols: tuple[str, str] = ("direct_eval", "train_before_test")) -> pd.DataFrame:
+                      protocols: tuple[str, str] = store.PROTOCOLS) -> pd.DataFrame:
     """Per benchmark pair, tau under both protocols: a, b, tau_<p>, n_<p>, delta, improved."""
-    dirs = directions(df)
+    dirs = store.directions(df)
     out = None
     for p in protocols:
         full = store.matrix(df, p)
-        mat = oriented(full.reindex(columns=benchmarks) if benchmarks else full, dirs)
+        mat = store.orient(full.reindex(columns=benchmarks) if benchmarks else full, dirs)
         t = pair_table(mat, min_models).rename(columns={"tau": f"tau_{p}", "n_models": f"n_{p}"})
         out = t if out is None else out.merge(t, on=["a", "b"], how="outer")
     first, second = (f"tau_{p}" for p in protocols)
@@ -163,13 +145,16 @@ def most_improved_pair(pairs: pd.DataFrame, column: str = "delta") -> tuple[str,
 
 
 def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS,
-                     protocols: tuple[str, str] = ("direct_eval", "train_before_test")) -> dict:
+                     rank_plot_pair: list[str] | tuple[str, str] = (),
+                     protocols: tuple[str, str] = store.PROTOCOLS) -> dict:
     """Everything notebook 04 shows, from a tidy store frame (downstream benchmarks only).
 
     Returns a dict with ``benchmarks`` (list), ``pairs`` (:func:`compare_protocols`),
     ``per_benchmark`` (benchmark x protocol mean tau), ``tau`` ({protocol: square matrix}),
     ``categories`` ({benchmark: category}), ``category`` ({protocol: category matrix}),
-    ``summary`` (plain numbers) and ``notes`` (why some numbers are NaN).
+    ``rank_plot`` (``None`` or {a, b, data: {protocol: ranks}, tau: {protocol}}: the two-ranking
+    figure for ``rank_plot_pair``, by default the pair whose tau improves most), ``summary``
+    (plain numbers) and ``notes`` (why some numbers are NaN).
     """
     present = [p for p in protocols if p in set(df["protocol"])]
     if len(present) < 2:
@@ -213,5 +198,16 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
                                      for p in protocols},
         "min_models": min_models,
     }
+    plot = None
+    pair = tuple(rank_plot_pair) if rank_plot_pair else most_improved_pair(pairs)
+    if pair is not None:
+        a, b = pair
+        dirs = store.directions(df)
+        oriented = {p: store.orient(store.matrix(df, p), dirs) for p in protocols}
+        plot = {"a": a, "b": b, "data": {p: rank_plot_data(m, a, b) for p, m in oriented.items()},
+                "tau": {p: kendall_tau(m[a], m[b], min_models)[0] for p, m in oriented.items()}}
+        summary["rank_plot"] = {"a": a, "b": b, "tau": plot["tau"]}
+    summary["notes"] = notes
     return {"benchmarks": bench_order, "pairs": pairs, "per_benchmark": per_benchmark, "tau": tau,
-            "categories": categories, "category": category, "summary": summary, "notes": notes}
+            "categories": categories, "category": category, "rank_plot": plot, "summary": summary,
+            "notes": notes}

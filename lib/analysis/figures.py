@@ -6,7 +6,7 @@ Each function takes plain DataFrames/Series and returns a matplotlib Figure; sav
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np

@@ -23,11 +23,14 @@ from .. import metadata, store
 from .agreement import MIN_MODELS, split_benchmarks, tau_arrays
 
 AVERAGE = "average"
+# setting: (protocol of the perplexity, protocol of the downstream scores)
 SETTINGS: dict[str, tuple[str, str]] = {
-    "direct": ("direct_eval", "direct_eval"),
-    "train_before_test": ("train_before_test", "train_before_test"),
-    "pre_ft_ppl_vs_tbt": ("direct_eval", "train_before_test"),
+    "direct": (store.DIRECT, store.DIRECT),
+    "train_before_test": (store.TBT, store.TBT),
+    "pre_ft_ppl_vs_tbt": (store.DIRECT, store.TBT),
 }
+SETTING_TITLES = {"direct": "Direct (both before fine-tuning)", "train_before_test": "Train-before-test (both after)",
+                  "pre_ft_ppl_vs_tbt": "Perplexity before vs downstream after"}
 
 
 def with_average(matrix: pd.DataFrame) -> pd.DataFrame:
@@ -60,9 +63,9 @@ def agreement_table(df: pd.DataFrame, store_root=None, min_models: int = MIN_MOD
     for setting, (ppl_p, ds_p) in (settings or SETTINGS).items():
         if ppl_p not in present or ds_p not in present:
             continue
-        ppl = store.matrix(df, ppl_p).reindex(columns=corpora)
-        ds = store.matrix(df, ds_p).reindex(columns=downstream)
-        ppl, ds = -with_average(ppl), with_average(ds)          # negate: higher is better everywhere
+        dirs = store.directions(df)
+        ppl = with_average(store.orient(store.matrix(df, ppl_p).reindex(columns=corpora), dirs))
+        ds = with_average(store.orient(store.matrix(df, ds_p).reindex(columns=downstream), dirs))
         models = sorted(set(ppl.dropna(how="all").index) & set(ds.dropna(how="all").index))
         for group, members in model_groups(models, store_root).items():
             p_sub, d_sub = ppl.reindex(members), ds.reindex(members)    # aligned on the same models
@@ -110,3 +113,26 @@ def scatter_frame(df: pd.DataFrame, ppl_protocol: str, ds_protocol: str, store_r
     meta = metadata.models_frame(list(both.index), store_root)
     both["type"] = np.where(meta.loc[both.index, "instruct"], "instruct", "base")
     return both.rename_axis("model").reset_index()
+
+
+def perplexity_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS) -> dict:
+    """Everything notebook 05 shows: ``table`` (:func:`agreement_table`), ``settings``
+    (:func:`summarise`), ``frames`` ({setting: :func:`scatter_frame`}), ``mats`` ({setting: corpus x
+    benchmark tau}), ``corpora``, ``notes`` and ``summary`` (plain numbers: ``corpora``,
+    ``tau_average`` / ``mean_tau_pairs`` / ``n_models`` {setting: {group}}, ``min_models``, ``notes``)."""
+    table = agreement_table(df, store_root, min_models=min_models)
+    settings = summarise(table)
+    corpora = sorted(set(table["corpus"]) - {AVERAGE})
+    notes = [] if len(table) else ["no perplexity corpus (or no downstream benchmark) in the store: nothing to compare"]
+    notes += [f"{r.setting}/{r.group}: fewer than {min_models} models, tau NaN"
+              for r in settings.itertuples() if r.n_models < min_models]
+    frames = {s: scatter_frame(df, *SETTINGS[s], store_root=store_root) for s in SETTINGS}
+    mats = {s: corpus_by_benchmark(table, s) for s in table["setting"].unique()} if len(table) else {}
+
+    def nested(col: str) -> dict:
+        return {s: dict(zip(g["group"], g[col])) for s, g in settings.groupby("setting", sort=False)}
+
+    summary = {"corpora": corpora, "min_models": min_models, "tau_average": nested("tau_average"),
+               "mean_tau_pairs": nested("mean_tau_pairs"), "n_models": nested("n_models"), "notes": notes}
+    return {"table": table, "settings": settings, "frames": frames, "mats": mats, "corpora": corpora,
+            "notes": notes, "summary": summary}

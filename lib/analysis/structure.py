@@ -4,10 +4,10 @@ If one latent "general ability" explains model scores, the first principal compo
 most of the variance; the paper finds that it does so far more under train-before-test, and that
 PC1 tracks pre-training compute. Pure functions on matrices from :func:`lib.store.matrix`.
 
-Conventions: columns are z-scored (population standard deviation, as sklearn's StandardScaler);
-models missing any benchmark are dropped (PCA needs a complete matrix) and so are constant
-columns; the sign of each component is fixed so that its loadings sum to a positive number (PC1
-then grows with better scores).
+Conventions: columns are z-scored (scikit-learn's ``StandardScaler``: population standard
+deviation) and decomposed by scikit-learn's ``PCA``; models missing any benchmark are dropped (PCA
+needs a complete matrix) and so are constant columns; the sign of each component is fixed so that
+its loadings sum to a positive number (PC1 then grows with better scores).
 """
 
 from __future__ import annotations
@@ -29,14 +29,12 @@ class PCAResult:
     dropped_benchmarks: list[str] = field(default_factory=list)
 
 
-def standardise(matrix: pd.DataFrame) -> pd.DataFrame:
-    """Column z-scores (mean 0, population std 1)."""
-    return (matrix - matrix.mean()) / matrix.std(ddof=0)
-
-
 def pca(matrix: pd.DataFrame, min_models: int = 3) -> PCAResult | None:
     """PCA of the standardised complete part of ``matrix``; None when fewer than ``min_models``
     complete models or fewer than two non-constant benchmarks remain."""
+    from sklearn.decomposition import PCA
+    from sklearn.preprocessing import StandardScaler
+
     complete = matrix.dropna(axis=0, how="any")
     dropped_models = sorted(set(matrix.index) - set(complete.index))
     varying = [c for c in complete.columns if complete[c].nunique() > 1]
@@ -44,16 +42,15 @@ def pca(matrix: pd.DataFrame, min_models: int = 3) -> PCAResult | None:
     complete = complete[varying]
     if len(complete) < max(2, min_models) or complete.shape[1] < 2:
         return None
-    z = standardise(complete).to_numpy(float)
-    u, s, vt = np.linalg.svd(z, full_matrices=False)
-    signs = np.sign(vt.sum(axis=1))
+    z = StandardScaler().fit_transform(complete.to_numpy(float))
+    fit = PCA(svd_solver="full").fit(z)
+    signs = np.sign(fit.components_.sum(axis=1))
     signs[signs == 0] = 1
-    vt, u = vt * signs[:, None], u * signs[None, :]
-    var = s ** 2
-    names = [f"PC{i + 1}" for i in range(len(s))]
-    explained = pd.Series(var / var.sum(), index=names, name="explained_variance_ratio")
-    scores = pd.DataFrame(u * s, index=complete.index, columns=names)
-    loadings = pd.DataFrame(vt.T, index=complete.columns, columns=names)
+    components = fit.components_ * signs[:, None]
+    names = [f"PC{i + 1}" for i in range(len(components))]
+    explained = pd.Series(fit.explained_variance_ratio_, index=names, name="explained_variance_ratio")
+    scores = pd.DataFrame(fit.transform(z) * signs[None, :], index=complete.index, columns=names)
+    loadings = pd.DataFrame(components.T, index=complete.columns, columns=names)
     return PCAResult(explained, scores, loadings, len(complete), dropped_models, dropped_b)
 
 
@@ -84,3 +81,54 @@ def pc1_vs_compute(scores: pd.Series, flops: pd.Series, min_models: int = 3) -> 
     fit = stats.linregress(x, y)
     return {"n_models": n, "pearson_r": float(fit.rvalue),
             "spearman_rho": float(stats.spearmanr(x, y).statistic), "slope": float(fit.slope)}
+
+
+def pca_report(df: pd.DataFrame, store_root=None, min_models: int = 3, max_components: int = 10) -> dict:
+    """Everything notebook 06 shows, from a tidy store frame (downstream benchmarks only).
+
+    Returns ``fits`` ({protocol: :class:`PCAResult` or None}), ``explained`` (component x protocol
+    ratios), ``family`` (:func:`by_group` per protocol), ``scores`` (PC1 per model and protocol),
+    ``frames`` ({protocol: flops, pc1, type} for the compute scatter), ``compute``
+    (:func:`pc1_vs_compute` for all and base models), ``notes`` and ``summary`` (plain numbers).
+    """
+    from .. import metadata, store
+    from .agreement import split_benchmarks
+
+    downstream, _ = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    protocols = [p for p in store.PROTOCOLS if p in set(df["protocol"])]
+    dirs = store.directions(df)
+    matrices = {p: store.orient(store.matrix(df, p).reindex(columns=downstream), dirs) for p in protocols}
+    models = metadata.models_frame(sorted(df["model"].unique()), store_root)
+    fits = {p: pca(m, min_models) for p, m in matrices.items()}
+    notes = [f"{p}: too few complete models or benchmarks for PCA" for p, f in fits.items() if f is None]
+    notes += [f"{p}: dropped incomplete models {f.dropped_models}" for p, f in fits.items() if f and f.dropped_models]
+    notes += [f"{p}: dropped constant benchmarks {f.dropped_benchmarks}"
+              for p, f in fits.items() if f and f.dropped_benchmarks]
+    explained = pd.DataFrame({p: f.explained.iloc[:max_components] for p, f in fits.items() if f})
+    family = pd.concat([by_group(m, models.loc[m.index, "family"], min_models).assign(protocol=p)
+                        for p, m in matrices.items()], ignore_index=True)
+    small = sorted(family.loc[family["pc1"].isna(), "group"].unique())
+    if small:
+        notes.append(f"families too small for PCA (NaN): {small}")
+    scores = pd.DataFrame({p: f.scores["PC1"] for p, f in fits.items() if f})
+    instruct = models.loc[scores.index, "instruct"]
+    frames = {p: pd.DataFrame({"flops_1e21": models.loc[scores.index, "flops_1e21"], "pc1": scores[p],
+                               "type": np.where(instruct, "instruct", "base")}).dropna() for p in scores}
+    compute = pd.DataFrame([{"protocol": p, "models": grp,
+                             **pc1_vs_compute(scores[p] if grp == "all" else scores[p][~instruct],
+                                              models["flops_1e21"], min_models)}
+                            for p in scores for grp in ("all", "base")])
+    if not any(len(f) for f in frames.values()):
+        notes.append("no model with known pre-training compute: PC1 vs compute skipped")
+    summary = {
+        "n_benchmarks": len(downstream), "min_models": min_models,
+        "n_models": {p: (f.n_models if f else 0) for p, f in fits.items()},
+        "explained_variance": {p: explained[p].dropna().tolist() for p in explained},
+        "pc1_explained": {p: float(explained[p].iloc[0]) for p in explained},
+        "family_pc1": {p: dict(zip(g["group"], g["pc1"])) for p, g in family.groupby("protocol")},
+        "pc1_vs_log_compute": {p: {r["models"]: {k: r[k] for k in ("n_models", "pearson_r", "spearman_rho", "slope")}
+                                   for r in g.to_dict("records")} for p, g in compute.groupby("protocol")},
+        "notes": notes,
+    }
+    return {"fits": fits, "explained": explained, "family": family, "scores": scores, "frames": frames,
+            "compute": compute, "notes": notes, "summary": summary}

@@ -18,8 +18,8 @@ and a ``score`` function of a models x items matrix. All are fitted on source mo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch

@@ -25,16 +25,15 @@ Model sizes come from the model id (:func:`parse_size_b`) for leaderboard models
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from .. import paths
-from ..params import did_you_mean
-from ..store import read_json
+from ..util import did_you_mean, note_read, read_json
 
 OLL_DIR = "oll-v2-items"
 DUPLICATES = ("first", "mean", "error")
@@ -112,7 +111,7 @@ class ItemData:
     def benchmarks(self) -> list[str]:
         return list(dict.fromkeys(self.item_benchmark.tolist()))
 
-    def rows(self, models: Sequence[str]) -> "ItemData":
+    def rows(self, models: Sequence[str]) -> ItemData:
         """The sub-matrix of the named models, in the given order."""
         index = {m: i for i, m in enumerate(self.models)}
         missing = [m for m in models if m not in index]
@@ -123,7 +122,7 @@ class ItemData:
                         None if self.target is None else self.target[idx],
                         None if self.size_b is None else self.size_b[idx], dict(self.info))
 
-    def columns(self, mask_or_index) -> "ItemData":
+    def columns(self, mask_or_index) -> ItemData:
         """The sub-matrix of the selected items (boolean mask or integer index)."""
         sel = np.asarray(mask_or_index)
         return ItemData(self.X[:, sel], list(self.models), self.item_benchmark[sel], self.item_id[sel],
@@ -195,6 +194,7 @@ def read_oll(name: str, data: str | Path | None = None, duplicates: str = "first
     """One leaderboard file: (0/1 matrix, unique model names, duplicated names with counts)."""
     base = Path(data) if data else paths.data_dir(OLL_DIR)
     path = base / OLL_DIR / f"{name}.npz"
+    note_read(path)
     if not path.exists():
         known = oll_available(base)
         raise ItemDataError(f"no leaderboard item file {path}{did_you_mean(name, known)}; present: {known}")
@@ -209,11 +209,8 @@ def read_oll(name: str, data: str | Path | None = None, duplicates: str = "first
     return dedupe(X, models, duplicates, where=str(path))
 
 
-def join(parts: dict[str, tuple[np.ndarray, list[str]]], how: str = "inner"
-         ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+def join(parts: dict[str, tuple[np.ndarray, list[str]]]) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """Join per-benchmark matrices by model name (inner join; models keep the first part's order)."""
-    if how != "inner":
-        raise ItemDataError(f"join: only 'inner' is supported, got {how!r}")
     names = list(parts)
     common = [m for m in parts[names[0]][1] if all(m in set(parts[b][1]) for b in names[1:])]
     blocks, bench, ids = [], [], []
@@ -245,7 +242,6 @@ def load_oll(features: Sequence[str], target: str | None = None, data: str | Pat
     if target:
         yX, ymodels = parts.pop(target)
         ymap = dict(zip(ymodels, yX.mean(axis=1)))
-        parts = {b: (X, m) for b, (X, m) in parts.items()}
         X, models, bench, ids = join(parts)
         keep = [i for i, m in enumerate(models) if m in ymap]
         X, models = X[keep], [models[i] for i in keep]
@@ -286,9 +282,10 @@ def load_pipeline(store: str | Path, work: str | Path, benchmarks: Sequence[str]
     result on every one of those benchmarks (others are left out and listed in ``info``).
     """
     from .. import metadata
-    from ..store import load
+    from ..store import load, orient
 
     root = Path(work) / "items" / protocol
+    note_read(root)
     if not root.is_dir():
         raise ItemDataError(f"no per-item correctness under {root} (run direct evaluation first)")
     present = sorted(p.name for p in root.iterdir() if p.is_dir())
@@ -319,9 +316,9 @@ def load_pipeline(store: str | Path, work: str | Path, benchmarks: Sequence[str]
         bench += [b] * len(common)
         ids += common
     X = np.concatenate(blocks, axis=1)
-    # sign-correct the target: mean over benchmarks of scores where higher is better
-    signs = [1.0 if metadata.benchmark_info(b, store=store).higher_is_better else -1.0 for b in benchmarks]
-    y = (wide.loc[models, benchmarks].to_numpy() * np.array(signs)).mean(axis=1)
+    # the target: mean over benchmarks of the scores turned so that higher is better
+    dirs = {b: metadata.benchmark_info(b, store=store).higher_is_better for b in benchmarks}
+    y = orient(wide.loc[models, benchmarks], dirs).to_numpy().mean(axis=1)
     size = []
     for m in models:
         try:

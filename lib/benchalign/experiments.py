@@ -2,11 +2,16 @@
 
 - :func:`split_by_size` -- source models (smaller than ``source_max_b``) and test groups (at least
   ``min_b`` each, e.g. ``{"30B+": 30, "70B+": 70}``); models without a known size are left out.
-- :func:`compare` -- every method of :data:`METHODS` for several seeds (a seed fixes the source
-  train/validation split and the random draws); :func:`summarise` turns the predictions into the
-  ``{"main": {group: {method: {...}}}}`` comparison with uncertainty (:func:`bootstrap`).
+- :data:`METHODS` -- the registry of methods: name -> :class:`Method` (a label and one function
+  ``fit(data, train, val, seed, cfg, loss) -> (scores of every model, item weights or None)``).
+  Adding a method is one function and one :func:`register` line; the notebook's tables, figure
+  order and ``numbers.tex`` follow the registry.
+- :func:`compare` -- every method for several seeds (a seed fixes the source train/validation
+  split and the random draws); :func:`summarise` turns the predictions into the
+  ``{group: {method: {...}}}`` comparison with uncertainty (:func:`bootstrap`).
 - :func:`ablation` (ranking losses), :func:`data_needs` (source models, items) and
   :func:`cross_paper` (direct-evaluation scores -> train-before-test ranking).
+- :func:`benchalign_report` -- all of notebook 07 in one call.
 
 Training never sees a test model: every fit receives only the rows of source models
 (:func:`_fit_rows` asserts it), and the test groups are disjoint from the source set by
@@ -15,6 +20,7 @@ construction (``size < source_max_b`` versus ``size >= min_b >= source_max_b``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -23,10 +29,6 @@ from scipy.stats import rankdata
 
 from . import baselines, rank
 from .data import ItemData
-
-BASE_METHODS = ("no_alignment", "random", "best_single", "metabench_like", "tinybenchmarks_like")
-SUBSET_METHODS = ("best_single", "metabench_like", "tinybenchmarks_like")
-METHODS = ("benchalign",) + BASE_METHODS + tuple(f"{m}+benchalign" for m in SUBSET_METHODS)
 
 
 class ExperimentError(ValueError):
@@ -106,45 +108,109 @@ def train_val(source: np.ndarray, val_fraction: float, seed: int) -> tuple[np.nd
 
 
 # --------------------------------------------------------------------------- fitting one method
-def _fit_rows(data: ItemData, train, val, cfg: Config, items=None, init=None, seed: int = 0,
+def _fit_rows(data: ItemData, train, val, cfg: Config, items=None, init=None,
               loss: str | None = None) -> rank.Fit:
     X = data.X if items is None else data.X[:, items]
     return rank.fit(X[train], data.target[train], X[val] if len(val) else None,
                     data.target[val] if len(val) else None, loss=loss or cfg.loss, lr=cfg.lr,
-                    max_steps=cfg.max_steps, patience=cfg.patience, init=init, seed=seed,
+                    max_steps=cfg.max_steps, patience=cfg.patience, init=init,
                     floor=cfg.floor, eval_every=cfg.eval_every)
+
+
+# --------------------------------------------------------------------------- the methods
+@dataclass(frozen=True)
+class Method:
+    """One way to score models from items: ``fit(data, train, val, seed, cfg, loss)`` returns the
+    scores of every model and the item weights over all M items (None for non-linear scorers)."""
+    name: str
+    label: str                     # for tables and figures
+    fit: Callable
+    learns: bool = True            # fitted on source models (skipped with fewer than 2)
+    items: bool = False            # needs item-level 0/1 features (the cross-paper data has scores)
+    headline: bool = False         # its numbers go to numbers.tex and the cross-paper comparison
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(name: str, label: str, **flags) -> Callable:
+    """Decorator adding ``fit`` to :data:`METHODS` under ``name`` (registry order = display order)."""
+    def add(fit: Callable) -> Callable:
+        METHODS[name] = Method(name, label, fit, **flags)
+        return fit
+    return add
+
+
+def _scored(base: baselines.ItemWeighting, data: ItemData):
+    """Scores of every model under a baseline, and its weights over all M items."""
+    if base.scorer is not None:
+        return base.score(data.X), None
+    full = np.zeros(data.X.shape[1])
+    full[base.items] = base.weights
+    return base.score(data.X), full
+
+
+@register("no_alignment", "No alignment (plain accuracy)", learns=False, headline=True)
+def _no_alignment(data, train, val, seed, cfg, loss=None):
+    return _scored(baselines.no_alignment(data.X.shape[1]), data)
+
+
+@register("random", "Random weights", learns=False, headline=True)
+def _random(data, train, val, seed, cfg, loss=None):
+    return _scored(baselines.random_weights(data.X.shape[1], seed), data)
+
+
+# Subset methods: which items to keep and their weights, chosen on the source models.
+SUBSETS: dict[str, Callable] = {
+    "best_single": lambda data, X, y, seed, cfg: baselines.best_single(X, y, data.item_benchmark),
+    "metabench_like": lambda data, X, y, seed, cfg: baselines.metabench_like(X, cfg.subset_items, seed=seed),
+    "tinybenchmarks_like": lambda data, X, y, seed, cfg: baselines.tinybenchmarks_like(X, cfg.subset_items,
+                                                                                       seed=seed),
+}
+
+
+def _subset(name: str, data: ItemData, train, val, seed: int, cfg: Config) -> baselines.ItemWeighting:
+    source = np.concatenate([train, val]).astype(int)
+    return SUBSETS[name](data, data.X[source], data.target[source], seed, cfg)
+
+
+def _subset_method(name: str) -> Callable:
+    return lambda data, train, val, seed, cfg, loss=None: _scored(_subset(name, data, train, val, seed, cfg), data)
+
+
+def _subset_plus_benchalign(name: str) -> Callable:
+    """BenchAlign fitted on the items a subset method keeps, starting from its weights."""
+    def fit(data, train, val, seed, cfg, loss=None):
+        base = _subset(name, data, train, val, seed, cfg)
+        f = _fit_rows(data, train, val, cfg, items=base.items, init=base.weights, loss=loss)
+        full = np.zeros(data.X.shape[1])
+        full[base.items] = f.weights
+        return f.scores(data.X[:, base.items]), full
+    return fit
+
+
+register("best_single", "Best single benchmark", headline=True)(_subset_method("best_single"))
+register("metabench_like", "MetaBench-like (IRT subset)", items=True)(_subset_method("metabench_like"))
+register("tinybenchmarks_like", "TinyBenchmarks-like (anchors)", items=True)(_subset_method("tinybenchmarks_like"))
+
+
+@register("benchalign", "BenchAlign", headline=True)
+def _benchalign(data, train, val, seed, cfg, loss=None):
+    f = _fit_rows(data, train, val, cfg, loss=loss)
+    return f.scores(data.X), f.weights
+
+
+for _name in SUBSETS:
+    register(f"{_name}+benchalign", f"{METHODS[_name].label} + BenchAlign",
+             items=METHODS[_name].items)(_subset_plus_benchalign(_name))
 
 
 def run_method(method: str, data: ItemData, train, val, seed: int, cfg: Config,
                loss: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Scores of every model under ``method`` fitted on the source rows; and the item weights
-    over all M items (zeros for unused items) for the weighted-accuracy methods."""
+    """Scores of every model under ``method`` fitted on the source rows, and its item weights."""
     if method not in METHODS:
-        raise ExperimentError(f"unknown method {method!r}; expected one of {METHODS}")
-    M = data.X.shape[1]
-    source = np.concatenate([train, val]).astype(int)
-    Xs, ys = data.X[source], data.target[source]
-    if method == "benchalign":
-        f = _fit_rows(data, train, val, cfg, seed=seed, loss=loss)
-        return f.scores(data.X), f.weights
-    base_name = method.removesuffix("+benchalign")
-    if base_name == "no_alignment":
-        base = baselines.no_alignment(M)
-    elif base_name == "random":
-        base = baselines.random_weights(M, seed)
-    elif base_name == "best_single":
-        base = baselines.best_single(Xs, ys, data.item_benchmark)
-    elif base_name == "metabench_like":
-        base = baselines.metabench_like(Xs, cfg.subset_items, seed=seed)
-    else:
-        base = baselines.tinybenchmarks_like(Xs, cfg.subset_items, seed=seed)
-    full = np.zeros(M)
-    if method.endswith("+benchalign"):
-        f = _fit_rows(data, train, val, cfg, items=base.items, init=base.weights, seed=seed, loss=loss)
-        full[base.items] = f.weights
-        return f.scores(data.X[:, base.items]), full
-    full[base.items] = base.weights
-    return base.score(data.X), (None if base.scorer is not None else full)
+        raise ExperimentError(f"unknown method {method!r}; expected one of {list(METHODS)}")
+    return METHODS[method].fit(data, train, val, seed, cfg, loss)
 
 
 def best_single_choice(data: ItemData, split: Split) -> dict:
@@ -170,7 +236,7 @@ class Comparison:
     split: Split
 
 
-def compare(data: ItemData, split: Split, methods=METHODS, seeds: int = 5, cfg: Config | None = None,
+def compare(data: ItemData, split: Split, methods=tuple(METHODS), seeds: int = 5, cfg: Config | None = None,
             progress: bool = False) -> Comparison:
     """Fit and evaluate every method for seeds 0..seeds-1 (methods that learn from source models
     are skipped when there are fewer than 2)."""
@@ -180,10 +246,10 @@ def compare(data: ItemData, split: Split, methods=METHODS, seeds: int = 5, cfg: 
     rows, preds, weights = [], {}, {}
     it = [(m, s) for m in methods for s in range(seeds)]
     if progress:
-        from tqdm import tqdm                      # plain text bar: no widget dependency in notebooks
+        from tqdm import tqdm  # plain text bar: no widget dependency in notebooks
         it = tqdm(it, desc="methods x seeds", mininterval=5)
     for method, seed in it:
-        if len(split.source) < 2 and method not in ("no_alignment", "random"):
+        if len(split.source) < 2 and METHODS[method].learns:
             continue                                   # nothing to fit on (the split's notes say so)
         train, val = train_val(split.source, cfg.val_fraction, seed)
         sc, w = run_method(method, data, train, val, seed, cfg)
@@ -291,7 +357,7 @@ def ablation(data: ItemData, split: Split, losses=rank.LOSSES, seeds: int = 5,
     for loss in losses:
         for seed in range(seeds):
             train, val = train_val(split.source, cfg.val_fraction, seed)
-            f = _fit_rows(data, train, val, cfg, seed=seed, loss=loss)
+            f = _fit_rows(data, train, val, cfg, loss=loss)
             for g, res in evaluate(f.scores(data.X), data.target, split.groups).items():
                 rows.append({"loss": loss, "seed": seed, "group": g, "best_step": f.best_step, **res})
     return pd.DataFrame(rows)
@@ -333,7 +399,7 @@ def data_needs(data: ItemData, split: Split, source_counts=(10, 20, 40, 80), ite
             pool = split.source
             items = np.sort(rng.choice(M, size=n, replace=False))
         train, val = train_val(pool, cfg.val_fraction, seed)
-        f = _fit_rows(data, train, val, cfg, items=items, seed=seed)
+        f = _fit_rows(data, train, val, cfg, items=items)
         X = data.X if items is None else data.X[:, items]
         for method, sc in (("benchalign", f.scores(X)), ("no_alignment", X.mean(axis=1))):
             for g, res in evaluate(sc, data.target, split.groups).items():
@@ -346,7 +412,7 @@ def config_dict(cfg: Config) -> dict:
 
 
 # --------------------------------------------------------------------------- across the two papers
-CROSS_METHODS = ("benchalign", "no_alignment", "random", "best_single")
+CROSS_METHODS = tuple(m for m, spec in METHODS.items() if spec.headline)
 
 
 def cross_paper(data: ItemData, source_max_b: float, test_min_b: float, seeds: int = 5,
@@ -402,3 +468,56 @@ def set_threads(n: int) -> None:
 
     if n > 0:
         torch.set_num_threads(n)
+
+
+# --------------------------------------------------------------------------- notebook 07 in one call
+def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int = 5, n_boot: int = 1000,
+                      losses=rank.LOSSES, source_counts=(), item_counts=(), spread_models: int = 20,
+                      need_seeds: int = 3, cross_paper_store=None, cross_source_max_b: float = 3.5,
+                      cross_test_min_b: float = 6.0, progress: bool = True) -> dict:
+    """Everything notebook 07 shows: the method comparison on the test groups (``comparison``,
+    ``main``), learned weights by benchmark (``by_bench``), the loss ablation (``ablation``), the
+    data needs (``needs``), the cross-paper experiment (``cross``, on the published store when
+    ``cross_paper_store`` is given), ``tables`` (name -> DataFrame to save), ``notes`` and
+    ``summary`` (the plain numbers of summary.json)."""
+    from .data import ItemDataError, load_cross_paper
+
+    notes = list(split.notes)
+    comp = compare(items, split, tuple(METHODS), seeds, cfg, progress=progress)
+    main = summarise(comp, items.target, n_boot)
+    by_bench = (weights_by_benchmark(items, comp.weights["benchalign"]) if "benchalign" in comp.weights
+                else pd.DataFrame())
+    fittable = bool(split.groups) and len(split.source) >= 2
+    abl = ablation(items, split, losses, seeds, cfg) if fittable else pd.DataFrame()
+    needs = (data_needs(items, split, source_counts, item_counts, spread_models, need_seeds, cfg, progress=progress)
+             if fittable else pd.DataFrame())
+    cross = {"skipped": "cross_paper is off in this profile"}
+    if cross_paper_store is not None:
+        try:
+            cross = cross_paper(load_cross_paper(cross_paper_store), cross_source_max_b, cross_test_min_b,
+                                seeds, cfg, n_boot)
+        except (ItemDataError, ValueError, KeyError) as exc:   # e.g. a store without direct_eval results
+            cross = {"skipped": f"{type(exc).__name__}: {exc}"}
+    if not main:
+        notes.append("no test group could be evaluated: too few models for a source/test split")
+    tables = {f"comparison_{g.replace('+', 'plus')}": pd.DataFrame(main[g]).T for g in main}
+    tables.update({name: df for name, df in (("ablation", abl), ("data_needs", needs),
+                                             ("weights_by_benchmark", by_bench)) if len(df)})
+    if "comparison" in cross:
+        tables["cross_paper"] = pd.DataFrame(cross["comparison"]).T
+    summary = {"data": {"models": len(items.models), "items": int(items.X.shape[1]), "features": items.benchmarks,
+                        "target": items.info.get("target"), **split.counts(), "info": items.info},
+               "main": main, "best_single": best_single_choice(items, split),
+               "ablation": ablation_summary(abl) if len(abl) else {},
+               "data_needs": needs_summary(needs) if len(needs) else {},
+               "weights_by_benchmark": by_bench.round(5).to_dict(orient="index"),
+               "cross_paper": cross, "config": config_dict(cfg), "notes": notes}
+    return {"comparison": comp, "main": main, "by_bench": by_bench, "ablation": abl, "needs": needs,
+            "cross": cross, "tables": tables, "notes": notes, "summary": summary}
+
+
+def headline_numbers(main: dict) -> dict:
+    """``{group_method_metric: value}`` of the headline methods, for numbers.tex."""
+    return {f"{g}_{m}_{k}": v for g, ms in main.items() for m, r in ms.items()
+            if m in METHODS and METHODS[m].headline
+            for k, v in r.items() if k in ("spearman", "pair_acc") and v is not None}

@@ -7,16 +7,13 @@ import numpy as np
 import pandas as pd
 
 from .. import plots
-
-METHOD_ORDER = ("no_alignment", "random", "best_single", "metabench_like", "tinybenchmarks_like",
-                "benchalign", "best_single+benchalign", "metabench_like+benchalign",
-                "tinybenchmarks_like+benchalign")
+from .experiments import METHODS
 
 
 def method_bars(main: dict, metrics=("spearman", "pair_acc")):
     """One panel per metric: methods x test groups, bars = seed mean, whiskers = 95% interval."""
     groups = list(main)
-    methods = [m for m in METHOD_ORDER if any(m in main[g] for g in groups)]
+    methods = [m for m in METHODS if any(m in main[g] for g in groups)]
     fig, axes = plt.subplots(1, len(metrics), figsize=(plots.WIDTH_DOUBLE, 0.3 * len(methods) + 1.2),
                              sharey=True, squeeze=False)
     height = 0.8 / max(len(groups), 1)
@@ -29,7 +26,7 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc")):
             lo = np.array([v[i] - c[0] if c else 0 for i, c in enumerate(cis)])
             hi = np.array([c[1] - v[i] if c else 0 for i, c in enumerate(cis)])
             ax.barh(y, v, height=height, xerr=[lo, hi], label=g, capsize=2, error_kw={"lw": 0.8})
-        ax.set_yticks(np.arange(len(methods)) + height * (len(groups) - 1) / 2, methods)
+        ax.set_yticks(np.arange(len(methods)) + height * (len(groups) - 1) / 2, [METHODS[m].label for m in methods])
         ax.axvline(0.5 if metric == "pair_acc" else 0.0, color="0.4", lw=0.8, ls=":")
         ax.set_xlabel({"spearman": "Spearman ρ (test models)", "pair_acc": "pairwise accuracy"}.get(metric, metric))
         ax.invert_yaxis()

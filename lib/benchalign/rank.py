@@ -21,8 +21,9 @@ respect to ``w~`` is ``X^T c`` for the K-vector ``c = dL/ds``. For the linear Ra
 ``A_ij = [y_i > y_j] σ(-(s_i - s_j))`` (:func:`ranknet_loss_grad`). One step costs O(K M + K^2)
 time; :class:`_RankNet` computes the loss and ``c`` in blocks of rows, in descending target order
 (model i is preferred only to models after it, so half the pairs are visited), so the memory is
-O(K M + block K): neither a K x K matrix nor a K^2 x M tensor is formed. Losses are averaged over the preferred pairs (a constant factor that
-makes learning rates comparable across numbers of models).
+O(K M + block K): neither a K x K matrix nor a K^2 x M tensor is formed. Losses are averaged over
+the preferred pairs (a constant factor that makes learning rates comparable across numbers of
+models).
 """
 
 from __future__ import annotations
@@ -256,15 +257,13 @@ class Fit:
 
 
 def fit(X_train, y_train, X_val=None, y_val=None, *, loss: str = "ranknet", lr: float = 1e-4,
-        max_steps: int = 3000, patience: int = 500, init=None, seed: int = 0, floor: float = FLOOR,
+        max_steps: int = 3000, patience: int = 500, init=None, floor: float = FLOOR,
         eval_every: int = 10, dtype=torch.float32) -> Fit:
     """Train BenchAlign weights on the training models; early stopping on the validation models.
 
     ``init`` are the starting (unnormalised) weights, uniform by default. Without validation
     models (or with fewer than 2 distinct target values there) the training loss stands in for the
-    validation loss. Deterministic for a given ``seed`` (single-threaded reductions aside, the
-    procedure has no randomness: the seed fixes torch's generator for reproducibility of callers
-    that perturb ``init``).
+    validation loss. The procedure has no randomness: the same data give the same weights.
     """
     if loss not in LOSSES:
         raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
@@ -276,7 +275,6 @@ def fit(X_train, y_train, X_val=None, y_val=None, *, loss: str = "ranknet", lr: 
         raise RankError(f"{K} training models but {len(y_train)} target scores")
     if not np.isfinite(X_train).all():
         raise RankError("training features contain NaN or infinite values")
-    torch.manual_seed(seed)
     Xt = torch.as_tensor(X_train, dtype=dtype)
     Tt = Target(y_train, dtype)
     if Tt.n_pairs == 0:

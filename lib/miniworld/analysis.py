@@ -8,7 +8,8 @@ results) have nothing to compare, and :func:`notebook_section` then prints one l
 Three views, one per analysis notebook:
 
 - ``ranks`` (04): each prepared model's rank (1 = best) under direct evaluation and under
-  train-before-test on every downstream benchmark; ``shift`` = tbt rank - direct rank (positive:
+  train-before-test on every downstream benchmark; ``shift`` = its rank under train-before-test
+  minus its rank under direct evaluation (positive:
   the model falls once everyone is fine-tuned). The paper's mechanism predicts a positive shift on
   prepared tasks and about none elsewhere; the prepared-minus-twin score gap should shrink.
 - ``perplexity`` (05): a prepared model's mean rank on the held-out perplexity corpora (which no
@@ -27,8 +28,8 @@ import pandas as pd
 
 from .. import plots, report, store
 from ..analysis import agreement, structure
+from ..store import DIRECT, PROTOCOLS, TBT
 
-PROTOCOLS = ("direct_eval", "train_before_test")
 VIEWS = ("ranks", "perplexity", "pca")
 
 
@@ -61,7 +62,7 @@ def has_preparation(store_root: str | Path) -> bool:
 def _oriented(df: pd.DataFrame, protocol: str, benchmarks: list[str]) -> pd.DataFrame:
     mat = store.matrix(df, protocol)
     mat = mat[[b for b in benchmarks if b in mat.columns]]
-    return agreement.oriented(mat, agreement.directions(df))
+    return store.orient(mat, store.directions(df))
 
 
 def rank_table(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
@@ -69,7 +70,8 @@ def rank_table(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
 
     Ranks are taken among the models scored under both protocols on that benchmark (1 = best,
     ties share the mean rank). Columns: model, benchmark, prepared_for, dose, n_models,
-    rank_direct, rank_tbt, shift, score_direct, score_tbt, twin, twin_gap_direct, twin_gap_tbt.
+    rank_<protocol>, shift (= rank_train_before_test - rank_direct_eval), score_<protocol>, twin,
+    twin_gap_<protocol> (score minus the unprepared twin's).
     """
     prep, twin_of = preparation(store_root), twins(store_root)
     downstream, _ = agreement.split_benchmarks(sorted(df["benchmark"].unique()), store_root)
@@ -85,19 +87,18 @@ def rank_table(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
             if model not in both.index:
                 continue
             twin = twin_of.get(model)
-            gap = {p: (raw[p].at[model, bench] - raw[p].at[twin, bench]
-                       if twin in both.index else np.nan) for p in PROTOCOLS}
-            rows.append({"model": model, "benchmark": bench, "prepared_for": bench in tasks,
-                         "dose": tasks.get(bench, 0), "n_models": len(both),
-                         "rank_direct": rk["direct_eval"][model], "rank_tbt": rk["train_before_test"][model],
-                         "score_direct": raw["direct_eval"].at[model, bench],
-                         "score_tbt": raw["train_before_test"].at[model, bench], "twin": twin,
-                         "twin_gap_direct": gap["direct_eval"], "twin_gap_tbt": gap["train_before_test"]})
-    cols = ["model", "benchmark", "prepared_for", "dose", "n_models", "rank_direct", "rank_tbt", "shift",
-            "score_direct", "score_tbt", "twin", "twin_gap_direct", "twin_gap_tbt"]
-    table = pd.DataFrame(rows, columns=[c for c in cols if c != "shift"])
-    table.insert(7, "shift", table["rank_tbt"] - table["rank_direct"])
-    return table[cols]
+            row = {"model": model, "benchmark": bench, "prepared_for": bench in tasks,
+                   "dose": tasks.get(bench, 0), "n_models": len(both)}
+            row.update({f"rank_{p}": rk[p][model] for p in PROTOCOLS})
+            row["shift"] = rk[TBT][model] - rk[DIRECT][model]
+            row.update({f"score_{p}": raw[p].at[model, bench] for p in PROTOCOLS})
+            row["twin"] = twin
+            row.update({f"twin_gap_{p}": (raw[p].at[model, bench] - raw[p].at[twin, bench]
+                                          if twin in both.index else np.nan) for p in PROTOCOLS})
+            rows.append(row)
+    cols = (["model", "benchmark", "prepared_for", "dose", "n_models"] + [f"rank_{p}" for p in PROTOCOLS]
+            + ["shift"] + [f"score_{p}" for p in PROTOCOLS] + ["twin"] + [f"twin_gap_{p}" for p in PROTOCOLS])
+    return pd.DataFrame(rows, columns=cols)
 
 
 def rank_summary(table: pd.DataFrame) -> dict:
@@ -105,15 +106,11 @@ def rank_summary(table: pd.DataFrame) -> dict:
     out: dict = {"n_prepared_models": int(table["model"].nunique()), "n_rows": int(len(table))}
     for label, part in (("prepared_tasks", table[table["prepared_for"]]),
                         ("other_tasks", table[~table["prepared_for"]])):
-        out[label] = {
-            "n": int(len(part)),
-            "mean_rank_direct": float(part["rank_direct"].mean()),
-            "mean_rank_tbt": float(part["rank_tbt"].mean()),
-            "mean_shift": float(part["shift"].mean()),
-            "mean_abs_shift": float(part["shift"].abs().mean()),
-            "mean_twin_gap_direct": float(part["twin_gap_direct"].mean()),
-            "mean_twin_gap_tbt": float(part["twin_gap_tbt"].mean()),
-        }
+        out[label] = {"n": int(len(part)),
+                      **{f"mean_rank_{p}": float(part[f"rank_{p}"].mean()) for p in PROTOCOLS},
+                      "mean_shift": float(part["shift"].mean()),
+                      "mean_abs_shift": float(part["shift"].abs().mean()),
+                      **{f"mean_twin_gap_{p}": float(part[f"twin_gap_{p}"].mean()) for p in PROTOCOLS}}
     return out
 
 
@@ -151,7 +148,8 @@ def pca_table(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
     rows = []
     for protocol in PROTOCOLS:
         mat = _oriented(df, protocol, downstream)
-        for label, sub in (("all models", mat), ("without prepared", mat.drop(index=[m for m in prep if m in mat.index]))):
+        without = mat.drop(index=[m for m in prep if m in mat.index])
+        for label, sub in (("all models", mat), ("without prepared", without)):
             res = structure.pca(sub)
             rows.append({"protocol": protocol, "models": label, "n_models": res.n_models if res else len(sub),
                          "pc1_share": float(res.explained.iloc[0]) if res else np.nan})
@@ -168,9 +166,9 @@ def plot_rank_moves(table: pd.DataFrame):
     for ax, flag, title in ((axes[0], True, "Tasks it was prepared for"), (axes[1], False, "Other tasks")):
         part = table[table["prepared_for"] == flag]
         for _, row in part.iterrows():
-            ax.plot([0, 1], [row["rank_direct"], row["rank_tbt"]], color="0.6", lw=0.6, alpha=0.6)
+            ax.plot([0, 1], [row[f"rank_{DIRECT}"], row[f"rank_{TBT}"]], color="0.6", lw=0.6, alpha=0.6)
         if len(part):
-            ax.plot([0, 1], [part["rank_direct"].mean(), part["rank_tbt"].mean()], color="k", lw=2.2,
+            ax.plot([0, 1], [part[f"rank_{DIRECT}"].mean(), part[f"rank_{TBT}"].mean()], color="k", lw=2.2,
                     marker="o", label="mean")
         ax.set_xticks([0, 1], [plots.PROTOCOL_LABELS[p] for p in PROTOCOLS])
         ax.set_xlim(-0.2, 1.2)
@@ -220,19 +218,11 @@ def plot_pca(table: pd.DataFrame):
 
 
 # ----------------------------------------------------------------------------- notebook glue
-def add_to_summary(out_dir: str | Path, key: str, values: dict) -> dict:
-    """Merge ``{key: values}`` into the stage's existing summary.json (written earlier in the notebook)."""
-    path = Path(out_dir) / "summary.json"
-    summary = store.read_json(path) if path.exists() else {}
-    summary[key] = values
-    report.write_summary(out_dir, summary)
-    return summary
-
-
-def notebook_section(ctx, view: str) -> pd.DataFrame | None:
+def notebook_section(ctx, view: str, summary: dict) -> pd.DataFrame | None:
     """The controlled comparison at the end of notebooks 04 (``ranks``), 05 (``perplexity``) and 06
-    (``pca``): writes a table, a figure and a ``preparation`` block into summary.json, returns the
-    table; prints one line and returns None when no model's metadata records a preparation."""
+    (``pca``): writes a table and a figure, puts its numbers under ``summary["preparation"]`` (the
+    notebook writes summary.json after this), returns the table; prints one line and returns None
+    when no model's metadata records a preparation."""
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r}; expected one of {VIEWS}")
     if not has_preparation(ctx.store):
@@ -259,5 +249,5 @@ def notebook_section(ctx, view: str) -> pd.DataFrame | None:
     report.write_table(table, ctx.out, f"preparation_{view}", index=False)
     if fig is not None:
         plots.savefig(fig, ctx.out, f"preparation_{view}")
-    add_to_summary(ctx.out, "preparation", values)
+    summary["preparation"] = values
     return table

@@ -8,11 +8,11 @@ mini world (e.g. ``smoke``) the same calls describe whatever models and tasks it
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 
 from .. import metadata, paths, store
+from ..util import read_json
 from . import world as mw
 from . import zoo
 
@@ -32,18 +32,17 @@ def benchmark_table(profile: str) -> pd.DataFrame:
                                     "prepare hook first")
         return metadata.benchmarks_frame(names, root)[["category", "metric", "kind"]]
     wdir = zoo.world_dir(profile)
-    manifest = store.read_json(wdir / "manifest.json")
+    manifest = read_json(wdir / "manifest.json")
     rows = []
     for name, sizes in {**manifest["benchmarks"], **manifest["corpora"]}.items():
         first = mw.load_split(wdir, name, "train")[0]
+        bench = {**mw.BENCHMARKS, **mw.CORPORA}[name]
         if name in mw.BENCHMARKS:
-            kind, metric, category, analogue = mw.BENCHMARKS[name]
             example = mw.example_text(name, first)
         else:
-            kind, metric, category, analogue = "loglikelihood_rolling", "bits_per_byte", "Perplexity", "corpus"
             example = first["text"][:120] + ("..." if len(first["text"]) > 120 else "")
-        rows.append({"benchmark": name, "category": category, "metric": metric, "kind": kind,
-                     "analogue": analogue, **sizes, "example": example.replace("\n", " | ")})
+        rows.append({"benchmark": name, "category": bench.category, "metric": bench.metric, "kind": bench.kind,
+                     "analogue": bench.analogue or "corpus", **sizes, "example": example.replace("\n", " | ")})
     return pd.DataFrame(rows).set_index("benchmark")
 
 
@@ -84,7 +83,7 @@ def loss_curves(profile: str) -> dict[str, np.ndarray]:
     """Training loss curves of the zoo (prepared twins continue their base model's steps); {} if none."""
     records = {}
     for path in sorted(zoo.models_dir(profile).glob("*.recipe.json")):
-        rec = store.read_json(path)
+        rec = read_json(path)
         records[rec["recipe"]["name"]] = rec
     curves = {}
     for name, rec in records.items():
@@ -163,7 +162,7 @@ def summary(profile: str, table: pd.DataFrame, benchmarks: pd.DataFrame) -> dict
         "preparation_tokens": int(prepared["preparation_tokens"].sum()) if len(prepared) else 0,
     }
     if has_world(profile):
-        manifest = store.read_json(zoo.world_dir(profile) / "manifest.json")
+        manifest = read_json(zoo.world_dir(profile) / "manifest.json")
         out.update({"world_key": manifest["key"], "seed": manifest["config"]["seed"],
                     "n_creatures": manifest["config"]["n_creatures"], "corpus_docs": manifest["corpus_docs"],
                     "test_items": {n: s["test"] for n, s in manifest["benchmarks"].items()}})

@@ -10,9 +10,10 @@ The world
 eating a food and having a colour. Creatures are mentioned with Zipf-distributed frequency, so a
 model with more capacity or more pre-training tokens knows the facts of more of them. The corpus
 has five genres: encyclopedic fact documents, arithmetic stories, meal reviews (sentiment words),
-daily routines (event scripts whose order is each creature's own habit) and short sentences. No corpus document uses the benchmark
-format ("Question: ... Answer:"): that format is what test-task *preparation* adds (see
-``lib.miniworld.zoo``), and what fine-tuning on the training split teaches everyone.
+daily routines (event scripts whose order is each creature's own habit) and short sentences. No
+corpus document uses the benchmark format ("Question: ... Answer:"): that format is what test-task
+*preparation* adds (see ``lib.miniworld.zoo``), and what fine-tuning on the training split teaches
+everyone.
 
 Benchmarks (name: paper analogue, format, metric, category)
 -----------------------------------------------------------
@@ -29,27 +30,24 @@ Each benchmark has train / validation / test splits drawn from disjoint sets of 
 an item is its prompt and choices, and for ``mw_facts`` the (creature, attribute) pair, so the
 answer to a test question is never given in a training question).
 
-Design rule (version 3): every benchmark must be learnable by the zoo's larger models under the
-mini profile's fine-tuning recipe, as the paper's benchmarks are for its models; a benchmark at
-chance for every model carries no ranking. Version 2's True/False entailment and yes/no
-acceptability stayed at chance after fine-tuning and its fact questions answered with a bare
-value did too; version 3 answers facts with a full statement, asks reading questions about a
-passage, and poses acceptability as minimal pairs. Perplexity corpora ``mw_wiki`` and
-``mw_stories`` are generated from a separate random stream (never part of pre-training), with a
-training part for train-before-test.
+Design rule: every benchmark must be learnable by the zoo's larger models under the mini
+profile's fine-tuning recipe, as the paper's benchmarks are for its models; a benchmark at chance
+for every model carries no ranking (how earlier versions fell short: ``docs/design.md``).
+Perplexity corpora ``mw_wiki`` and ``mw_stories`` are generated from a separate random stream
+(never part of pre-training), with a training part for train-before-test.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..metadata import GEN, MC, PERPLEXITY, PPL, Benchmark
 from ..pipeline.localtasks import write_task
-from ..store import atomic_write_json, atomic_write_text, read_json, sha256_file
+from ..util import atomic_write_json, atomic_write_text, current, sha256_bytes, sha256_file
 
 WORLD_VERSION = 3
 
@@ -80,16 +78,22 @@ ROUTINE_OPENINGS = {"morning": "in the morning", "evening": "in the evening",
                     "building": "one day", "trip": "on a sunny day", "rain": "on a rainy day",
                     "market": "on market day"}
 
-BENCHMARKS = {
-    # name: (lm-eval kind, metric, category, paper analogue)
-    "mw_facts": ("multiple_choice", "acc_norm", "Question Answering", "arc_easy"),
-    "mw_arith": ("generate_until", "exact_match", "Math", "gsm8k"),
-    "mw_reading": ("multiple_choice", "acc", "Question Answering", "boolq"),
-    "mw_sentiment": ("multiple_choice", "acc", "Language Understanding", "sst2"),
-    "mw_grammar": ("multiple_choice", "acc", "Language Understanding", "cola"),
-    "mw_scripts": ("multiple_choice", "acc_norm", "Commonsense Reasoning", "hellaswag"),
-}
-CORPORA = ("mw_wiki", "mw_stories")
+BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
+    Benchmark(name="mw_facts", kind=MC, metric="acc_norm", category="Question Answering", analogue="arc_easy",
+              source="miniworld"),
+    Benchmark(name="mw_arith", kind=GEN, metric="exact_match", filter="remove_whitespace", category="Math",
+              analogue="gsm8k", source="miniworld"),
+    Benchmark(name="mw_reading", kind=MC, metric="acc", category="Question Answering", analogue="boolq",
+              source="miniworld"),
+    Benchmark(name="mw_sentiment", kind=MC, metric="acc", category="Language Understanding", analogue="sst2",
+              source="miniworld"),
+    Benchmark(name="mw_grammar", kind=MC, metric="acc", category="Language Understanding", analogue="cola",
+              source="miniworld"),
+    Benchmark(name="mw_scripts", kind=MC, metric="acc_norm", category="Commonsense Reasoning",
+              analogue="hellaswag", source="miniworld"),
+)}
+CORPORA: dict[str, Benchmark] = {n: Benchmark(name=n, kind=PPL, metric="bits_per_byte", category=PERPLEXITY,
+                                              source="miniworld") for n in ("mw_wiki", "mw_stories")}
 SPLITS = ("train", "validation", "test")
 
 
@@ -111,7 +115,7 @@ class WorldConfig:
     corpus_test: int = 60
     zipf: float = 1.0         # creature mention frequency ~ 1 / rank**zipf
 
-    def validate(self) -> "WorldConfig":
+    def validate(self) -> WorldConfig:
         for key, value in asdict(self).items():
             if key == "zipf":
                 if not (isinstance(value, (int, float)) and value >= 0):
@@ -124,7 +128,7 @@ class WorldConfig:
 
     def key(self) -> str:
         payload = json.dumps({"version": WORLD_VERSION, **asdict(self)}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        return sha256_bytes(payload)[:16]
 
 
 @dataclass(frozen=True)
@@ -260,7 +264,8 @@ def corpus_document(world: World, rng: random.Random) -> str:
         c = _pick(cs, rng)
         return routine_text(c, rng.choice(list(ROUTINES)))
     c1, c2 = _pick(cs, rng), _pick(cs, rng)
-    return f"{fact_sentence(c1, rng.choice(list(FACT_TEMPLATES)), rng)} {fact_sentence(c2, rng.choice(list(FACT_TEMPLATES)), rng)}"
+    first = fact_sentence(c1, rng.choice(list(FACT_TEMPLATES)), rng)
+    return f"{first} {fact_sentence(c2, rng.choice(list(FACT_TEMPLATES)), rng)}"
 
 
 def corpus_documents(world: World, n_docs: int, stream: str = "pretrain") -> list[str]:
@@ -492,32 +497,25 @@ def example_text(benchmark: str, record: dict) -> str:
     This is the text of a "prepared" pre-training example and of a fine-tuning example; it equals
     lm-eval's ``doc_to_text + target_delimiter + target`` for the task written by :func:`build`.
     """
-    kind = BENCHMARKS[benchmark][0]
-    if kind == "multiple_choice":
+    if BENCHMARKS[benchmark].kind == MC:
         return f"{record['query']} {record['choices'][int(record['label'])]}"
     return f"{record['question']} {record['answer']}"
 
 
 def item_key(benchmark: str, record: dict) -> str:
     """What makes an item distinct: its prompt, and for multiple choice also its choices."""
-    if BENCHMARKS[benchmark][0] == "multiple_choice":
+    if BENCHMARKS[benchmark].kind == MC:
         return record["query"] + "\x1f" + "\x1f".join(record["choices"])
     return record["question"]
 
 
 def prompt_text(benchmark: str, record: dict) -> str:
-    return record["query"] if BENCHMARKS[benchmark][0] == "multiple_choice" else record["question"]
+    return record["query"] if BENCHMARKS[benchmark].kind == MC else record["question"]
 
 
 def benchmark_meta() -> dict[str, dict]:
     """Benchmark metadata records for ``lib.store.write_meta(store, "benchmarks", ...)``."""
-    return {name: {"category": cat, "metric": metric, "higher_is_better": True,
-                   "filter": "remove_whitespace" if metric == "exact_match" else "none", "kind": kind,
-                   "analogue": analogue, "source": "miniworld"}
-            for name, (kind, metric, cat, analogue) in BENCHMARKS.items()} | {
-        name: {"category": "Perplexity", "metric": "bits_per_byte", "higher_is_better": False,
-               "filter": "none", "kind": "loglikelihood_rolling", "source": "miniworld"}
-        for name in CORPORA}
+    return {name: b.record() for name, b in {**BENCHMARKS, **CORPORA}.items()}
 
 
 # ----------------------------------------------------------------------------- on disk
@@ -532,16 +530,16 @@ def build(out_dir: str | Path, config: WorldConfig | None = None, force: bool = 
     cfg = (config or WorldConfig()).validate()
     out = Path(out_dir)
     manifest_path = out / "manifest.json"
-    if not force and manifest_path.exists():
-        manifest = read_json(manifest_path)
-        if manifest.get("key") == cfg.key() and all((out / f).exists() for f in manifest.get("files", {})):
+    if not force:
+        manifest = current(manifest_path, cfg.key())
+        if manifest is not None and all((out / f).exists() for f in manifest.get("files", {})):
             return manifest
     world = generate(cfg)
     tasks = out / "tasks"
     files: dict[str, str] = {}
     for name, splits in world.benchmarks.items():
-        kind, metric, category, _ = BENCHMARKS[name]
-        yaml_path = write_task(tasks, name, kind, splits, metrics=[metric], tags=["miniworld"],
+        bench = BENCHMARKS[name]
+        yaml_path = write_task(tasks, name, bench.kind, splits, metrics=[bench.metric], tags=["miniworld"],
                                max_gen_toks=4)
         files[str(yaml_path.relative_to(out))] = ""
         for split in splits:

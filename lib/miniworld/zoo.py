@@ -16,11 +16,8 @@ Design (stated once, not tuned to any outcome)
   prepared: an instruction-tuning (or contaminated) phase on top of the base model. The twins are
   recorded as ``instruct: true`` with ``base_model`` = their base, and their tokens and FLOPs
   include the base model's. Which three tasks alternates over the six (family, size) pairs, so
-  every task has prepared and unprepared models of each size and several families.
-- A first version put the examples into the from-scratch pre-training mix (400 examples per task
-  among 24,000 documents): each example was seen about 0.5 times and the prepared twins did not
-  differ from their bases under direct evaluation. The post-training phase (each example seen
-  about twice) is the design the mechanism calls for, chosen before any train-before-test result.
+  every task has prepared and unprepared models of each size and several families. (Why a
+  separate phase and not examples mixed into pre-training: ``docs/design.md``.)
 
 Every recipe (sizes, tokens, FLOPs = 6 N D, preparation doses, the sha256 of the exact mix) goes
 to the results store as model metadata; :func:`pretraining_mix` rebuilds the mix from the world so
@@ -29,17 +26,16 @@ a test can check that each prepared model saw its doses.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from .. import paths, store
-from ..params import did_you_mean
-from ..pipeline import tiny
+from ..pipeline import tiny, training
+from ..util import atomic_write_json, current, did_you_mean, read_json, sha256_bytes
 from . import world as mw
 
 PREP_A = ("mw_facts", "mw_arith", "mw_sentiment")
@@ -69,7 +65,7 @@ class Recipe:
     prepared: dict = field(default_factory=dict)    # benchmark -> number of formatted examples
     base: str | None = None                          # the model a prepared twin continues
 
-    def validate(self) -> "Recipe":
+    def validate(self) -> Recipe:
         if self.family not in VOCAB:
             raise ZooError(f"zoo model {self.name!r}: unknown family {self.family!r}; known: {sorted(VOCAB)}")
         for key in ("d_model", "n_layers", "n_heads", "steps", "batch_size", "seq_len"):
@@ -94,7 +90,7 @@ class Recipe:
     def key(self, world_key: str, base_key: str = "") -> str:
         payload = json.dumps({"recipe": asdict(self), "world": world_key, "vocab": VOCAB[self.family],
                               "tokenizer_docs": TOKENIZER_DOCS, "base": base_key}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        return sha256_bytes(payload)[:16]
 
 
 SIZES = {"s": dict(d_model=64, n_layers=2, n_heads=4, steps=400),
@@ -159,7 +155,7 @@ def pretraining_mix(world_dir: str | Path, recipe: Recipe) -> tuple[list[str], d
     prep_chars = sum(len(d) for d in docs if d in examples)
     record = {"corpus_docs": len(docs) - n_prep, "prepared": counts, "prepared_docs": n_prep,
               "prepared_char_share": prep_chars / max(1, chars),
-              "sha256": hashlib.sha256("\n".join(docs).encode()).hexdigest()}
+              "sha256": sha256_bytes("\n".join(docs))}
     return docs, record
 
 
@@ -202,11 +198,8 @@ def _sidecar(models_dir: str | Path, name: str) -> Path:
 
 def built_recipe(models_dir: str | Path, recipe: Recipe, world_key: str, base_key: str = "") -> dict | None:
     """The recorded build of ``recipe`` if it is complete and current, else None."""
-    side = _sidecar(models_dir, recipe.name)
-    if not side.exists() or tiny.built(model_dir(models_dir, recipe.name)) is None:
-        return None
-    rec = store.read_json(side)
-    return rec if rec.get("key") == recipe.key(world_key, base_key) else None
+    return current(_sidecar(models_dir, recipe.name), recipe.key(world_key, base_key),
+                   needs=[model_dir(models_dir, recipe.name) / training.STATS_FILE])
 
 
 def _ordered(recipes: list[Recipe]) -> list[Recipe]:
@@ -225,7 +218,7 @@ def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recip
               progress: bool = True) -> dict[str, dict]:
     """Pre-train every recipe not yet built (cached per model); returns name -> build record."""
     world_dir = Path(world_dir)
-    manifest = store.read_json(world_dir / "manifest.json")
+    manifest = read_json(world_dir / "manifest.json")
     tokenizers: dict[str, object] = {}
     out: dict[str, dict] = {}
     for recipe in _ordered([r.validate() for r in recipes]):
@@ -244,7 +237,7 @@ def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recip
             tok = tokenizers[recipe.family]
             model = tiny.make_model(recipe.family, tok, d_model=recipe.d_model, n_layers=recipe.n_layers,
                                     n_heads=recipe.n_heads, max_len=256, seed=recipe.seed)
-        stats = tiny.pretrain(model, tok, docs, steps=recipe.steps, batch_size=recipe.batch_size,
+        stats = training.pretrain(model, tok, docs, steps=recipe.steps, batch_size=recipe.batch_size,
                               seq_len=recipe.seq_len, lr=recipe.lr, seed=recipe.seed,
                               out_dir=model_dir(models_dir, recipe.name))
         own = {k: v for k, v in stats.items() if k != "loss_curve"}
@@ -254,7 +247,7 @@ def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recip
                "path": str(model_dir(models_dir, recipe.name).resolve()),
                "stats": {**own, **total, "own_tokens": own["tokens"], "own_flops": own["flops"]},
                "loss_curve": stats["loss_curve"], "build_seconds": time.time() - t0}
-        store.atomic_write_json(_sidecar(models_dir, recipe.name), rec)
+        atomic_write_json(_sidecar(models_dir, recipe.name), rec)
         out[recipe.name] = rec
         if progress:
             print(f"  zoo: {recipe.name}: {stats['n_params']:,} params, {own['tokens']:,} tokens"
@@ -307,13 +300,13 @@ def prepare(profile: str, seed: int = 0, dose: int = 600, post_steps: int = 200,
     cfg = mw.WorldConfig(seed=seed, **world_sizes)
     t0 = time.time()
     manifest = mw.build(world_dir(profile), cfg)
-    recipes = default_zoo(dose=dose, post_steps=post_steps, post_lr=post_lr, scale=scale, **({"families": families} if families else {}),
-                          **({"sizes": sizes} if sizes else {}))
+    recipes = default_zoo(dose=dose, post_steps=post_steps, post_lr=post_lr, scale=scale,
+                          **({"families": families} if families else {}), **({"sizes": sizes} if sizes else {}))
     builds = build_zoo(world_dir(profile), models_dir(profile), recipes)
     root = paths.store_dir(profile)
     store.write_meta(root, "models", model_meta(builds))
     store.write_meta(root, "benchmarks", mw.benchmark_meta())
     summary = {"world_key": manifest["key"], "task_dir": manifest["task_dir"], "models": list(builds),
                "seconds": time.time() - t0}
-    store.atomic_write_json(paths.work_dir(profile) / "zoo.json", summary)
+    atomic_write_json(paths.work_dir(profile) / "zoo.json", summary)
     return summary

@@ -3,9 +3,10 @@
     tasks       lm-eval registry (built-ins + include_path folders), selection, split plans
     evaluate    model loading/resolution, lm-eval scoring of a preloaded model, per-item files
     finetune    LoRA recipe, training examples rendered by lm-eval, one learning-rate unit
+    training    the two training loops (pre-training, LoRA epochs) and their optimiser step
     perplexity  local text corpora as loglikelihood_rolling tasks; bits-per-byte tables
     jobs        the (model, benchmark, lr) grid: resumable units, local or submitit launcher
-    tiny        tiny causal LMs built offline and the smoke profile's world (prepare hook)
+    tiny        tiny causal LMs built offline: tokenizer and model primitives
     localtasks  writes local lm-eval task YAML + JSONL (ground floor)
     device      torch device and CPU thread count
 

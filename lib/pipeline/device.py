@@ -24,17 +24,3 @@ def setup_torch() -> str:
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)
     return "cuda" if cuda else "cpu"
-
-
-def optimizer_step(loss, params, opt, sched, max_norm: float = 1.0) -> float:
-    """One training step as pre-training and LoRA fine-tuning both take it: backward, clip the
-    gradient norm of ``params`` to ``max_norm``, step optimiser and schedule, clear gradients.
-    Returns the loss as a float."""
-    import torch
-
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, max_norm)
-    opt.step()
-    sched.step()
-    opt.zero_grad(set_to_none=True)
-    return float(loss.detach())

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import store
-from ..params import did_you_mean
-from .tasks import TaskInfo, TaskError, docs, use_split
+from ..util import atomic_write_json, did_you_mean
+from .tasks import TaskError, TaskInfo, docs, use_split
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ def write_items(work: str | Path, protocol: str, benchmark: str, model: str, out
     """Per-item correctness for BenchAlign (nothing for perplexity corpora, which have no items)."""
     if outcome.correct is None:
         return None
-    return store.atomic_write_json(items_path(work, protocol, benchmark, model), {
+    return atomic_write_json(items_path(work, protocol, benchmark, model), {
         "model": model, "benchmark": benchmark, "protocol": protocol, "metric": outcome.metric,
         "doc_ids": outcome.doc_ids, "correct": outcome.correct})
 

@@ -15,16 +15,16 @@ lm-eval metric, keeps the best epoch's adapter in ``lr=<lr>/epoch=<e>/`` and wri
 
 from __future__ import annotations
 
-import math
 import shutil
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from .. import store
-from .device import optimizer_step
+from ..util import atomic_dir, atomic_write_json, current, read_json
 from .tasks import TaskInfo, docs
+from .training import lora_epochs
 
 UNIT_FILE = "unit.json"
 # LoRA targets of the tiny families (the paper's hub families use peft's defaults for the same names)
@@ -34,20 +34,20 @@ LORA_TARGETS = {"llama": ["q_proj", "v_proj"], "gpt2": ["c_attn"], "gpt_neox": [
 
 @dataclass(frozen=True)
 class Recipe:
-    """The fixed fine-tuning recipe (paper: LoRA r 8 / alpha 32 / dropout 0.1, 5 epochs,
-    learning rates {1e-5, 2e-5, 5e-5})."""
-    lrs: tuple[float, ...] = (1e-5, 2e-5, 5e-5)
-    epochs: int = 5
-    lora_r: int = 8
-    lora_alpha: int = 32
-    lora_dropout: float = 0.1
-    batch_size: int = 8
-    eval_batch_size: int = 32
-    max_length: int = 1024
-    weight_decay: float = 0.0
-    seed: int = 0
+    """The fixed fine-tuning recipe. Its values come from notebook 02's parameters (whose defaults
+    are the paper's: LoRA r 8 / alpha 32 / dropout 0.1, 5 epochs, learning rates {1e-5, 2e-5, 5e-5})."""
+    lrs: tuple[float, ...]
+    epochs: int
+    lora_r: int
+    lora_alpha: int
+    lora_dropout: float
+    batch_size: int
+    max_length: int
+    weight_decay: float
+    seed: int
 
     def __post_init__(self):
+        object.__setattr__(self, "lrs", tuple(self.lrs))
         if not self.lrs or any(lr <= 0 for lr in self.lrs):
             raise ValueError(f"recipe: learning rates must be positive, got {self.lrs}")
         if self.epochs < 1 or self.batch_size < 1 or self.max_length < 2:
@@ -156,95 +156,84 @@ def _better(a: float, b: float | None, higher_is_better: bool) -> bool:
     return b is None or (a > b if higher_is_better else a < b)
 
 
-def _batches(examples, order, batch_size: int, pad_id: int):
-    import torch
-
-    for i in range(0, len(order), batch_size):
-        chunk = [examples[j] for j in order[i:i + batch_size]]
-        width = max(len(ids) for ids, _ in chunk)
-        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for r, (x, y) in enumerate(chunk):
-            ids[r, :len(x)] = torch.tensor(x)
-            labels[r, :len(y)] = torch.tensor(y)
-            mask[r, :len(x)] = 1
-        yield ids, labels, mask
-
-
-def _save_adapter(peft_model, target: Path) -> None:
-    from .tiny import _atomic_save_dir
-
-    _atomic_save_dir(target, peft_model.save_pretrained)
-
-
-def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: str | Path,
-               validate: Callable[[object], float], higher_is_better: bool,
-               progress: Callable[[str], None] | None = None, config: dict | None = None):
-    """Train one LoRA adapter at ``lr`` for ``recipe.epochs`` epochs, validating after each.
-
-    ``validate(peft_model) -> score`` runs the benchmark's lm-eval metric on the validation split.
-    Returns (UnitResult, base model with the adapter removed). Deterministic for ``recipe.seed``:
-    LoRA initialisation, dropout and data order come from generators seeded per unit.
-    """
+@contextmanager
+def lora(base, recipe: Recipe):
+    """``base`` with a fresh LoRA adapter of ``recipe`` attached (initialised from ``recipe.seed``);
+    the adapter is removed again on exit, leaving ``base`` as it was."""
     import torch
     from peft import LoraConfig, get_peft_model
 
+    torch.manual_seed(recipe.seed)
+    config = LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, lora_dropout=recipe.lora_dropout,
+                        target_modules=lora_targets(base), task_type="CAUSAL_LM")
+    model = get_peft_model(base, config)
+    try:
+        yield model
+    finally:
+        model.unload()
+
+
+@contextmanager
+def adapter(base, adapter_dir: str | Path):
+    """``base`` with the saved adapter applied (eval mode); removed again on exit."""
+    from peft import PeftModel
+
+    model = PeftModel.from_pretrained(base, str(adapter_dir))
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.unload()
+
+
+def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: str | Path,
+               validate: Callable[[object], float], higher_is_better: bool, config: dict | None = None,
+               progress: Callable[[str], None] | None = None) -> UnitResult:
+    """Train one LoRA adapter at ``lr`` for ``recipe.epochs`` epochs, validating after each.
+
+    ``validate(peft_model) -> score`` runs the benchmark's lm-eval metric on the validation split.
+    The best epoch's adapter is kept in ``unit_dir/epoch=<e>/`` and ``unit.json`` (the curve and
+    ``config``) is written last. ``base`` is left without an adapter. Deterministic for
+    ``recipe.seed`` (LoRA initialisation, dropout and data order).
+    """
     unit_dir = Path(unit_dir)
     if unit_dir.exists():                           # an unfinished unit: start it again from scratch
         shutil.rmtree(unit_dir)
-    device = next(base.parameters()).device
-    torch.manual_seed(recipe.seed)
-    lora_config = LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, lora_dropout=recipe.lora_dropout,
-                             target_modules=lora_targets(base), task_type="CAUSAL_LM")
-    model = get_peft_model(base, lora_config)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=recipe.weight_decay)
-    steps_per_epoch = math.ceil(len(examples) / recipe.batch_size)
-    total = steps_per_epoch * recipe.epochs
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / total))   # linear decay
-    gen = torch.Generator().manual_seed(recipe.seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     res = UnitResult(lr=lr, n_train_examples=len(examples), config=dict(config or {}))
     t_unit = time.time()
-    for epoch in range(1, recipe.epochs + 1):
-        t0 = time.time()
-        model.train()
-        order = torch.randperm(len(examples), generator=gen).tolist()
-        losses = []
-        for ids, labels, mask in _batches(examples, order, recipe.batch_size, pad):
-            loss = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
-            losses.append(optimizer_step(loss, params, opt, sched))
-        model.eval()
-        train_seconds = time.time() - t0
-        score = float(validate(model))
-        res.curve.append({"epoch": epoch, "val_score": score, "train_loss": sum(losses) / len(losses),
-                          "train_seconds": train_seconds, "seconds": time.time() - t0})
-        if _better(score, res.best_score, higher_is_better):
-            old = Path(res.adapter) if res.adapter else None
-            target = unit_dir / f"epoch={epoch}"
-            _save_adapter(model, target)
-            if old is not None and old != target:
-                shutil.rmtree(old, ignore_errors=True)
-            res.best_epoch, res.best_score, res.adapter = epoch, score, str(target)
-        if progress:
-            progress(f"{lr_name(lr)} epoch={epoch} val={score:.4f}")
+    with lora(base, recipe) as model:
+        for epoch, train_loss, train_seconds in lora_epochs(
+                model, examples, epochs=recipe.epochs, batch_size=recipe.batch_size, lr=lr,
+                weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad):
+            t0 = time.time()
+            score = float(validate(model))
+            res.curve.append({"epoch": epoch, "val_score": score, "train_loss": train_loss,
+                              "train_seconds": train_seconds, "seconds": train_seconds + time.time() - t0})
+            if _better(score, res.best_score, higher_is_better):
+                old = Path(res.adapter) if res.adapter else None
+                target = atomic_dir(unit_dir / f"epoch={epoch}", model.save_pretrained)
+                if old is not None and old != target:
+                    shutil.rmtree(old, ignore_errors=True)
+                res.best_epoch, res.best_score, res.adapter = epoch, score, str(target)
+            if progress:
+                progress(f"{lr_name(lr)} epoch={epoch} val={score:.4f}")
     res.seconds = time.time() - t_unit
-    store.atomic_write_json(unit_dir / UNIT_FILE, asdict(res))
-    return res, model.unload()
+    atomic_write_json(unit_dir / UNIT_FILE, asdict(res))
+    return res
 
 
 def read_unit(unit_dir: str | Path, config: dict | None = None) -> UnitResult | None:
     """A finished unit's record; None when it has not finished or (given ``config``) was made
     with another configuration (recipe, splits, model), so that it is redone."""
     path = Path(unit_dir) / UNIT_FILE
-    if not path.exists():
+    if config is not None:
+        data = current(path, config, field="config")
+    else:
+        data = read_json(path) if path.exists() else None
+    if data is None:
         return None
-    data = store.read_json(path)
-    unit = UnitResult(**{k: v for k, v in data.items() if k in UnitResult.__dataclass_fields__})
-    if config is not None and store._jsonable(config) != unit.config:
-        return None
-    return unit
+    return UnitResult(**{k: v for k, v in data.items() if k in UnitResult.__dataclass_fields__})
 
 
 def select_best(units: list[UnitResult], higher_is_better: bool) -> tuple[float, int, float]:
@@ -258,12 +247,3 @@ def select_best(units: list[UnitResult], higher_is_better: bool) -> tuple[float,
     if best is None:
         raise ValueError("select_best: no validation scores")
     return best
-
-
-def with_adapter(base, adapter_dir: str | Path):
-    """``base`` with the saved adapter applied (eval mode); call ``.unload()`` to get base back."""
-    from peft import PeftModel
-
-    model = PeftModel.from_pretrained(base, str(adapter_dir))
-    model.eval()
-    return model

@@ -12,12 +12,12 @@ YAML is generated with absolute paths. The folder can be handed to
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import yaml
 
-from ..store import atomic_write_text
+from ..util import atomic_write_text
 
 KINDS = ("multiple_choice", "generate_until", "loglikelihood_rolling")
 REQUIRED_FIELDS = {"multiple_choice": ("query", "choices", "label"),

@@ -11,8 +11,8 @@ results are ordinary store results: benchmark = corpus name, metric ``bits_per_b
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pandas as pd
 

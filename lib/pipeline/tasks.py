@@ -15,17 +15,20 @@ results of different models line up.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import random
 import threading
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from ..params import did_you_mean
+from ..metadata import Benchmark
+from ..util import did_you_mean, note_read
 
-# Training-split sizes the paper counted (data README): the fallback when a dataset cannot be
+# Training-split sizes the paper counted (the README's Data section): the fallback when a dataset cannot be
 # reached (offline, hub down). Used for selection only, never for training.
 CACHED_TRAIN_COUNTS: dict[str, int] = {
     "mnli": 392702, "qqp": 363846, "medmcqa": 182822, "triviaqa": 138384, "qnli": 104743,
@@ -98,6 +101,8 @@ def task_manager(include_paths: Iterable[str | Path] = (), include_defaults: boo
     """An lm-eval ``TaskManager`` over ``include_paths`` (checked first) and optionally the built-ins."""
     paths = tuple(str(Path(p).resolve()) for p in include_paths)
     check_task_yaml(paths)
+    for p in paths:
+        note_read(p)
     if not paths and not include_defaults:
         raise TaskError("no tasks: give include_paths and/or include_defaults=True")
     return _manager(paths, include_defaults)
@@ -145,15 +150,10 @@ def load_task(manager, name: str, timeout: float | None = 300.0):
 # metric, kind, category
 
 
-@dataclass
-class TaskInfo:
-    """What the pipeline needs to know about one selected task (01 writes these into its summary)."""
-    name: str
-    kind: str                  # lm-eval output_type
-    metric: str
-    filter: str                # lm-eval filter name whose value is reported ("none" if unfiltered)
-    higher_is_better: bool
-    category: str
+@dataclass(frozen=True, kw_only=True)
+class TaskInfo(Benchmark):
+    """A benchmark as the pipeline found it in lm-eval: its record (:class:`lib.metadata.Benchmark`)
+    plus the task's own split names and sizes (01 writes these into its summary)."""
     splits: dict[str, str | None] = field(default_factory=dict)   # the task's own split names
     counts: dict[str, int | None] = field(default_factory=dict)   # documents per own split
     test_on: str = "test"      # "test", or "validation" when the task has no labelled test split
@@ -167,7 +167,7 @@ class TaskInfo:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TaskInfo":
+    def from_dict(cls, d: dict) -> TaskInfo:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
@@ -202,7 +202,7 @@ def describe(task, name: str, store: str | Path | None = None) -> TaskInfo:
         info = None
     if info is not None:
         metric, hib, category = info.metric, info.higher_is_better, info.category
-        if info.filter:
+        if info.filter != "none":              # "none": whatever the task reports first
             filt = info.filter
     if filt not in filters:
         raise TaskError(f"task {name!r}: filter {filt!r} is not defined by the task "
@@ -249,8 +249,7 @@ def inspect(manager, name: str, store: str | Path | None = None, timeout: float 
     """Load ``name`` and describe it, counting documents; raises :class:`TaskError`."""
     task = load_task(manager, name, timeout)
     info = describe(task, name, store)
-    info.counts = count_docs(task, info)
-    return task, info
+    return task, dataclasses.replace(info, counts=count_docs(task, info))
 
 
 def _known_metadata(name: str, store: str | Path | None) -> dict:
@@ -261,7 +260,7 @@ def _known_metadata(name: str, store: str | Path | None) -> dict:
         info = metadata.benchmark_info(name, store)
     except metadata.MetadataError:
         return {}
-    return {"kind": info.kind, "metric": info.metric, "filter": info.filter or "none",
+    return {"kind": info.kind, "metric": info.metric, "filter": info.filter,
             "higher_is_better": info.higher_is_better, "category": info.category}
 
 

@@ -1,0 +1,202 @@
+"""Small helpers every layer uses: atomic files and folders, digests, JSON, "did you mean", stamps.
+
+- :func:`atomic_write_bytes` / :func:`atomic_write_text` / :func:`atomic_write_json` write a file
+  through a temporary sibling and ``os.replace``, so a reader never sees half a file;
+  :func:`atomic_dir` does the same for a folder that a callback fills.
+- :func:`read_json` names the file when it does not parse (:class:`CorruptFile`).
+- :func:`sha256_file` and :func:`digest` (a file or a whole folder, by content).
+- :func:`jsonable` turns numpy values and paths into plain JSON types.
+- :func:`did_you_mean`: the one close-match hint of every error that names an unknown thing.
+- :func:`current` / :func:`mark`: the one "is this cached and current?" check. A *stamp* is a
+  small JSON file holding a ``key`` (whatever determines the cached work: a config, a file's
+  sha256); cached work is reused only when its stamp's key equals the key asked for.
+- :func:`note_read`: stages record the inputs they read, so the runner can tell when a cached
+  stage is stale (:mod:`lib.run`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+READS_ENV = "TBT_READS"      # set by lib.run: file to which a running stage appends what it reads
+
+
+class CorruptFile(ValueError):
+    """A file that should hold JSON does not parse; the message names it and how to rebuild it."""
+
+
+# --------------------------------------------------------------------------- atomic writes
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, fsync: bool = True) -> Path:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+
+    The file gets the permissions of a normal new file (``0666`` minus the umask), like the
+    figures written next to it. ``fsync=False`` skips the flush to disk (bulk writers call
+    ``os.sync()`` once at the end instead).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if fsync:
+                os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, fsync: bool = True) -> Path:
+    """:func:`atomic_write_bytes` of UTF-8 text."""
+    return atomic_write_bytes(path, text.encode("utf-8"), fsync=fsync)
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any, fsync: bool = True) -> Path:
+    """:func:`atomic_write_text` of ``data`` as indented JSON with sorted keys."""
+    return atomic_write_text(path, json.dumps(jsonable(data), indent=1, sort_keys=True) + "\n", fsync=fsync)
+
+
+def atomic_dir(target: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
+    """Call ``fill(tmp)`` on a temporary sibling folder, then rename it to ``target`` (replacing
+    an older one), so a half-written folder is never found under ``target``."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        fill(tmp)
+        os.chmod(tmp, 0o777 & ~_umask())
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def read_json(path: str | os.PathLike, rebuild: str = "") -> Any:
+    """Read JSON; a file that does not parse raises :class:`CorruptFile` naming it (and, given
+    ``rebuild``, the command that rebuilds it)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        hint = f"; delete it and run `{rebuild}` to rebuild it" if rebuild else ""
+        raise CorruptFile(f"corrupted file {path}: {exc}{hint}") from None
+
+
+# --------------------------------------------------------------------------- digests and JSON
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_bytes(data: bytes | str) -> str:
+    """Hex sha256 of bytes (or of a string's UTF-8 encoding)."""
+    return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
+
+
+@functools.lru_cache(maxsize=65536)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:     # the stat makes the cache safe
+    return sha256_file(path)
+
+
+def digest(path: str | os.PathLike) -> str:
+    """Content digest of a file, or of a folder (every file under it by relative path and content;
+    hidden temporary files excluded); ``"missing"`` when the path does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return "missing"
+    if path.is_file():
+        st = path.stat()
+        return _file_digest(str(path), st.st_size, st.st_mtime_ns)
+    h = hashlib.sha256()
+    for sub in sorted(path.rglob("*")):
+        rel = sub.relative_to(path)
+        if sub.is_file() and not any(part.startswith(".") for part in rel.parts):
+            st = sub.stat()
+            h.update(f"{rel.as_posix()}\0{_file_digest(str(sub), st.st_size, st.st_mtime_ns)}\n".encode())
+    return h.hexdigest()
+
+
+def jsonable(obj: Any) -> Any:
+    """numpy scalars/arrays, tuples and Paths -> plain JSON types; non-finite floats -> None."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 1) == 0:
+        obj = obj.item()
+    elif hasattr(obj, "tolist"):
+        return jsonable(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+# --------------------------------------------------------------------------- messages
+def did_you_mean(word: str, options: Iterable, n: int = 1, cutoff: float = 0.6) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``options`` to ``word``, or ``""``."""
+    match = difflib.get_close_matches(str(word), [str(o) for o in options], n=n, cutoff=cutoff)
+    return f" (did you mean {', '.join(map(repr, match))}?)" if match else ""
+
+
+# --------------------------------------------------------------------------- stamps
+def current(stamp: str | os.PathLike, key: Any, needs: Iterable[str | os.PathLike] = (),
+            field: str = "key") -> dict | None:
+    """The record of ``stamp`` if its ``field`` equals ``key`` (compared as JSON) and every path of
+    ``needs`` exists; else None (the cached work is missing, unfinished or made another way)."""
+    stamp = Path(stamp)
+    if not stamp.exists():
+        return None
+    try:
+        record = read_json(stamp)
+    except CorruptFile:
+        return None
+    if not isinstance(record, dict) or jsonable(record.get(field)) != jsonable(key):
+        return None
+    return record if all(Path(p).exists() for p in needs) else None
+
+
+def mark(stamp: str | os.PathLike, key: Any, **record: Any) -> dict:
+    """Write the stamp of finished work: ``{"key": key, **record}`` (atomically, last)."""
+    data = {"key": key, **record}
+    atomic_write_json(stamp, data)
+    return jsonable(data)
+
+
+# --------------------------------------------------------------------------- recorded reads
+def note_read(path: str | os.PathLike) -> None:
+    """Record that the running stage read ``path`` (a file or folder) when ``lib.run`` asks for it
+    (environment variable ``TBT_READS``); a no-op otherwise."""
+    log = os.environ.get(READS_ENV)
+    if log:
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(str(Path(path).resolve()) + "\n")
