@@ -19,7 +19,7 @@ export PIP_CACHE_DIR      := $(CURDIR)/.cache/pip
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv all run test lab data bench lock clean
+.PHONY: help venv all run test lint lab data bench lock clean
 
 help: ## list the targets (default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -41,8 +41,11 @@ all: $(STAMP) ## run every stage of PROFILE through papermill (cached; then `pub
 run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAGES="04 05" FORCE=1`
 	$(PY) -m lib.run $(PROFILE) $(if $(STAGES),--stages $(STAGES),) $(if $(FORCE),--force,)
 
-test: $(STAMP) ## run the test suite (offline; HARMONY_DATA enables the published-data tests)
+test: $(STAMP) lint ## run the linter and the test suite (offline; HARMONY_DATA enables the published-data tests)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP) ## check code and notebooks with ruff (configured in pyproject.toml)
+	$(VENV)/bin/ruff check lib tests bench notebooks
 
 lab: $(STAMP) ## open JupyterLab with the project's kernel registered
 	$(PY) -m ipykernel install --sys-prefix --name train-before-test --display-name "train-before-test (.venv)"
