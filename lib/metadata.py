@@ -66,6 +66,8 @@ class Benchmark:
     kind: str = MC                 # lm-eval output_type
     analogue: str | None = None    # the paper benchmark a synthetic one mirrors
     source: str | None = None      # where the record comes from (e.g. "miniworld")
+    chance: float | None = None    # the metric's value for random answers (1 / choices; 0 for mcc and
+                                   # exact match); None: unknown or not meaningful (perplexity)
 
     def __post_init__(self):
         if self.higher_is_better is None:
@@ -100,20 +102,25 @@ def _table(*records: Benchmark) -> dict[str, Benchmark]:
     return {b.name: b for b in records}
 
 
-# The paper's 24 benchmarks (its metric and filter choices) and its 3 perplexity corpora.
+# The paper's 24 benchmarks (its metric and filter choices; chance = 1 / number of answer choices)
+# and its 3 perplexity corpora.
 BENCHMARKS: dict[str, Benchmark] = _table(
-    *(Benchmark(name=n, category=_LU, metric="acc") for n in
-      ("mnli", "qnli", "rte", "sst2", "mrpc", "qqp", "wic", "anli_r1")),
-    Benchmark(name="cola", category=_LU, metric="mcc"),
-    *(Benchmark(name=n, category=_CR, metric="acc") for n in ("winogrande", "commonsense_qa", "social_iqa")),
-    Benchmark(name="hellaswag", category=_CR, metric="acc_norm"),
-    Benchmark(name="boolq", category=_QA, metric="acc"),
-    *(Benchmark(name=n, category=_QA, metric="acc_norm") for n in ("openbookqa", "arc_easy", "arc_challenge")),
-    Benchmark(name="nq_open", category=_QA, metric="exact_match", filter="remove_whitespace", kind=GEN),
-    *(Benchmark(name=n, category=_PBC, metric="acc_norm") for n in ("sciq", "piqa")),
-    Benchmark(name="mathqa", category=_MATH, metric="acc_norm"),
-    Benchmark(name="gsm8k", category=_MATH, metric="exact_match", filter="flexible-extract", kind=GEN),
-    *(Benchmark(name=n, category=_MED, metric="acc_norm") for n in ("medmcqa", "headqa_en")),
+    *(Benchmark(name=n, category=_LU, metric="acc", chance=c) for n, c in
+      (("mnli", 1 / 3), ("qnli", 0.5), ("rte", 0.5), ("sst2", 0.5), ("mrpc", 0.5), ("qqp", 0.5), ("wic", 0.5),
+       ("anli_r1", 1 / 3))),
+    Benchmark(name="cola", category=_LU, metric="mcc", chance=0.0),
+    *(Benchmark(name=n, category=_CR, metric="acc", chance=c) for n, c in
+      (("winogrande", 0.5), ("commonsense_qa", 0.2), ("social_iqa", 1 / 3))),
+    Benchmark(name="hellaswag", category=_CR, metric="acc_norm", chance=0.25),
+    Benchmark(name="boolq", category=_QA, metric="acc", chance=0.5),
+    *(Benchmark(name=n, category=_QA, metric="acc_norm", chance=0.25) for n in
+      ("openbookqa", "arc_easy", "arc_challenge")),
+    Benchmark(name="nq_open", category=_QA, metric="exact_match", filter="remove_whitespace", kind=GEN, chance=0.0),
+    Benchmark(name="sciq", category=_PBC, metric="acc_norm", chance=0.25),
+    Benchmark(name="piqa", category=_PBC, metric="acc_norm", chance=0.5),
+    Benchmark(name="mathqa", category=_MATH, metric="acc_norm", chance=0.2),
+    Benchmark(name="gsm8k", category=_MATH, metric="exact_match", filter="flexible-extract", kind=GEN, chance=0.0),
+    *(Benchmark(name=n, category=_MED, metric="acc_norm", chance=0.25) for n in ("medmcqa", "headqa_en")),
     *(Benchmark(name=n, category=PERPLEXITY, metric="bits_per_byte", kind=PPL)
       for n in ("wiki_2025", "arxiv_2025", "stackexchange_2025")),
 )

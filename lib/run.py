@@ -27,6 +27,7 @@ from pathlib import Path
 
 from . import paths
 from .params import ParamsError, Profile, check_stage, load_profile, notebook_path
+from .progress import STAGE_ENV
 from .util import READS_ENV, atomic_write_json, current, digest, mark, sha256_bytes
 
 
@@ -141,13 +142,15 @@ def execute(stage: str, params: dict, out_dir: Path, kernel: str = "python3", pr
     partial = out_dir / f".{stage}.partial.ipynb"
     reads_log = out_dir / ".reads.partial"
     reads_log.unlink(missing_ok=True)
-    os.environ[READS_ENV] = str(reads_log)       # the kernel (a subprocess) inherits it
+    os.environ[READS_ENV] = str(reads_log)       # the kernel (a subprocess) inherits both
+    os.environ[STAGE_ENV] = stage
     try:
         pm.execute_notebook(str(notebook_path(stage)), str(partial), parameters=params,
                             kernel_name=kernel, cwd=str(paths.NOTEBOOKS), progress_bar=progress,
                             log_output=False)
     finally:
         os.environ.pop(READS_ENV, None)
+        os.environ.pop(STAGE_ENV, None)
     reads = sorted(set(reads_log.read_text().split("\n")) - {""}) if reads_log.exists() else []
     reads_log.unlink(missing_ok=True)
     os.replace(partial, final)

@@ -139,3 +139,26 @@ def test_unknown_profile_suggests(fake_project):
     (fake_project / "smoke.yaml").write_text("description: t\nstages: {01_demo: {alpha: 1, names: []}}\n")
     with pytest.raises(params.ParamsError, match="did you mean 'smoke'"):
         params.load_profile("smoek")
+
+
+def test_progress_reports_units_elapsed_and_time_left(monkeypatch):
+    import io
+
+    from lib.progress import Progress
+
+    monkeypatch.setenv("TBT_STAGE", "02_finetune")
+    out = io.StringIO()
+    with Progress(total=4, label="train_before_test", every=0.0, stream=out) as progress:
+        progress.advance()
+        progress.update(3, note="mw-llama-s")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[02_finetune] train_before_test: 0/4 units, 0s elapsed (started)"
+    assert lines[1].startswith("[02_finetune] train_before_test: 1/4 units") and "left" in lines[1]
+    assert lines[2].endswith("(mw-llama-s)")
+    assert len(lines) == 4 and lines[3].startswith("[02_finetune] train_before_test: 3/4 units")  # where it stopped
+    quiet = io.StringIO()
+    with Progress(total=2, label="x", every=3600.0, stream=quiet) as progress:
+        progress.advance()                                               # within `every`: no line
+        progress.advance()                                               # the last unit: always a line
+    assert [line.split(":")[1].strip() for line in quiet.getvalue().splitlines()] == \
+        ["0/2 units, 0s elapsed (started)", "2/2 units, 0s elapsed"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lib import metadata, paths, store, util
+from lib import metadata, paths, util
 from lib.miniworld import world as mw
 from lib.miniworld import zoo
 

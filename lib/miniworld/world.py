@@ -80,17 +80,17 @@ ROUTINE_OPENINGS = {"morning": "in the morning", "evening": "in the evening",
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark(name="mw_facts", kind=MC, metric="acc_norm", category="Question Answering", analogue="arc_easy",
-              source="miniworld"),
+              source="miniworld", chance=0.25),
     Benchmark(name="mw_arith", kind=GEN, metric="exact_match", filter="remove_whitespace", category="Math",
-              analogue="gsm8k", source="miniworld"),
+              analogue="gsm8k", source="miniworld", chance=0.0),
     Benchmark(name="mw_reading", kind=MC, metric="acc", category="Question Answering", analogue="boolq",
-              source="miniworld"),
+              source="miniworld", chance=0.25),
     Benchmark(name="mw_sentiment", kind=MC, metric="acc", category="Language Understanding", analogue="sst2",
-              source="miniworld"),
+              source="miniworld", chance=0.5),
     Benchmark(name="mw_grammar", kind=MC, metric="acc", category="Language Understanding", analogue="cola",
-              source="miniworld"),
+              source="miniworld", chance=0.5),
     Benchmark(name="mw_scripts", kind=MC, metric="acc_norm", category="Commonsense Reasoning",
-              analogue="hellaswag", source="miniworld"),
+              analogue="hellaswag", source="miniworld", chance=0.25),
 )}
 CORPORA: dict[str, Benchmark] = {n: Benchmark(name=n, kind=PPL, metric="bits_per_byte", category=PERPLEXITY,
                                               source="miniworld") for n in ("mw_wiki", "mw_stories")}

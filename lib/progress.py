@@ -1,0 +1,77 @@
+"""Progress of long work, shown where the person running it looks.
+
+A notebook executed by ``make all`` writes its cell output into the executed notebook, not to the
+terminal. :class:`Progress` therefore writes a line to the console (the process's original
+standard error: the runner's terminal or log, also from inside a Jupyter kernel) when it starts,
+at most every ``every`` seconds while work advances, and when it ends: units done of the total,
+time elapsed and an estimate of the time left::
+
+    [02_finetune] train_before_test: 14/96 units, 3m10s elapsed, about 18m left
+
+Usage::
+
+    with Progress(total=len(units), label="train_before_test") as progress:
+        for unit in units:
+            ...
+            progress.advance()            # or progress.update(done) when polling
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+STAGE_ENV = "TBT_STAGE"      # set by lib.run while a stage runs: prefixes the lines with its name
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, sec = divmod(seconds, 60)
+    return f"{minutes}m{sec:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+class Progress:
+    """Units done of a total, reported as a console line at most every ``every`` seconds."""
+
+    def __init__(self, total: int, label: str, every: float = 15.0, stream=None):
+        self.total, self.label, self.every = int(total), label, float(every)
+        self.stream = stream if stream is not None else (sys.__stderr__ or sys.stderr)
+        self.done = 0
+        self.start = time.monotonic()
+        self._last = 0.0
+
+    def line(self, note: str = "") -> str:
+        elapsed = time.monotonic() - self.start
+        text = f"{self.label}: {self.done}/{self.total} units, {_clock(elapsed)} elapsed"
+        if 0 < self.done < self.total:
+            text += f", about {_clock(elapsed / self.done * (self.total - self.done))} left"
+        stage = os.environ.get(STAGE_ENV)
+        return (f"[{stage}] " if stage else "") + text + (f" ({note})" if note else "")
+
+    def _emit(self, note: str = "") -> None:
+        self._last = time.monotonic()
+        try:
+            self.stream.write(self.line(note) + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):      # a closed console must never stop the work
+            pass
+
+    def update(self, done: int, note: str = "") -> None:
+        """Set the number of units done (for callers that poll); reports if ``every`` has passed."""
+        self.done = min(int(done), self.total)
+        if time.monotonic() - self._last >= self.every or self.done == self.total:
+            self._emit(note)
+
+    def advance(self, n: int = 1, note: str = "") -> None:
+        self.update(self.done + n, note)
+
+    def __enter__(self) -> Progress:
+        self._emit("started")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.done < self.total or exc[0] is not None:
+            self._emit("stopped" if exc[0] is not None else "")
