@@ -8,8 +8,15 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
 
-# Caches stay inside the (git-ignored) project folders, so runs are clean and reproducible.
-export HF_HOME            := $(CURDIR)/.cache/hf
+# Caches stay inside the (git-ignored) project folders, so runs are clean and reproducible; a
+# HF_HOME set by the user wins (a shared model cache, the token of `hf auth login`). Without one,
+# the hub token saved in the default place is still found.
+export HF_HOME            ?= $(CURDIR)/.cache/hf
+ifeq ($(origin HF_TOKEN)$(origin HF_TOKEN_PATH),undefinedundefined)
+ifneq ($(wildcard $(HOME)/.cache/huggingface/token),)
+export HF_TOKEN_PATH      := $(HOME)/.cache/huggingface/token
+endif
+endif
 export MPLCONFIGDIR       := $(CURDIR)/.cache/matplotlib
 export JUPYTER_CONFIG_DIR := $(CURDIR)/.cache/jupyter/config
 export JUPYTER_DATA_DIR   := $(CURDIR)/.cache/jupyter/data
@@ -19,11 +26,11 @@ export PIP_CACHE_DIR      := $(CURDIR)/.cache/pip
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv all run test lint lab data bench lock clean
+.PHONY: help venv all run test lint lab data models bench lock clean
 
 help: ## list the targets (default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | published | paper), HARMONY_DATA=<published data folder>"
+	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | published | paper_slice | paper), HARMONY_DATA=<published data folder>"
 
 venv: $(STAMP) ## create .venv with the pinned environment (torch CPU 2.13.0)
 
@@ -53,6 +60,9 @@ lab: $(STAMP) ## open JupyterLab with the project's kernel registered
 
 data: $(STAMP) ## download the published reference data (pinned commits, sha256-checked) into data/
 	$(PY) -m lib.data download
+
+models: $(STAMP) ## download and check every model and dataset of PROFILE before GPU jobs start (hub profiles)
+	$(PY) -m lib.pipeline.cluster models $(PROFILE) $(if $(CHECK_ONLY),--check-only,)
 
 bench: $(STAMP) ## run the speed benchmarks quoted in the README (writes bench/results/*.json)
 	for s in bench/bench_*.py; do echo "== $$s"; $(PY) $$s || exit 1; done

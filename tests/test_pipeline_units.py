@@ -17,7 +17,9 @@ SOUNDS = {"cow": "moo", "dog": "woof", "cat": "meow", "duck": "quack", "sheep": 
           "horse": "neigh", "owl": "hoot", "snake": "hiss", "bee": "buzz", "frog": "croak", "crow": "caw"}
 TEXTS = [f"the {a} says {s} . the {a} walks to the farm ." for a, s in SOUNDS.items()] * 8
 RECIPE = dict(lrs=(1e-5, 2e-5, 5e-5), epochs=5, lora_r=8, lora_alpha=32, lora_dropout=0.1, batch_size=8,
-              max_length=1024, weight_decay=0.0, seed=0)
+              micro_batch_size=0, gradient_checkpointing=False, max_length=1024, truncate="end",
+              weight_decay=0.01, seed=0, loss_on="all", end_of_text="every", list_targets="join",
+              task_description=False, select_on="loss")
 
 
 @pytest.fixture(scope="module")
@@ -126,14 +128,18 @@ def test_empty_dataset_is_an_error_naming_the_task(taskdir):
 def test_split_plan_carves_validation_and_caps_deterministically(taskdir):
     manager = tk.task_manager([taskdir])
     task, info = tk.inspect(manager, "t_notest")
-    plan = tk.plan_splits(task, info, {"train": 30, "validation": 1000, "test": 1000}, seed=1)
+    carve = tk.SplitRule(caps={"train": 30, "validation": 1000, "test": 1000}, seed=1, procedure="carve",
+                         val_fraction=0.1)
+    plan = tk.plan_splits(task, info, carve)
     assert plan.carved and plan.source == {"train": "train", "validation": "train", "test": "validation"}
     assert plan.sizes == {"train": 30, "validation": 4, "test": 10}          # 10% of 40 carved, train capped
     assert not set(plan.ids["train"]) & set(plan.ids["validation"])
-    again = tk.plan_splits(task, info, {"train": 30, "validation": 1000, "test": 1000}, seed=1)
-    assert again.ids == plan.ids
+    assert tk.plan_splits(task, info, carve).ids == plan.ids
+    paper = tk.plan_splits(task, info, tk.SplitRule(caps={"train": 50000, "validation": 1000, "test": 10000}, seed=1))
+    assert paper.sizes == {"train": 32, "validation": 8, "test": 10}         # the paper's 80 / 20
+    assert not set(paper.ids["train"]) & set(paper.ids["validation"]) and not paper.validation_in_test
     task2, info2 = tk.inspect(manager, "t_full")
-    plan2 = tk.plan_splits(task2, info2, {"train": 0, "validation": 0, "test": 5}, seed=0)
+    plan2 = tk.plan_splits(task2, info2, tk.SplitRule(caps={"train": 0, "validation": 0, "test": 5}))
     assert not plan2.carved and plan2.sizes == {"train": 40, "validation": 10, "test": 5}
     tk.install_splits(task2, plan2)
     tk.use_split(task2, "test")
@@ -175,14 +181,16 @@ def test_recipe_and_unit_names():
 
 
 def test_training_examples_are_lm_eval_renderings_with_chat_template(taskdir, tokenizer):
-    """Loss only on the gold continuation; the chat template (for instruct models) wraps the prompt."""
+    """Loss only on the gold continuation (``loss_on="target"``); the chat template (for instruct
+    models) wraps the prompt."""
     import lib.pipeline.evaluate as ev
 
     model = tiny.make_model("llama", tokenizer, d_model=32, n_layers=1, n_heads=2, max_len=64)
     lm = ev.make_lm(model, tokenizer)
     task, info = tk.inspect(tk.task_manager([taskdir]), "t_full")
     tk.install_splits(task, tk.plan_splits(task, info, {}, 0))
-    examples = ft.training_examples(task, info, lm, 64)
+    recipe = ft.Recipe(**{**RECIPE, "max_length": 64, "loss_on": "target", "end_of_text": "generative"})
+    examples = ft.training_examples(task, info, lm, recipe)
     ids, labels = examples[1]                                   # doc 1: label 1 -> choice "b"
     target = [t for t, y in zip(ids, labels) if y != -100]
     assert tokenizer.decode(target) == " b"
@@ -220,23 +228,37 @@ def test_paper_profile_validates_with_the_papers_models_and_benchmarks(harmony_d
     assert set(s2["models"]) == models and len(models) == 61
     assert s3["models"] == s2["models"] and prof.common["models"] == s2["models"]     # written once
     assert len(s1["tasks"]) == 24 and set(s1["tasks"]) < set(published["direct_eval"])
-    assert (s2["lrs"], s2["epochs"], s2["lora_r"], s2["lora_alpha"], s2["lora_dropout"]) == \
-        ([1e-5, 2e-5, 5e-5], 5, 8, 32, 0.1)
+    # every recipe field at the paper's value (lm-harmony's main.py, data_utils.py, TRL 0.17's SFT trainer)
+    recipe = ft.Recipe.from_params(s2)
+    assert recipe.key() == {"lrs": [1e-5, 2e-5, 5e-5], "epochs": 5, "lora_r": 8, "lora_alpha": 32, "lora_dropout": 0.1,
+                            "batch_size": 8, "max_length": 1024, "truncate": "end", "weight_decay": 0.01, "seed": 0,
+                            "loss_on": "all", "end_of_text": "every", "list_targets": "join",
+                            "task_description": False, "select_on": "loss"}
+    for stage in (s2, s3):
+        assert (stage["dtype"], stage["add_bos_token"], stage["max_gen_toks"], stage["eval_batch_size"]) == \
+            ("float32", True, 256, 8)
     assert (s1["cap_train"], s1["cap_validation"], s1["cap_test"], s1["min_train"]) == (50000, 1000, 10000, 1000)
-    assert s2["executor"] == "slurm" and s1["include_defaults"] is True
+    assert (s1["split_procedure"], s1["val_fraction"], s1["split_seed"], s1["shared_test"]) == \
+        ("paper", 0.2, 0, "share")
+    assert s1["allow_unreachable"] is False
+    assert s2["executor"] == "slurm" and s1["include_defaults"] is True and s2["max_array"] == 1000
+    assert s2["benchmarks_per_job"] == 1                                  # 1,464 jobs: more than one array
 
 
 @pytest.mark.slow
 def test_unreachable_builtin_task_falls_back_to_cached_count():
-    """Offline, a hub task's dataset fails fast; it is reported and judged on the paper's count."""
+    """Offline, a hub task's dataset fails fast; it is reported, and rejected unless
+    ``allow_unreachable`` asks to judge it on the paper's cached count."""
     rows = {r["task"]: r for r in tk.select(["arc_easy", "wikitext"], include_defaults=True, min_train=1000,
-                                            timeout=120)}
+                                            timeout=120, allow_unreachable=True)}
     arc = rows["arc_easy"]
     assert arc["selected"] and arc["count_source"] == "cached" and arc["n_train"] == 2251
     assert (arc["metric"], arc["category"]) == ("acc_norm", "Question Answering")
     assert "arc_easy" in arc["note"] and "cannot load" in arc["note"]
     assert not rows["wikitext"]["selected"] and rows["wikitext"]["count_source"] == "unavailable"
     assert "dataset unreachable" in rows["wikitext"]["reason"]
+    strict = tk.select(["arc_easy"], include_defaults=True, min_train=1000, timeout=120)    # the default
+    assert not strict[0]["selected"] and "dataset unreachable" in strict[0]["reason"]
 
 
 _FINGERPRINT = """

@@ -24,3 +24,14 @@ def setup_torch() -> str:
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)
     return "cuda" if cuda else "cpu"
+
+
+def free_memory() -> None:
+    """Give back what a failed or finished piece of work held: Python garbage and cached GPU memory."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

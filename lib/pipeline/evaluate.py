@@ -7,6 +7,7 @@ per-item correctness that BenchAlign reads: ``<work>/items/<protocol>/<benchmark
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -62,20 +63,35 @@ def resolve_model(entry: str, store_root: str | Path | None = None, offline: boo
     return entry, entry
 
 
-def load_model(source: str, device: str | None = None):
-    """(model, tokenizer) from a local folder or hub id: float32 on CPU, bfloat16 on GPU; the
-    tokenizer gets a pad token (EOS) when it has none."""
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def load_model(source: str, device: str | None = None, dtype: str = "float32"):
+    """(model, tokenizer) from a local folder or hub id, in ``dtype`` (the paper: float32, the
+    checkpoints' own precision is not used), on ``device`` (default: cuda when present). Gemma
+    models use eager attention, as the paper's code did. The tokenizer gets a pad token (EOS)
+    when it has none."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from .device import setup_torch
 
+    if dtype not in DTYPES:
+        raise ModelError(f"model {source!r}: dtype must be one of {list(DTYPES)}, got {dtype!r}"
+                         f"{did_you_mean(str(dtype), DTYPES)}")
     device = device or setup_torch()
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
     try:
+        config = AutoConfig.from_pretrained(source)
+        extra = {"attn_implementation": "eager"} if config.model_type.startswith("gemma") else {}
         tok = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, dtype), **extra)
     except (OSError, ValueError) as exc:
+        from huggingface_hub.errors import GatedRepoError
+
+        if isinstance(exc, GatedRepoError):
+            raise ModelError(f"model {source!r} is gated: request access on its hub page with the account whose "
+                             "token this machine uses (HF_TOKEN, or `hf auth login`); `make models` checks them all"
+                             ) from None
         raise ModelError(f"model {source!r} cannot be loaded: {str(exc).splitlines()[0]}") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -84,12 +100,53 @@ def load_model(source: str, device: str | None = None):
     return model, tok
 
 
-def make_lm(model, tokenizer, batch_size: int = 32, max_length: int | None = None):
-    """lm-eval's ``HFLM`` around an already loaded model (base or PeftModel)."""
+def make_lm(model, tokenizer, batch_size: int = 32, max_length: int | None = None, add_bos_token: bool = True):
+    """lm-eval's ``HFLM`` around an already loaded model (base or PeftModel).
+
+    ``add_bos_token`` True encodes every context with the tokenizer's special tokens (a BOS for
+    Llama, Gemma and Yi; nothing for GPT-2, Pythia, Qwen), as the paper's evaluation did. On a GPU
+    lm-eval finds the largest batch that fits, at most ``batch_size`` (the paper: "auto", at most
+    8); on a CPU the batch is ``batch_size``.
+    """
     from lm_eval.models.huggingface import HFLM
 
+    cache_templates()
     logging.getLogger("lm_eval.models.huggingface").setLevel(logging.ERROR)
-    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
+    on_gpu = next(model.parameters()).device.type == "cuda"
+    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size="auto" if on_gpu else batch_size,
+                max_batch_size=batch_size, max_length=max_length, add_bos_token=add_bos_token)
+
+
+_JINJA: dict = {}
+
+
+def cache_templates(enable: bool = True) -> None:
+    """Compile each of lm-eval's Jinja prompt templates once (``enable`` False undoes it).
+
+    lm-eval renders every prompt, target and choice with ``env.from_string(template)``, which
+    compiles the template again for every document: 90 % of the time spent rendering training
+    examples and half of a validation pass on the mini world's tasks (``bench/bench_pipeline.py``).
+    The compiled templates are kept in an LRU cache on lm-eval's (module-level) Jinja environment;
+    what they render is unchanged.
+    """
+    from lm_eval import utils
+
+    env = utils.env
+    original = _JINJA.setdefault("from_string", env.from_string)
+    if not enable:
+        env.from_string = original
+        return
+    if getattr(env.from_string, "cached", False):
+        return
+    compile_once = functools.lru_cache(maxsize=4096)(original)
+
+    def from_string(source, globals=None, template_class=None):
+        if globals is None and template_class is None and isinstance(source, str):
+            return compile_once(source)
+        return original(source, globals, template_class)
+
+    from_string.cached = True
+    env.from_string = from_string
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,11 +177,16 @@ def _per_item(metric: str, value: Any) -> float | None:
 
 
 def evaluate(lm, task, info: TaskInfo, role: str, doc_ids: list[int], *, chat_template: bool = False,
-             bootstrap_iters: int = 0, seed: int = 0) -> Outcome:
+             bootstrap_iters: int = 0, seed: int = 0, max_gen_toks: int = 0) -> Outcome:
     """Evaluate ``role`` ("validation" or "test") of ``task`` (splits installed by
-    :func:`lib.pipeline.tasks.install_splits`; ``doc_ids`` are the plan's ids of that role)."""
+    :func:`lib.pipeline.tasks.install_splits`; ``doc_ids`` are the plan's ids of that role).
+    ``max_gen_toks`` > 0 caps generation at that many tokens (the paper passed lm-eval's
+    ``gen_kwargs="max_gen_toks=256"``); 0 keeps the task's own setting."""
     from lm_eval import evaluator
 
+    cache_templates()
+    if max_gen_toks and info.kind == "generate_until":
+        task.set_config(key="generation_kwargs", value={"max_gen_toks": int(max_gen_toks)}, update=True)
     use_split(task, role)
     task.set_fewshot_seed(seed=seed)
     logging.getLogger("lm_eval").setLevel(logging.WARNING)

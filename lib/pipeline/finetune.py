@@ -1,16 +1,20 @@
 """Train-before-test fine-tuning: LoRA on a task's training split, as lm-eval renders it.
 
-Training examples are the task's own prompt and target: the context comes from lm-eval's
+A training example is the task's own prompt and target: the context comes from lm-eval's
 ``fewshot_context`` (zero-shot, optionally through the model's chat template), the continuation is
 the gold request lm-eval itself would score (multiple choice: the gold choice's request from
-``construct_requests``; generative: ``target_delimiter + doc_to_target`` followed by EOS;
-perplexity corpora: the text in model-length windows), tokenised with lm-eval's own
-``_encode_pair`` so training and scoring see identical tokens. The loss covers the target tokens only.
+``construct_requests``; generative: ``target_delimiter + doc_to_target``; perplexity corpora: the
+text in model-length windows), tokenised with lm-eval's own ``_encode_pair`` so training and
+scoring see identical tokens. Which tokens carry the loss, whether an end-of-text token follows
+the answer, how a list of gold answers and the task's description are rendered and how an
+overlong example is cut are recipe fields (:class:`Recipe`; the paper's values are notebook 02's
+defaults: TRL's SFT trainer on ``prompt + " " + answer + EOS`` with the loss on every token).
 
-One learning-rate *unit* trains ``epochs`` epochs, validates after each with the benchmark's own
-lm-eval metric, keeps the best epoch's adapter in ``lr=<lr>/epoch=<e>/`` and writes ``unit.json``
-(its curve) last: a unit without ``unit.json`` is unfinished and is redone from scratch
-(deterministic for the seed), so a killed run leaves nothing that is read as a result.
+One learning-rate *unit* trains ``epochs`` epochs, validates after each (the validation loss, as
+the paper's trainer chose its checkpoint, or the benchmark's own lm-eval metric), keeps the best
+epoch's adapter in ``lr=<lr>/epoch=<e>/`` and writes ``unit.json`` (its curve) last: a unit
+without ``unit.json`` is unfinished and is redone from scratch (deterministic for the seed), so a
+killed run leaves nothing that is read as a result.
 """
 
 from __future__ import annotations
@@ -22,29 +26,50 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..util import atomic_dir, atomic_write_json, current, read_json
+from ..util import atomic_dir, atomic_write_json, current, did_you_mean, read_json
 from .tasks import TaskInfo, docs
 from .training import lora_epochs
 
 UNIT_FILE = "unit.json"
-# LoRA targets of the tiny families (the paper's hub families use peft's defaults for the same names)
-LORA_TARGETS = {"llama": ["q_proj", "v_proj"], "gpt2": ["c_attn"], "gpt_neox": ["query_key_value"],
-                "qwen2": ["q_proj", "v_proj"], "gemma": ["q_proj", "v_proj"], "gemma2": ["q_proj", "v_proj"]}
+
+
+CHOICES = {
+    "loss_on": ("all", "target"),             # every token (the paper: TRL's default) or the answer only
+    "end_of_text": ("every", "generative"),   # EOS after every answer (TRL appends it) or generative only
+    "list_targets": ("join", "first"),        # a list of gold answers (nq_open): all, space-joined, or the first
+    "truncate": ("end", "start"),             # an overlong example loses its end (TRL) or its start
+    "select_on": ("loss", "metric"),          # the best epoch: lowest validation loss or best lm-eval metric
+}
+# fields that change how a unit runs but not what it computes (not part of a result's configuration)
+EXECUTION_FIELDS = ("micro_batch_size", "gradient_checkpointing")
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """The fixed fine-tuning recipe. Its values come from notebook 02's parameters (whose defaults
-    are the paper's: LoRA r 8 / alpha 32 / dropout 0.1, 5 epochs, learning rates {1e-5, 2e-5, 5e-5})."""
+    """The fixed fine-tuning recipe. Its values come from notebook 02's parameters, whose defaults
+    are the paper's: LoRA r 8 / alpha 32 / dropout 0.1 on peft's default modules, 5 epochs,
+    learning rates {1e-5, 2e-5, 5e-5}, batch 8, AdamW with weight decay 0.01 and a linear decay
+    without warm-up, examples of at most 1,024 tokens, loss on every token of
+    ``prompt + " " + answer + EOS`` (a list of answers joined, no task description), the epoch
+    with the lowest validation loss. ``micro_batch_size`` (0: the whole batch) and
+    ``gradient_checkpointing`` trade speed for memory without changing the effective batch."""
     lrs: tuple[float, ...]
     epochs: int
     lora_r: int
     lora_alpha: int
     lora_dropout: float
     batch_size: int
+    micro_batch_size: int
+    gradient_checkpointing: bool
     max_length: int
     weight_decay: float
     seed: int
+    loss_on: str
+    end_of_text: str
+    list_targets: str
+    task_description: bool
+    truncate: str
+    select_on: str
 
     def __post_init__(self):
         object.__setattr__(self, "lrs", tuple(self.lrs))
@@ -52,11 +77,36 @@ class Recipe:
             raise ValueError(f"recipe: learning rates must be positive, got {self.lrs}")
         if self.epochs < 1 or self.batch_size < 1 or self.max_length < 2:
             raise ValueError(f"recipe: epochs, batch_size must be >= 1 and max_length >= 2 ({self})")
+        if not 0 <= self.micro_batch_size <= self.batch_size:
+            raise ValueError(f"recipe: micro_batch_size must be 0 (the whole batch) or 1..batch_size "
+                             f"{self.batch_size}, got {self.micro_batch_size}")
+        for name, allowed in CHOICES.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"recipe: {name} must be one of {list(allowed)}, got {value!r}"
+                                 f"{did_you_mean(str(value), allowed)}")
+
+    @classmethod
+    def from_params(cls, params: dict) -> Recipe:
+        """The recipe from a stage's parameters (notebook 02's, which name every field)."""
+        missing = sorted(set(cls.__dataclass_fields__) - set(params))
+        if missing:
+            raise ValueError(f"recipe: parameters lack {missing}")
+        return cls(**{k: params[k] for k in cls.__dataclass_fields__})
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["lrs"] = list(self.lrs)
         return d
+
+    def key(self) -> dict:
+        """The fields that determine a result (execution settings left out)."""
+        return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_FIELDS}
+
+    @property
+    def criterion(self) -> str:
+        """The curve key the best epoch is chosen on: ``val_loss`` or ``val_score``."""
+        return "val_loss" if self.select_on == "loss" else "val_score"
 
 
 def lr_name(lr: float) -> str:
@@ -65,8 +115,12 @@ def lr_name(lr: float) -> str:
 
 
 def lora_targets(model) -> list[str] | None:
-    """Attention projections to adapt: ours for the known families, else peft's own default."""
-    return LORA_TARGETS.get(getattr(model.config, "model_type", ""))
+    """The modules LoRA adapts: peft's default for the model's architecture (what the paper used;
+    for llama, qwen2 and gemma the query and value projections, gpt2 ``c_attn``, gpt_neox
+    ``query_key_value``)."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
+
+    return DEFAULTS.get(getattr(model.config, "model_type", ""))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,14 +136,33 @@ def _gold_index(task, doc, choices: list[str]) -> int:
     return int(gold)
 
 
-def render(task, info: TaskInfo, doc, lm, chat_template: bool = False) -> tuple[str, str]:
-    """(context, continuation) of one training document, exactly as lm-eval renders it."""
+@contextmanager
+def _description(task, keep: bool):
+    """The task's description kept in the prompt or left out while training text is rendered."""
+    saved = task.config.description
+    if not keep:
+        task.config.description = ""
+    try:
+        yield
+    finally:
+        task.config.description = saved
+
+
+def render(task, info: TaskInfo, doc, lm, chat_template: bool = False, list_targets: str = "first",
+           task_description: bool = True) -> tuple[str, str]:
+    """(context, continuation) of one training document, as lm-eval renders it zero-shot.
+
+    ``task_description`` False leaves the task's description out of the context (the paper trained
+    on ``doc_to_text`` alone); ``list_targets`` renders a generative task's list of gold answers
+    (nq_open) as ``"join"`` (all, space-separated: the paper) or ``"first"``.
+    """
     if info.kind == "loglikelihood_rolling":
         return "", str(task.doc_to_target(doc))
     chat = lm.apply_chat_template if chat_template else None
-    ctx = task.fewshot_context(doc, num_fewshot=0, apply_chat_template=chat_template,
-                               fewshot_as_multiturn=chat_template, chat_template=chat,
-                               gen_prefix=task.doc_to_prefix(doc))
+    with _description(task, task_description):
+        ctx = task.fewshot_context(doc, num_fewshot=0, apply_chat_template=chat_template,
+                                   fewshot_as_multiturn=chat_template, chat_template=chat,
+                                   gen_prefix=task.doc_to_prefix(doc))
     if info.kind == "multiple_choice":
         requests = task.construct_requests(doc=doc, ctx=ctx, metadata=(info.name, 0, 1),
                                            apply_chat_template=chat_template, chat_template=chat)
@@ -100,19 +173,28 @@ def render(task, info: TaskInfo, doc, lm, chat_template: bool = False) -> tuple[
         return ctx, str(task.doc_to_target(doc))
     target = task.doc_to_target(doc)
     if isinstance(target, list):
-        target = target[0]
+        target = " ".join(str(t) for t in target) if list_targets == "join" else target[0]
     if isinstance(target, int) and task.config.doc_to_choice is not None:
         target = task.doc_to_choice(doc)[target]
     return ctx, f"{task.config.target_delimiter}{target}"
 
 
-def training_examples(task, info: TaskInfo, lm, max_length: int, chat_template: bool = False,
+def training_examples(task, info: TaskInfo, lm, recipe: Recipe, chat_template: bool = False,
                       role: str = "train") -> list[tuple[list[int], list[int]]]:
-    """(input_ids, labels) per training example; labels are -100 outside the target tokens."""
+    """(input_ids, labels) per example of ``role``; labels are -100 where no loss is taken.
+
+    ``recipe.loss_on``: ``"all"`` labels every token, ``"target"`` the continuation only;
+    ``recipe.end_of_text``: ``"every"`` appends EOS after every answer, ``"generative"`` after
+    generative answers only (so a model learns to stop); an example longer than
+    ``recipe.max_length`` loses its ``recipe.truncate`` side. Perplexity corpora are cut into
+    disjoint windows of ``max_length`` tokens with the loss on every token.
+    """
     eos = lm.tokenizer.eos_token_id
+    max_length = recipe.max_length
     out = []
     for doc in docs(task, role):
-        context, continuation = render(task, info, doc, lm, chat_template)
+        context, continuation = render(task, info, doc, lm, chat_template, recipe.list_targets,
+                                       recipe.task_description)
         if info.kind == "loglikelihood_rolling":
             tokens = lm.tok_encode(continuation, add_special_tokens=False)
             step = max_length - 1
@@ -124,15 +206,16 @@ def training_examples(task, info: TaskInfo, lm, max_length: int, chat_template: 
             ctx_enc, cont_enc = [lm.prefix_token_id], lm.tok_encode(continuation, add_special_tokens=False)
         else:
             ctx_enc, cont_enc = lm._encode_pair(context, continuation)
-        if info.kind == "generate_until" and eos is not None:
-            cont_enc = list(cont_enc) + [eos]                 # learn to stop
+        if eos is not None and (recipe.end_of_text == "every" or info.kind == "generate_until"):
+            cont_enc = list(cont_enc) + [eos]
         ids = list(ctx_enc) + list(cont_enc)
-        labels = [-100] * len(ctx_enc) + list(cont_enc)
-        if len(ids) > max_length:                             # keep the target, cut the context's start
-            ids, labels = ids[-max_length:], labels[-max_length:]
+        labels = list(ids) if recipe.loss_on == "all" else [-100] * len(ctx_enc) + list(cont_enc)
+        if len(ids) > max_length:
+            cut = slice(None, max_length) if recipe.truncate == "end" else slice(-max_length, None)
+            ids, labels = ids[cut], labels[cut]
         out.append((ids, labels))
     if not out:
-        raise ValueError(f"task {info.name!r}: no training examples")
+        raise ValueError(f"task {info.name!r}: no {role} examples")
     return out
 
 
@@ -143,9 +226,10 @@ def training_examples(task, info: TaskInfo, lm, max_length: int, chat_template: 
 @dataclass
 class UnitResult:
     lr: float
-    curve: list[dict] = field(default_factory=list)   # per epoch: epoch, val_score, train_loss, seconds
+    curve: list[dict] = field(default_factory=list)   # per epoch: epoch, val_loss or val_score, train_loss, ...
+    criterion: str = "val_score"                      # the curve key the best epoch was chosen on
     best_epoch: int | None = None
-    best_score: float | None = None
+    best_score: float | None = None                   # the criterion's value at the best epoch
     adapter: str | None = None
     n_train_examples: int = 0
     seconds: float = 0.0
@@ -158,19 +242,25 @@ def _better(a: float, b: float | None, higher_is_better: bool) -> bool:
 
 @contextmanager
 def lora(base, recipe: Recipe):
-    """``base`` with a fresh LoRA adapter of ``recipe`` attached (initialised from ``recipe.seed``);
-    the adapter is removed again on exit, leaving ``base`` as it was."""
+    """``base`` with a fresh LoRA adapter of ``recipe`` attached (initialised from ``recipe.seed``;
+    gradient checkpointing switched on when the recipe asks for it); the adapter is removed again
+    on exit and checkpointing switched off, leaving ``base`` as it was."""
     import torch
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(recipe.seed)
     config = LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, lora_dropout=recipe.lora_dropout,
                         target_modules=lora_targets(base), task_type="CAUSAL_LM")
+    was_checkpointing = getattr(base, "is_activation_checkpointing", False)
+    if recipe.gradient_checkpointing and not was_checkpointing:
+        base.activation_checkpointing_enable({"use_reentrant": False})
     model = get_peft_model(base, config)
     try:
         yield model
     finally:
         model.unload()
+        if getattr(base, "is_activation_checkpointing", False) and not was_checkpointing:
+            base.activation_checkpointing_disable()     # also when the out-of-memory back-off switched it on
 
 
 @contextmanager
@@ -191,33 +281,38 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
                progress: Callable[[str], None] | None = None) -> UnitResult:
     """Train one LoRA adapter at ``lr`` for ``recipe.epochs`` epochs, validating after each.
 
-    ``validate(peft_model) -> score`` runs the benchmark's lm-eval metric on the validation split.
-    The best epoch's adapter is kept in ``unit_dir/epoch=<e>/`` and ``unit.json`` (the curve and
-    ``config``) is written last. ``base`` is left without an adapter. Deterministic for
-    ``recipe.seed`` (LoRA initialisation, dropout and data order).
+    ``validate(peft_model) -> value`` of the recipe's criterion (``recipe.select_on``: the
+    validation loss, lower is better, or the benchmark's lm-eval metric, better as
+    ``higher_is_better`` says). The best epoch's adapter is kept in ``unit_dir/epoch=<e>/`` and
+    ``unit.json`` (the curve and ``config``) is written last. ``base`` is left without an adapter.
+    Deterministic for ``recipe.seed`` (LoRA initialisation, dropout and data order).
     """
     unit_dir = Path(unit_dir)
     if unit_dir.exists():                           # an unfinished unit: start it again from scratch
         shutil.rmtree(unit_dir)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    res = UnitResult(lr=lr, n_train_examples=len(examples), config=dict(config or {}))
+    key = recipe.criterion
+    higher = higher_is_better if key == "val_score" else False
+    res = UnitResult(lr=lr, criterion=key, n_train_examples=len(examples), config=dict(config or {}))
     t_unit = time.time()
     with lora(base, recipe) as model:
-        for epoch, train_loss, train_seconds in lora_epochs(
-                model, examples, epochs=recipe.epochs, batch_size=recipe.batch_size, lr=lr,
-                weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad):
+        for point in lora_epochs(model, examples, epochs=recipe.epochs, batch_size=recipe.batch_size, lr=lr,
+                                 weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad,
+                                 micro_batch_size=recipe.micro_batch_size, log=progress):
             t0 = time.time()
-            score = float(validate(model))
-            res.curve.append({"epoch": epoch, "val_score": score, "train_loss": train_loss,
-                              "train_seconds": train_seconds, "seconds": train_seconds + time.time() - t0})
-            if _better(score, res.best_score, higher_is_better):
+            value = float(validate(model))
+            point[key] = value
+            point["seconds"] = point["train_seconds"] + time.time() - t0
+            res.curve.append(point)
+            epoch = point["epoch"]
+            if _better(value, res.best_score, higher):
                 old = Path(res.adapter) if res.adapter else None
                 target = atomic_dir(unit_dir / f"epoch={epoch}", model.save_pretrained)
                 if old is not None and old != target:
                     shutil.rmtree(old, ignore_errors=True)
-                res.best_epoch, res.best_score, res.adapter = epoch, score, str(target)
+                res.best_epoch, res.best_score, res.adapter = epoch, value, str(target)
             if progress:
-                progress(f"{lr_name(lr)} epoch={epoch} val={score:.4f}")
+                progress(f"{lr_name(lr)} epoch={epoch} {key}={value:.4f}")
     res.seconds = time.time() - t_unit
     atomic_write_json(unit_dir / UNIT_FILE, asdict(res))
     return res
@@ -236,14 +331,17 @@ def read_unit(unit_dir: str | Path, config: dict | None = None) -> UnitResult | 
     return UnitResult(**{k: v for k, v in data.items() if k in UnitResult.__dataclass_fields__})
 
 
-def select_best(units: list[UnitResult], higher_is_better: bool) -> tuple[float, int, float]:
-    """(lr, epoch, validation score) with the best validation score over every unit and epoch;
-    ties go to the earlier learning rate (in recipe order) and then the earlier epoch."""
+def select_best(units: list[UnitResult], higher_is_better: bool, criterion: str = "val_score"
+                ) -> tuple[float, int, float]:
+    """(lr, epoch, value) with the best validation ``criterion`` over every unit and epoch
+    (``val_loss``: lowest; ``val_score``: best as ``higher_is_better`` says); ties go to the
+    earlier learning rate (in recipe order) and then the earlier epoch."""
+    higher = higher_is_better if criterion == "val_score" else False
     best = None
     for u in units:
         for point in u.curve:
-            if best is None or _better(point["val_score"], best[2], higher_is_better):
-                best = (u.lr, point["epoch"], point["val_score"])
+            if best is None or _better(point[criterion], best[2], higher):
+                best = (u.lr, point["epoch"], point[criterion])
     if best is None:
-        raise ValueError("select_best: no validation scores")
+        raise ValueError("select_best: no validation values")
     return best

@@ -8,39 +8,54 @@ Units and where they live (``<work>`` = ``outputs/<profile>/work``)::
     <store>/train_before_test/<benchmark>/<model>.json                 test score of the chosen adapter
     <store>/direct_eval/<benchmark>/<model>.json                       zero-shot test score
     <work>/items/<protocol>/<benchmark>/<model>.json                   per-item correctness
+    <work>/locks/<protocol>/<model>/<benchmark>.lock                   held while a job works on it
+    <work>/failed/<protocol>/<model>/<benchmark>.json                  why it failed, and the retry spec
 
 Every file is written atomically and the last one of a unit marks it done, so finished units are
-skipped and a killed unit is redone from scratch (deterministically), never read half-written.
+skipped and a killed unit is redone from scratch (deterministically), never read half-written. A
+(model, benchmark) is worked on under its lock (:mod:`lib.pipeline.locks`): a second job for the
+same unit (a re-run while the first still runs) skips it instead of deleting its work.
 
 A *job* is one model with a list of benchmarks: the base model is loaded once per job and kept
-in memory across benchmarks, learning rates and epochs (adapters are attached and removed). Jobs
-run in this process with a progress bar (``executor="local"``) or through submitit
-(``"slurm"`` on a cluster; ``"submitit_local"`` to try that path on one machine).
+in memory across benchmarks, learning rates and epochs (adapters are attached and removed). A
+benchmark that fails does not stop the others; every failure is collected and reported at the end
+with the command that retries it. Jobs run in this process (``executor="local"``) or through
+submitit: ``"submitit_local"`` (subprocesses on this machine, at most ``max_jobs`` at a time) or
+``"slurm"`` (job arrays of at most ``max_array`` tasks). While they run, a console line reports
+units done of total, elapsed and time left (:class:`lib.progress.Progress`), counted from the
+files the jobs write.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
+import threading
 import time
-from dataclasses import dataclass, field
-from functools import partial
+import traceback
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import store
+from .. import paths, store
+from ..progress import Progress
 from ..store import DIRECT, PROTOCOLS, TBT
 from ..util import atomic_write_json, did_you_mean, jsonable
 from . import evaluate as ev
 from . import finetune as ft
 from . import tasks as tk
+from .device import free_memory
+from .locks import UnitBusy, UnitLock
+from .training import mean_loss
 
 EXECUTORS = ("local", "slurm", "submitit_local")
+POLL_SECONDS = {"local": 2.0, "submitit_local": 2.0, "slurm": 30.0}   # how often job states are checked
 
 
 class JobError(RuntimeError):
-    """A job failed (the message names the model and where its log is)."""
+    """Jobs failed or could not run (the message lists every failed unit and how to retry it)."""
 
 
 @dataclass
@@ -55,12 +70,14 @@ class JobSpec:
     store_root: str
     work_root: str
     recipe: dict = field(default_factory=dict)   # finetune.Recipe fields (train-before-test only)
-    caps: dict = field(default_factory=dict)     # train / validation / test (from notebook 01)
-    split_seed: int = 0                          # seed of the split plan (from notebook 01)
+    splits: dict = field(default_factory=dict)   # tasks.SplitRule fields (from notebook 01)
     chat_template: bool = False                  # apply the model's chat template (instruct models)
-    eval_batch_size: int = 32
+    dtype: str = "float32"                       # weights and compute (the paper: float32)
+    add_bos_token: bool = True                   # lm-eval encodes contexts with special tokens (paper)
+    max_gen_toks: int = 256                      # generation cap (the paper's gen_kwargs; 0: the task's)
+    eval_batch_size: int = 8
     bootstrap_iters: int = 1000
-    task_timeout: float = 300.0
+    task_timeout: float = 300.0                  # seconds to load a dataset (notebook 01's task_timeout)
 
     def __post_init__(self):
         if self.protocol not in PROTOCOLS:
@@ -68,11 +85,12 @@ class JobSpec:
 
     def config(self, lr: float | None = None) -> dict:
         """What determines a result (recorded with it): a result or unit made with another
-        recipe, split plan, model source or chat setting is not reused but redone."""
-        cfg = {"protocol": self.protocol, "source": self.source, "caps": self.caps,
-               "split_seed": self.split_seed, "chat_template": self.chat_template}
+        recipe, split rule, model source, precision or evaluation setting is not reused but redone."""
+        cfg = {"protocol": self.protocol, "source": self.source, "splits": self.splits,
+               "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
+               "max_gen_toks": self.max_gen_toks}
         if self.protocol == TBT:
-            recipe = {k: v for k, v in self.recipe.items() if k != "lrs"}
+            recipe = {k: v for k, v in self.recipe.items() if k != "lrs" and k not in ft.EXECUTION_FIELDS}
             cfg["recipe"] = recipe if lr is None else {**recipe, "lr": lr}
             if lr is None:
                 cfg["lrs"] = list(self.recipe["lrs"])
@@ -80,10 +98,13 @@ class JobSpec:
 
     def provenance(self, plan: tk.SplitPlan, **extra) -> dict:
         """The provenance of a result of this job (the one place it is put together)."""
-        return {"source": self.source, "seed": self.recipe.get("seed", 0), "split_seed": self.split_seed,
+        rule = tk.SplitRule.from_dict(self.splits)
+        return {"source": self.source, "seed": self.recipe.get("seed", 0), "split_seed": rule.seed,
                 "n_train": plan.sizes["train"], "n_val": plan.sizes["validation"], "n_test": plan.sizes["test"],
                 "test_split": plan.source["test"], "validation_carved_from_train": plan.carved,
-                "chat_template": self.chat_template, "caps": plan.caps, "config": self.config(), **extra}
+                "validation_in_test": plan.validation_in_test, "split_procedure": rule.procedure,
+                "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
+                "max_gen_toks": self.max_gen_toks, "caps": plan.caps, "config": self.config(), **extra}
 
     def done(self, benchmark: str) -> bool:
         path = store.path_for(self.store_root, self.protocol, benchmark, self.model)
@@ -92,6 +113,14 @@ class JobSpec:
     def pending(self) -> list[str]:
         """Benchmarks without a result of this configuration in the store."""
         return [b for b in self.benchmarks if not self.done(b)]
+
+    def lock(self, benchmark: str) -> UnitLock:
+        return UnitLock(Path(self.work_root) / "locks" / self.protocol / store.slug(self.model)
+                        / f"{store.slug(benchmark)}.lock")
+
+    def only(self, benchmark: str) -> JobSpec:
+        """This job restricted to one benchmark (what a retry runs)."""
+        return JobSpec(**{**asdict(self), "benchmarks": [benchmark]})
 
 
 def benchmark_dir(work: str | Path, model: str, benchmark: str) -> Path:
@@ -102,25 +131,33 @@ def unit_dir(work: str | Path, model: str, benchmark: str, lr: float) -> Path:
     return benchmark_dir(work, model, benchmark) / ft.lr_name(lr)
 
 
+def failure_path(work: str | Path, protocol: str, model: str, benchmark: str) -> Path:
+    return Path(work) / "failed" / protocol / store.slug(model) / f"{store.slug(benchmark)}.json"
+
+
 # ---------------------------------------------------------------------------------------------
 # planning (validates everything before any training)
 
 
 def plan(protocol: str, models: list[str], selection: dict, *, store_root: str | Path, work_root: str | Path,
-         recipe: ft.Recipe | None = None, chat_template: bool = False, eval_batch_size: int = 32,
-         bootstrap_iters: int = 1000, benchmarks_per_job: int = 0) -> list[JobSpec]:
+         recipe: ft.Recipe | None = None, chat_template: bool = False, eval_batch_size: int = 8,
+         bootstrap_iters: int = 1000, benchmarks_per_job: int = 0, dtype: str = "float32",
+         add_bos_token: bool = True, max_gen_toks: int = 256) -> list[JobSpec]:
     """One :class:`JobSpec` per model (and chunk of ``benchmarks_per_job`` benchmarks, 0 = all).
 
     ``selection`` is notebook 01's summary: ``selected`` tasks, ``include_paths``,
-    ``include_defaults``, ``caps`` and ``split_seed`` (so 02 and 03 test on the same documents).
-    ``models`` are names from the store's model metadata (with a ``path``), local folders or hub
-    ids. ``chat_template`` applies the chat template to instruction-tuned models only (by
-    ``lib.metadata``). Unknown models/tasks and tasks that cannot be trained on raise here.
+    ``include_defaults``, ``split_rule`` and ``task_timeout`` (so 02 and 03 test on the same
+    documents). ``models`` are names from the store's model metadata (with a ``path``), local
+    folders or hub ids. ``chat_template`` applies the chat template to instruction-tuned models
+    only (by ``lib.metadata``). Unknown models/tasks, tasks that cannot be trained on and an
+    unknown ``dtype`` raise here.
     """
     from .. import metadata
 
     if protocol == TBT and recipe is None:
         raise ValueError("plan: train-before-test needs a recipe")
+    if dtype not in ev.DTYPES:
+        raise ev.ModelError(f"dtype must be one of {list(ev.DTYPES)}, got {dtype!r}{did_you_mean(dtype, ev.DTYPES)}")
     names = list(selection.get("selected") or [])
     if not names:
         raise tk.TaskError("no benchmarks selected (notebook 01 selected none)")
@@ -131,6 +168,7 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
     for name, row in (selection.get("tasks") or {}).items():
         if name in names and row.get("count_source") == "dataset":
             tk.validate_for_training(tk.TaskInfo.from_dict(row))
+    rule = tk.SplitRule.from_selection(selection)
     resolved = [ev.resolve_model(m, store_root) for m in models]
     seen = {}
     for (name, _), entry in zip(resolved, models):
@@ -150,10 +188,10 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
                                  include_defaults=bool(selection.get("include_defaults")),
                                  store_root=str(store_root), work_root=str(work_root),
                                  recipe=recipe.to_dict() if protocol == TBT else {},
-                                 caps=dict(selection.get("caps") or {}),
-                                 split_seed=int(selection.get("split_seed", 0)),
-                                 chat_template=bool(chat_template and instruct),
-                                 eval_batch_size=eval_batch_size, bootstrap_iters=bootstrap_iters))
+                                 splits=rule.to_dict(), chat_template=bool(chat_template and instruct),
+                                 dtype=dtype, add_bos_token=add_bos_token, max_gen_toks=max_gen_toks,
+                                 eval_batch_size=eval_batch_size, bootstrap_iters=bootstrap_iters,
+                                 task_timeout=float(selection.get("task_timeout", 300.0))))
     return specs
 
 
@@ -166,41 +204,89 @@ def _log(msg: str) -> None:
 
 
 def run_job(spec: JobSpec | dict, progress=None) -> dict:
-    """Run the pending benchmarks of one job; returns {benchmark: score} of what it finished."""
+    """Run the pending benchmarks of one job, each under its lock; one that fails does not stop
+    the others. Returns ``{"model", "protocol", "scores": {benchmark: score}, "failed":
+    {benchmark: reason}, "busy": {benchmark: who holds it}}``; every failure is also written to
+    ``<work>/failed/`` with its traceback and a spec that retries it."""
     spec = JobSpec(**spec) if isinstance(spec, dict) else spec
+    say = progress or _log
+    report = {"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": {}, "busy": {}}
     pending = spec.pending()
     if not pending:
-        return {}
-    manager = tk.task_manager(spec.include_paths, spec.include_defaults)
-    model, tokenizer = ev.load_model(spec.source)          # once per job
-    done = {}
+        return report
+    try:
+        manager = tk.task_manager(spec.include_paths, spec.include_defaults)
+        model, tokenizer = ev.load_model(spec.source, dtype=spec.dtype)          # once per job
+    except Exception as exc:  # noqa: BLE001 - every benchmark of the job fails with the reason
+        for bench in pending:
+            report["failed"][bench] = _record_failure(spec, bench, exc)
+        return report
     for bench in pending:
-        task, info = tk.inspect(manager, bench, spec.store_root, spec.task_timeout)
-        split_plan = tk.plan_splits(task, info, spec.caps, spec.split_seed)
-        tk.install_splits(task, split_plan)
-        score = (train_before_test if spec.protocol == TBT else direct_eval)(
-            spec, model, tokenizer, task, info, split_plan)
-        done[bench] = score
-        if progress:
-            progress(f"{spec.model} / {bench}: {info.metric} {score:.4f}")
-    return done
+        try:
+            with spec.lock(bench):
+                if spec.done(bench):                      # finished by another job meanwhile
+                    continue
+                score = run_benchmark(spec, manager, model, tokenizer, bench, say)
+        except UnitBusy as busy:
+            report["busy"][bench] = str(busy)
+            say(f"{spec.model} / {bench}: skipped, running elsewhere ({busy})")
+            continue
+        except Exception as exc:  # noqa: BLE001 - recorded, reported at the end of the launch
+            report["failed"][bench] = _record_failure(spec, bench, exc)
+            say(f"{spec.model} / {bench}: FAILED ({report['failed'][bench]})")
+            free_memory()
+            continue
+        report["scores"][bench] = score
+        failure_path(spec.work_root, spec.protocol, spec.model, bench).unlink(missing_ok=True)
+        say(f"{spec.model} / {bench}: {score:.4f}")
+    return report
 
 
-def direct_eval(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, split_plan: tk.SplitPlan) -> float:
+def _record_failure(spec: JobSpec, bench: str, exc: BaseException) -> str:
+    reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    atomic_write_json(failure_path(spec.work_root, spec.protocol, spec.model, bench), {
+        "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
+        "traceback": "".join(traceback.format_exception(exc)), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "spec": asdict(spec.only(bench))})
+    return reason
+
+
+def run_benchmark(spec: JobSpec, manager, model, tokenizer, bench: str, say=_log) -> float:
+    """One (model, benchmark) of a job: plan the splits, run the protocol, record the result."""
+    task, info = tk.inspect(manager, bench, spec.store_root, spec.task_timeout)
+    split_plan = tk.plan_splits(task, info, tk.SplitRule.from_dict(spec.splits))
+    tk.install_splits(task, split_plan)
+    protocol = train_before_test if spec.protocol == TBT else direct_eval
+    return protocol(spec, model, tokenizer, task, info, split_plan, say)
+
+
+def direct_eval(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, split_plan: tk.SplitPlan,
+                say=_log) -> float:
     """Direct evaluation of one benchmark: the model as it is, zero-shot, on the planned test split."""
     outcome = _score(spec, model, tokenizer, task, info, split_plan, "test")
     ev.record(spec.store_root, spec.work_root, DIRECT, info, spec.model, outcome, spec.provenance(split_plan))
     return outcome.score
 
 
-def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo,
-                      split_plan: tk.SplitPlan) -> float:
+def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, split_plan: tk.SplitPlan,
+                      say=_log) -> float:
     """Train-before-test of one benchmark, as the paper does it: train a LoRA adapter at each
     learning rate (validating after every epoch), choose the (learning rate, epoch) that is best on
     validation, score the test split once with that adapter, record the result."""
     recipe = ft.Recipe(**spec.recipe)
-    validate = partial(_validation_score, spec, tokenizer, task, info, split_plan)
-    examples = None
+    lm = ev.make_lm(model, tokenizer, spec.eval_batch_size, add_bos_token=spec.add_bos_token)
+    examples = {}
+
+    def rendered(role: str):
+        if role not in examples:
+            examples[role] = ft.training_examples(task, info, lm, recipe, spec.chat_template, role=role)
+        return examples[role]
+
+    def validate(tuned) -> float:                 # the criterion of the recipe, on the validation split
+        if recipe.select_on == "loss":
+            return mean_loss(tuned, rendered("validation"), batch_size=spec.eval_batch_size,
+                             pad_id=tokenizer.pad_token_id)
+        return _score(spec, tuned, tokenizer, task, info, split_plan, "validation").score
 
     # 1. train each learning rate (a finished unit of the same configuration is reused)
     units = []
@@ -208,23 +294,21 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo,
         udir = unit_dir(spec.work_root, spec.model, info.name, lr)
         unit = ft.read_unit(udir, spec.config(lr))
         if unit is None or (unit.adapter and not Path(unit.adapter).exists()):   # missing or pruned: retrain
-            if examples is None:
-                lm = ev.make_lm(model, tokenizer, spec.eval_batch_size)
-                examples = ft.training_examples(task, info, lm, recipe.max_length, spec.chat_template)
-            unit = ft.train_unit(model, tokenizer, examples, recipe, lr, udir, validate, info.higher_is_better,
-                                 config=spec.config(lr))
+            unit = ft.train_unit(model, tokenizer, rendered("train"), recipe, lr, udir, validate,
+                                 info.higher_is_better, config=spec.config(lr),
+                                 progress=lambda m: say(f"{spec.model} / {info.name}: {m}"))
         units.append(unit)
 
     # 2. choose on validation
-    lr, epoch, val_score = ft.select_best(units, info.higher_is_better)
+    lr, epoch, val_value = ft.select_best(units, info.higher_is_better, recipe.criterion)
     chosen = next(u for u in units if u.lr == lr)
     if chosen.best_epoch != epoch or not Path(chosen.adapter).exists():
         raise JobError(f"{spec.model} / {info.name}: adapter of {ft.lr_name(lr)} epoch={epoch} missing at "
                        f"{chosen.adapter}")
-    curves = {ft.lr_name(u.lr): [p["val_score"] for p in u.curve] for u in units}
+    curves = {ft.lr_name(u.lr): [p[recipe.criterion] for p in u.curve] for u in units}
     atomic_write_json(benchmark_dir(spec.work_root, spec.model, info.name) / "selection.json",
-                      {"lr": lr, "epoch": epoch, "val_score": val_score, "adapter": chosen.adapter,
-                       "curves": curves, "higher_is_better": info.higher_is_better})
+                      {"lr": lr, "epoch": epoch, recipe.criterion: val_value, "adapter": chosen.adapter,
+                       "curves": curves, "criterion": recipe.criterion, "higher_is_better": info.higher_is_better})
 
     # 3. score the test split once, with the chosen adapter
     with ft.adapter(model, chosen.adapter) as tuned:
@@ -232,8 +316,10 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo,
 
     # 4. record, and keep only the chosen adapter
     ev.record(spec.store_root, spec.work_root, TBT, info, spec.model, outcome, spec.provenance(
-        split_plan, lr=lr, epoch=epoch, val_score=val_score, val_curves=curves, adapter=chosen.adapter,
-        recipe=recipe.to_dict(), train_seconds=sum(u.seconds for u in units)))
+        split_plan, lr=lr, epoch=epoch, select_on=recipe.select_on, **{recipe.criterion: val_value},
+        val_curves=curves, adapter=chosen.adapter, recipe=recipe.to_dict(),
+        micro_batch_size=min(p.get("micro_batch_size", recipe.batch_size) for u in units for p in u.curve),
+        train_seconds=sum(u.seconds for u in units)))
     for u in units:
         if u.lr != lr and u.adapter:
             shutil.rmtree(u.adapter, ignore_errors=True)
@@ -241,64 +327,216 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo,
 
 
 def _score(spec: JobSpec, model, tokenizer, task, info, split_plan, role: str) -> ev.Outcome:
-    lm = ev.make_lm(model, tokenizer, spec.eval_batch_size)
+    lm = ev.make_lm(model, tokenizer, spec.eval_batch_size, add_bos_token=spec.add_bos_token)
     return ev.evaluate(lm, task, info, role, split_plan.ids[role], chat_template=spec.chat_template,
                        bootstrap_iters=spec.bootstrap_iters if role == "test" else 0,
-                       seed=spec.recipe.get("seed", 0))
+                       seed=spec.recipe.get("seed", 0), max_gen_toks=spec.max_gen_toks)
 
 
-def _validation_score(spec, tokenizer, task, info, split_plan, peft_model) -> float:
-    return _score(spec, peft_model, tokenizer, task, info, split_plan, "validation").score
+# ---------------------------------------------------------------------------------------------
+# progress: units done, counted from the files the jobs write
+
+
+class UnitCounter:
+    """Counts the units of ``specs`` finished since it was made: for train-before-test one unit
+    per learning rate (its ``unit.json``) plus one for the test score (the store result); for
+    direct evaluation one per benchmark. A file that existed at the start counts only once it is
+    rewritten (a unit of another configuration is redone)."""
+
+    def __init__(self, specs: list[JobSpec]):
+        self.paths: list[Path] = []
+        for spec in specs:
+            for bench in spec.pending():
+                if spec.protocol == TBT:
+                    for lr in spec.recipe["lrs"]:
+                        udir = unit_dir(spec.work_root, spec.model, bench, lr)
+                        if ft.read_unit(udir, spec.config(lr)) is None:
+                            self.paths.append(udir / ft.UNIT_FILE)
+                self.paths.append(store.path_for(spec.store_root, spec.protocol, bench, spec.model))
+        self.start = {p: self._mtime(p) for p in self.paths}
+
+    @staticmethod
+    def _mtime(path: Path) -> float | None:
+        try:
+            return path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+
+    @property
+    def total(self) -> int:
+        return len(self.paths)
+
+    def done(self) -> int:
+        return sum(1 for p in self.paths if (m := self._mtime(p)) is not None and m != self.start[p])
 
 
 # ---------------------------------------------------------------------------------------------
 # launching
 
 
-def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None = None,
-           log_folder: str | Path | None = None) -> dict[str, dict]:
-    """Run the jobs; returns {model: {benchmark: score}} of what they finished.
+def default_max_jobs() -> int:
+    """The CPU cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:      # not on Linux
+        return os.cpu_count() or 1
 
-    ``local``: in this process, one after another, with a tqdm bar over jobs. ``slurm``:
-    ``submitit.AutoExecutor`` with ``resources`` (e.g. ``slurm_partition``, ``gpus_per_node``,
-    ``timeout_min``, ``mem_gb``, ``cpus_per_task``) as one job array; ``submitit_local``
-    (``LocalExecutor``, subprocesses) runs the same path on one machine. Jobs with nothing
-    pending are not submitted.
+
+def chunks(items: list, size: int) -> list[list]:
+    """``items`` in consecutive chunks of at most ``size`` (a Slurm array each)."""
+    if size < 1:
+        raise ValueError(f"chunk size must be >= 1, got {size}")
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None = None,
+           log_folder: str | Path | None = None, max_jobs: int = 0, max_array: int = 1000,
+           progress_every: float = 15.0) -> dict[str, dict]:
+    """Run the jobs and collect every outcome; returns {model: {benchmark: score}} of what they
+    finished, or raises :class:`JobError` listing every unit that failed or is still running
+    elsewhere, each with the command that retries it (after all jobs have ended).
+
+    ``local``: in this process, one job after another. ``submitit_local``: subprocesses through
+    submitit's ``LocalExecutor``, at most ``max_jobs`` at a time (0: one per CPU core).
+    ``slurm``: ``submitit.AutoExecutor`` with ``resources`` (e.g. ``slurm_partition``,
+    ``gpus_per_node``, ``timeout_min``, ``mem_gb``, ``cpus_per_task``,
+    ``slurm_array_parallelism``), as job arrays of at most ``max_array`` tasks (clusters cap an
+    array's size, often at 1,001). Jobs with nothing pending are not submitted, nor jobs whose
+    every pending unit is locked by a live job elsewhere. A console line reports progress every
+    ``progress_every`` seconds.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}{did_you_mean(executor, EXECUTORS)}; "
                          f"expected one of {list(EXECUTORS)}")
-    todo = [s for s in specs if s.pending()]
-    results: dict[str, dict] = {}
-    if not todo:
-        return results
-    if executor == "local":
-        from tqdm.auto import tqdm
+    todo, reports = [], []
+    for spec in specs:
+        pending = spec.pending()
+        if not pending:
+            continue
+        held = {b: spec.lock(b) for b in pending}
+        busy = {b: lk.describe(lk.holder()) for b, lk in held.items() if lk.holder() is not None and not lk.stale()}
+        if len(busy) == len(pending):                  # all of it runs elsewhere: do not resubmit
+            reports.append({"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": {}, "busy": busy})
+        else:
+            todo.append(spec)
+    if todo:
+        folder = Path(log_folder or Path(todo[0].work_root) / "submitit")
+        counter = UnitCounter(todo)
+        with Progress(total=counter.total, label=f"{todo[0].protocol} ({len(todo)} jobs)", every=progress_every) as bar:
+            if executor == "local":
+                reports += _run_local(todo, counter, bar)
+            else:
+                reports += _run_submitit(todo, executor, resources or {}, folder, max_jobs, max_array, counter, bar)
+            bar.update(counter.done())
+    return _summarise(reports, specs)
 
-        bar = tqdm(todo, desc=f"{todo[0].protocol} jobs", unit="job")
-        for spec in bar:
-            bar.set_postfix_str(spec.model)
-            results.setdefault(spec.model, {}).update(run_job(spec, progress=bar.write))
-        return results
+
+def _run_local(todo: list[JobSpec], counter: UnitCounter, bar: Progress) -> list[dict]:
+    stop = threading.Event()
+
+    def watch():
+        while not stop.wait(POLL_SECONDS["local"]):
+            bar.update(counter.done())
+
+    watcher = threading.Thread(target=watch, daemon=True, name="progress")
+    watcher.start()
+    try:
+        return [run_job(spec) for spec in todo]
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+
+
+def _run_submitit(todo: list[JobSpec], executor: str, resources: dict, folder: Path, max_jobs: int,
+                  max_array: int, counter: UnitCounter, bar: Progress) -> list[dict]:
     import submitit
 
-    folder = Path(log_folder or Path(todo[0].work_root) / "submitit")
     if executor == "slurm":
         ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
-        res = dict(resources or {})
+        res = dict(resources)
     else:                                   # the local executor knows only generic parameters
         ex = submitit.LocalExecutor(folder=folder)
-        res = {k: v for k, v in (resources or {}).items() if k in ("timeout_min", "gpus_per_node", "cpus_per_task",
-                                                                    "nodes", "tasks_per_node", "visible_gpus")}
+        res = {k: v for k, v in resources.items() if k in ("timeout_min", "gpus_per_node", "cpus_per_task",
+                                                           "nodes", "tasks_per_node", "visible_gpus")}
     if res:
         ex.update_parameters(**res)
-    jobs = ex.map_array(run_job, todo)
-    for spec, job in zip(todo, jobs):
-        try:
-            results.setdefault(spec.model, {}).update(job.result())
-        except Exception as exc:
-            raise JobError(f"{spec.protocol} job for model {spec.model!r} failed ({type(exc).__name__}); "
-                           f"logs: {folder}") from exc
+    if executor == "slurm":
+        jobs = []
+        for part in chunks(todo, max_array):
+            jobs += ex.map_array(run_job, part)
+        return _wait(list(zip(todo, jobs)), [], None, counter, bar, poll=POLL_SECONDS[executor])
+    limit = max_jobs or default_max_jobs()
+    return _wait([], list(todo), lambda spec: ex.submit(run_job, spec), counter, bar, limit,
+                 poll=POLL_SECONDS[executor])
+
+
+def _wait(running: list, queue: list[JobSpec], submit, counter: UnitCounter, bar: Progress,
+          limit: int = 0, poll: float = 2.0) -> list[dict]:
+    """Wait for ``running`` (spec, job) pairs; with ``submit`` start the specs of ``queue`` so that
+    at most ``limit`` run at once. Returns one report per job (a failed job: all its pending
+    benchmarks failed, with the job's log file)."""
+    reports = []
+    queue = list(queue)
+    while running or queue:
+        while submit is not None and queue and len(running) < limit:
+            spec = queue.pop(0)
+            running.append((spec, submit(spec)))
+        finished = [(s, j) for s, j in running if j.done()]
+        for spec, job in finished:
+            running.remove((spec, job))
+            reports.append(_job_report(spec, job))
+        bar.update(counter.done())
+        if not finished:
+            time.sleep(poll)
+    return reports
+
+
+def _job_report(spec: JobSpec, job) -> dict:
+    try:
+        return job.result()
+    except Exception as exc:  # noqa: BLE001 - the job itself died (killed, timed out, crashed)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        log = getattr(getattr(job, "paths", None), "stderr", None)
+        reason = f"job {getattr(job, 'job_id', '?')} died: {type(exc).__name__}: {first[:300]}" + \
+            (f" (log: {log})" if log else "")
+        failed = {}
+        for bench in spec.pending():
+            failed[bench] = reason
+            atomic_write_json(failure_path(spec.work_root, spec.protocol, spec.model, bench), {
+                "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
+                "traceback": str(exc), "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": asdict(spec.only(bench))})
+        return {"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": failed, "busy": {}}
+
+
+def retry_command(spec: JobSpec, bench: str) -> str:
+    """The command that retries one failed unit where it is typed, from the repository's root (its
+    spec is in the failure record); re-running the stage retries every unfinished unit."""
+    path = failure_path(spec.work_root, spec.protocol, spec.model, bench)
+    return f"{paths.show(sys.executable)} -m lib.pipeline.jobs {paths.show(path)}"
+
+
+def _summarise(reports: list[dict], specs: list[JobSpec]) -> dict[str, dict]:
+    results: dict[str, dict] = {}
+    lines = []
+    by_model = {(s.protocol, s.model): s for s in specs}
+    for rep in reports:
+        if rep["scores"]:
+            results.setdefault(rep["model"], {}).update(rep["scores"])
+        spec = by_model[(rep["protocol"], rep["model"])]
+        for bench, reason in rep["failed"].items():
+            lines.append(f"FAILED {rep['protocol']} {rep['model']} / {bench}: {reason}\n"
+                         f"    retry: {retry_command(spec, bench)}")
+        for bench, who in rep["busy"].items():
+            lines.append(f"RUNNING ELSEWHERE {rep['protocol']} {rep['model']} / {bench}: {who}\n"
+                         "    wait for it to finish, then run the stage again")
+    if lines:
+        n_failed = sum(len(r["failed"]) for r in reports)
+        n_busy = sum(len(r["busy"]) for r in reports)
+        text = "\n".join(lines)
+        print(text, file=sys.__stderr__ or sys.stderr, flush=True)
+        raise JobError(f"{n_failed} unit(s) failed and {n_busy} run elsewhere; "
+                       f"{sum(len(v) for v in results.values())} finished now; the others are in the store. "
+                       f"Details:\n{text}")
     return results
 
 
@@ -307,7 +545,8 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
 
 
 def curves_frame(work: str | Path, models: list[str], benchmarks: list[str]):
-    """Validation curves of finished units: one row per (model, benchmark, lr, epoch)."""
+    """Validation curves of finished units: one row per (model, benchmark, lr, epoch), with the
+    validation loss and/or score and the criterion the unit was chosen on."""
     import pandas as pd
 
     rows = []
@@ -322,21 +561,27 @@ def curves_frame(work: str | Path, models: list[str], benchmarks: list[str]):
                     continue
                 for p in unit.curve:
                     rows.append({"model": m, "benchmark": b, "lr": unit.lr, "epoch": p["epoch"],
-                                 "val_score": p["val_score"], "train_loss": p["train_loss"],
+                                 "val_score": p.get("val_score"), "val_loss": p.get("val_loss"),
+                                 "criterion": unit.criterion, "train_loss": p["train_loss"],
                                  "best_of_unit": p["epoch"] == unit.best_epoch})
-    return pd.DataFrame(rows, columns=["model", "benchmark", "lr", "epoch", "val_score", "train_loss",
-                                       "best_of_unit"])
+    return pd.DataFrame(rows, columns=["model", "benchmark", "lr", "epoch", "val_score", "val_loss", "criterion",
+                                       "train_loss", "best_of_unit"])
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m lib.pipeline.jobs SPEC.json``: run one job spec (used by tests and by hand)."""
+    """``python -m lib.pipeline.jobs SPEC.json``: run one job spec (a JobSpec, a list of them, or a
+    failure record from ``<work>/failed/``, which holds the spec that retries it)."""
     ap = argparse.ArgumentParser(prog="python -m lib.pipeline.jobs", description=main.__doc__)
-    ap.add_argument("spec", help="a JSON file holding one JobSpec (or a list of them)")
+    ap.add_argument("spec", help="a JSON file holding one JobSpec, a list of them, or a failure record")
     args = ap.parse_args(argv)
     data = json.loads(Path(args.spec).read_text())
-    for item in data if isinstance(data, list) else [data]:
-        print(json.dumps(run_job(JobSpec(**item), progress=_log)), flush=True)
-    return 0
+    items = data if isinstance(data, list) else [data.get("spec", data) if "reason" in data else data]
+    failed = 0
+    for item in items:
+        report = run_job(JobSpec(**item), progress=_log)
+        failed += len(report["failed"]) + len(report["busy"])
+        print(json.dumps(report), flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -5,12 +5,14 @@ Tasks come from lm-eval's own registry (the installed package, ``include_default
 copied: a task here *is* the lm-eval ``Task`` object, and its prompts, targets, metrics and filters
 are lm-eval's.
 
-Split plan (:func:`plan_splits`): fine-tuning needs train / validation / test. A task's own
-splits are used where it has them; where it has no labelled test split (lm-eval configures no
-``test_split``, e.g. GLUE), the official validation split becomes the test split and a validation
-split is carved out of train (recorded as ``carved``). Caps (paper: 50k / 1k / 10k) take a seeded
-random subset; document ids are always indices into the task's original split, so per-item
-results of different models line up.
+Split plan (:func:`plan_splits` under a :class:`SplitRule`): fine-tuning needs train / validation
+/ test. A task with all three keeps them; otherwise validation is carved out of train (the paper's
+procedure by default) and the test split is the task's test split or, without one (GLUE), its
+official validation split. A task whose validation and test are the same split (medmcqa) keeps
+that, as the paper did, or carves validation from train (``shared_test``). Caps (paper: 50k /
+1k / 10k) take a seeded random subset; document ids are always indices into the task's original
+split, so per-item results of different models line up. Notebook 01 plans every task it selects,
+so no task reaches 02 that 02 cannot run.
 """
 
 from __future__ import annotations
@@ -266,14 +268,20 @@ def _known_metadata(name: str, store: str | Path | None) -> dict:
 
 def select(names: list[str], include_paths: Iterable[str | Path] = (), include_defaults: bool = False,
            min_train: int = 1000, store: str | Path | None = None, timeout: float = 300.0,
-           corpora: Iterable[str] = ()) -> list[dict]:
-    """One row per task: kind, metric, filter, category, split sizes, selected and why.
+           corpora: Iterable[str] = (), rule: SplitRule | None = None, allow_unreachable: bool = False,
+           ) -> list[dict]:
+    """One row per task: kind, metric, filter, category, split sizes, the planned split sizes,
+    selected and why.
 
-    Unknown names and malformed YAML are errors (before anything else runs). A task whose data
-    cannot be reached is reported (``count_source = "cached"``) with the paper's cached training
-    count when there is one, and judged on it. ``corpora`` (perplexity corpora) need a training
-    split but no minimum size.
+    Unknown names and malformed YAML are errors (before anything else runs). Every task is loaded
+    and its split plan made under ``rule`` (default: the paper's), so a task that 02 could not
+    run (no training split, too few documents, a plan that fails) is rejected here with its
+    reason. A task whose data cannot be loaded is reported (``count_source = "cached"`` with the
+    paper's cached training count where there is one) and rejected, unless ``allow_unreachable``
+    (an offline look at what would be selected; 02 and 03 would fail on it). ``corpora``
+    (perplexity corpora) need a training split but no minimum size.
     """
+    rule = rule or SplitRule(caps={})
     manager = task_manager(include_paths, include_defaults)
     corpora = list(corpora)
     check_names(manager, list(names) + corpora)
@@ -282,15 +290,15 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
         is_corpus = name in corpora
         row: dict[str, Any] = {"task": name, "role": "corpus" if is_corpus else "benchmark"}
         try:
-            _, info = inspect(manager, name, store, timeout)
+            task, info = inspect(manager, name, store, timeout)
         except TaskError as exc:
             cached = CACHED_TRAIN_COUNTS.get(name)
             row.update(_known_metadata(name, store))
             row.update(count_source="cached" if cached is not None else "unavailable", n_train=cached,
                        note=str(exc))
-            keep = cached is not None and cached >= min_train and not is_corpus
-            row.update(selected=keep, reason=("dataset unreachable; cached training count "
-                                              f"{cached} >= {min_train}" if keep else
+            keep = allow_unreachable and cached is not None and cached >= min_train and not is_corpus
+            row.update(selected=keep, reason=(f"dataset unreachable; selected on the cached training count "
+                                              f"{cached} >= {min_train} (allow_unreachable)" if keep else
                                               f"dataset unreachable: {exc}"))
             rows.append(row)
             continue
@@ -299,22 +307,106 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
                    n_test=info.counts["test"], count_source="dataset", note="")
         try:
             validate_for_training(info)
+            plan = plan_splits(task, info, rule)
         except TaskError as exc:
             row.update(selected=False, reason=str(exc))
             rows.append(row)
             continue
+        row.update(plan_train=plan.sizes["train"], plan_validation=plan.sizes["validation"],
+                   plan_test=plan.sizes["test"], carved=plan.carved, validation_in_test=plan.validation_in_test,
+                   chars_per_example=_chars_per_example(task, info, plan))
         if not is_corpus and info.counts["train"] < min_train:
             row.update(selected=False, reason=f"{info.counts['train']} training documents < min_train {min_train}")
+        elif plan.validation_in_test:
+            row.update(selected=True, reason="ok; validation and test are the same split: the validation "
+                       "documents are part of the test set (shared_test='share', as the paper)")
+        elif plan.carved:
+            row.update(selected=True, reason="ok; validation carved from train" +
+                       ("" if info.test_on == "test" else "; tests on the official validation split"))
         else:
-            row.update(selected=True, reason="ok" if info.test_on == "test" else
-                       "ok; no labelled test split: tests on the official validation split, "
-                       "validation carved from train")
+            row.update(selected=True, reason="ok")
         rows.append(row)
     return rows
 
 
+def _chars_per_example(task, info: TaskInfo, plan: SplitPlan, sample: int = 200) -> float:
+    """Mean characters of a rendered training example over up to ``sample`` planned training
+    documents (for the memory and time estimates printed before submission)."""
+    from .finetune import render
+
+    install_splits(task, plan)
+    train = docs(task, "train")
+    n = min(sample, len(train))
+    total = 0
+    for i in range(n):
+        context, continuation = render(task, info, train[i], None)
+        total += len(context) + len(continuation)
+    return round(total / max(n, 1), 1)
+
+
 # ---------------------------------------------------------------------------------------------
 # split plan
+
+
+SPLIT_PROCEDURES = ("paper", "carve")
+SHARED_TEST = ("share", "carve")
+
+
+@dataclass(frozen=True)
+class SplitRule:
+    """How notebook 01 turns a task's own splits into train / validation / test (02 and 03 read
+    it from 01's summary, so both protocols test on the same documents).
+
+    - A task with a training split, a validation split and a test split keeps all three.
+    - Otherwise validation is carved out of train, and the test split is the task's test split or,
+      without one (GLUE), its official validation split. ``procedure`` ``"paper"`` carves as the
+      paper's code did: ``numpy.random.seed(seed)``, ``order = permutation(n)``,
+      train = ``order[:int((1 - f) n)]``, validation = the next ``int(f n)`` (floor rounding, so a
+      document can be dropped), ``f = val_fraction`` (paper: 0.2). ``"carve"`` draws
+      ``min(cap, max(1, floor(f n)))`` documents with Python's ``random.Random(seed)``.
+    - A task whose lm-eval config names the same split for validation and test (medmcqa:
+      ``validation_split: validation``, ``test_split: validation``): ``shared_test`` ``"share"``
+      keeps it, as the paper did (the validation documents are part of the test set: recorded as
+      ``validation_in_test``); ``"carve"`` carves validation from train as above.
+    - Caps (paper: 50,000 / 1,000 / 10,000): ``"paper"`` takes
+      ``permutation(len(split))[:cap]`` after ``numpy.random.seed(seed)``, separately per split;
+      ``"carve"`` a seeded ``random.sample``. A cap of 0 means none.
+
+    Document ids are indices into the task's own splits (sorted), so per-item results of
+    different models line up.
+    """
+    caps: dict
+    seed: int = 0
+    procedure: str = "paper"
+    val_fraction: float = 0.2
+    shared_test: str = "share"
+
+    def __post_init__(self):
+        if self.procedure not in SPLIT_PROCEDURES:
+            raise TaskError(f"split procedure must be one of {list(SPLIT_PROCEDURES)}, got {self.procedure!r}"
+                            f"{did_you_mean(str(self.procedure), SPLIT_PROCEDURES)}")
+        if self.shared_test not in SHARED_TEST:
+            raise TaskError(f"shared_test must be one of {list(SHARED_TEST)}, got {self.shared_test!r}"
+                            f"{did_you_mean(str(self.shared_test), SHARED_TEST)}")
+        if not 0 < self.val_fraction < 1:
+            raise TaskError(f"val_fraction must lie strictly between 0 and 1, got {self.val_fraction}")
+        unknown = sorted(set(self.caps) - set(SPLITS))
+        if unknown:
+            raise TaskError(f"caps: unknown split(s) {unknown}; expected {list(SPLITS)}")
+
+    def to_dict(self) -> dict:
+        return {"caps": dict(self.caps), "seed": self.seed, "procedure": self.procedure,
+                "val_fraction": self.val_fraction, "shared_test": self.shared_test}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SplitRule:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    @classmethod
+    def from_selection(cls, selection: dict) -> SplitRule:
+        """The rule notebook 01 recorded in its summary."""
+        return cls.from_dict(selection.get("split_rule") or {"caps": selection.get("caps") or {},
+                                                             "seed": selection.get("split_seed", 0)})
 
 
 @dataclass
@@ -324,10 +416,31 @@ class SplitPlan:
     ids: dict[str, list[int]]
     carved: bool                           # validation carved out of train
     caps: dict[str, int]
+    validation_in_test: bool = False       # validation documents are also test documents (medmcqa, "share")
 
     @property
     def sizes(self) -> dict[str, int]:
         return {role: len(v) for role, v in self.ids.items()}
+
+
+def paper_carve(n: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train, validation) indices of ``n`` training documents as the paper's ``random_split``
+    made them: ``numpy.random.seed(seed)``, ``permutation(n)``, floor-rounded fractions."""
+    import numpy as np
+
+    order = np.random.RandomState(seed).permutation(n)
+    n_train, n_val = int((1 - val_fraction) * n), int(val_fraction * n)
+    return sorted(order[:n_train].tolist()), sorted(order[n_train:n_train + n_val].tolist())
+
+
+def paper_cap(ids: list[int], cap: int | None, seed: int) -> list[int]:
+    """The paper's cap: ``numpy.random.seed(seed)`` then ``permutation(len(ids))[:cap]`` (sorted)."""
+    import numpy as np
+
+    if not cap or cap <= 0:
+        return list(ids)
+    keep = np.random.RandomState(seed).permutation(len(ids))[:cap]
+    return sorted(ids[i] for i in keep.tolist())
 
 
 def _cap(ids: list[int], cap: int | None, rng: random.Random) -> list[int]:
@@ -336,44 +449,61 @@ def _cap(ids: list[int], cap: int | None, rng: random.Random) -> list[int]:
     return sorted(rng.sample(ids, cap))
 
 
-def plan_splits(task, info: TaskInfo, caps: dict[str, int], seed: int) -> SplitPlan:
-    """Train / validation / test document ids of ``task`` under ``caps`` (seeded, deterministic).
+def plan_splits(task, info: TaskInfo, rule: SplitRule | dict, seed: int | None = None) -> SplitPlan:
+    """Train / validation / test document ids of ``task`` under ``rule`` (:class:`SplitRule`;
+    deterministic for its seed). A dict of caps and ``seed`` stand for a paper-procedure rule.
 
-    With a labelled test split: the task's train, validation (carved from train when absent) and
-    test. Without one: test = the official validation split, validation carved from train
-    (``min(cap, 10% of train)`` documents). The test ids never overlap what training or selection
-    see.
+    The test ids never overlap what training sees; they overlap validation only for a task whose
+    validation and test are the same split under ``shared_test="share"`` (recorded). Raises
+    :class:`TaskError` naming the task when a split is too small to plan.
     """
+    if not isinstance(rule, SplitRule):
+        rule = SplitRule(caps=dict(rule), seed=0 if seed is None else seed)
     validate_for_training(info)
     sp = info.splits
     n = {role: len(_raw(task, own)) for role, own in sp.items() if own}
-    rng = random.Random(seed)
+    for role, own in sp.items():
+        counted = (info.counts or {}).get(role)
+        if own and counted is not None and counted != n[role]:
+            raise TaskError(f"task {info.name!r}: lm-eval's process_docs turns {n[role]} {own} documents into "
+                            f"{counted}; document ids would not line up")
+    shared = bool(sp["validation"]) and sp["validation"] == sp["test"]
+    source = {"train": sp["train"], "test": sp["test"] or sp["validation"]}
+    carve = not (sp["validation"] and sp["test"]) or (shared and rule.shared_test == "carve")
+    caps = rule.caps
+    rng = random.Random(rule.seed)                 # the "carve" procedure's one generator
     train_ids = list(range(n["train"]))
-    source = {"train": sp["train"]}
-    if sp["test"]:
-        source["test"] = sp["test"]
-        carve = not sp["validation"]
-    else:
-        source["test"] = sp["validation"]
-        carve = True
     if carve:
-        n_val = min(caps.get("validation") or n["train"], max(1, n["train"] // 10))
-        if n["train"] - n_val < 1:
-            raise TaskError(f"task {info.name!r}: training split too small ({n['train']}) to carve a validation split")
-        perm = train_ids[:]
-        rng.shuffle(perm)
-        val_ids = sorted(perm[:n_val])
-        train_ids = sorted(perm[n_val:])
         source["validation"] = sp["train"]
+        if rule.procedure == "paper":
+            train_ids, val_ids = paper_carve(n["train"], rule.val_fraction, rule.seed)
+        else:
+            n_val = min(caps.get("validation") or n["train"], max(1, int(n["train"] * rule.val_fraction + 1e-9)))
+            perm = train_ids[:]
+            rng.shuffle(perm)
+            val_ids, train_ids = sorted(perm[:n_val]), sorted(perm[n_val:])
+        if not train_ids or not val_ids:
+            raise TaskError(f"task {info.name!r}: training split too small ({n['train']}) to carve a "
+                            f"validation fraction of {rule.val_fraction}")
     else:
-        val_ids = list(range(n["validation"]))
         source["validation"] = sp["validation"]
-    ids = {"train": _cap(train_ids, caps.get("train"), rng),
-           "validation": _cap(val_ids, caps.get("validation"), rng),
-           "test": _cap(list(range(len(_raw(task, source["test"])))), caps.get("test"), rng)}
-    if source["validation"] == source["test"] and set(ids["validation"]) & set(ids["test"]):
+        val_ids = list(range(n["validation"]))
+    test_ids = list(range(len(_raw(task, source["test"]))))
+    if rule.procedure == "paper":
+        ids = {"train": paper_cap(train_ids, caps.get("train"), rule.seed),
+               "validation": paper_cap(val_ids, caps.get("validation"), rule.seed),
+               "test": paper_cap(test_ids, caps.get("test"), rule.seed)}
+    else:
+        ids = {"train": _cap(train_ids, caps.get("train"), rng),
+               "validation": _cap(val_ids, caps.get("validation"), rng),
+               "test": _cap(test_ids, caps.get("test"), rng)}
+    overlap = source["validation"] == source["test"] and set(ids["validation"]) & set(ids["test"])
+    if overlap and not shared:
         raise TaskError(f"task {info.name!r}: validation and test overlap")  # defensive: cannot happen
-    return SplitPlan(source=source, ids=ids, carved=carve, caps=dict(caps))
+    for role, chosen in ids.items():
+        if not chosen:
+            raise TaskError(f"task {info.name!r}: the planned {role} split is empty")
+    return SplitPlan(source=source, ids=ids, carved=carve, caps=dict(caps), validation_in_test=bool(overlap))
 
 
 def install_splits(task, plan: SplitPlan) -> None:
@@ -403,23 +533,26 @@ def docs(task, role: str):
 
 
 def selection_summary(rows: list[dict], include_paths: Iterable[str | Path], include_defaults: bool,
-                      min_train: int, caps: dict[str, int], split_seed: int) -> dict:
+                      min_train: int, rule: SplitRule, task_timeout: float = 300.0) -> dict:
     """Notebook 01's summary.json: what the later stages read (never 01's variables).
 
     Keys: ``selected`` (benchmarks then corpora, in the order asked), ``benchmarks``, ``corpora``,
     ``rejected`` ({task: reason}), ``tasks`` ({task: kind, metric, filter, category, splits,
-    counts, test_on, count_source}), ``include_paths``, ``include_defaults``, ``min_train``,
-    ``caps`` (train / validation / test), ``split_seed``.
+    counts, test_on, count_source, role, planned sizes, chars_per_example}), ``include_paths``,
+    ``include_defaults``, ``min_train``, ``split_rule`` (:class:`SplitRule`), ``caps`` and
+    ``split_seed`` (its caps and seed), ``task_timeout`` (seconds a job waits for a dataset).
     """
     selected = [r["task"] for r in rows if r["selected"]]
-    keys = list(TaskInfo.__dataclass_fields__)
+    keys = list(TaskInfo.__dataclass_fields__) + ["role", "plan_train", "plan_validation", "plan_test", "carved",
+                                                  "validation_in_test", "chars_per_example"]
     return {
         "selected": selected,
         "benchmarks": [r["task"] for r in rows if r["selected"] and r["role"] == "benchmark"],
         "corpora": [r["task"] for r in rows if r["selected"] and r["role"] == "corpus"],
         "rejected": {r["task"]: r["reason"] for r in rows if not r["selected"]},
-        "tasks": {r["task"]: {k: r[k] for k in keys + ["role"] if k in r} for r in rows},
+        "tasks": {r["task"]: {k: r[k] for k in keys if k in r} for r in rows},
         "include_paths": [str(Path(p)) for p in include_paths],
-        "include_defaults": include_defaults, "min_train": min_train, "caps": dict(caps),
-        "split_seed": split_seed,
+        "include_defaults": include_defaults, "min_train": min_train,
+        "split_rule": rule.to_dict(), "caps": dict(rule.caps), "split_seed": rule.seed,
+        "task_timeout": float(task_timeout),
     }

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..util import atomic_dir
+from .device import free_memory
 
 STATS_FILE = "pretrain.json"     # written last into a finished model folder
 
@@ -28,16 +29,19 @@ class TrainingError(ValueError):
 
 
 def optimizer_step(loss, params, opt, sched, max_norm: float = 1.0) -> float:
-    """One training step as both loops take it: backward, clip the gradient norm of ``params`` to
-    ``max_norm``, step optimiser and schedule, clear gradients. Returns the loss as a float."""
+    """One training step as both loops take it: backward (``loss`` a tensor; a float means the
+    gradients are already accumulated, micro-batch by micro-batch), clip the gradient norm of
+    ``params`` to ``max_norm``, step optimiser and schedule, clear gradients. Returns the loss."""
     import torch
 
-    loss.backward()
+    if isinstance(loss, torch.Tensor):
+        loss.backward()
+        loss = float(loss.detach())
     torch.nn.utils.clip_grad_norm_(params, max_norm)
     opt.step()
     sched.step()
     opt.zero_grad(set_to_none=True)
-    return float(loss.detach())
+    return float(loss)
 
 
 # --------------------------------------------------------------------------- pre-training
@@ -121,28 +125,105 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
 
 
 # --------------------------------------------------------------------------- LoRA fine-tuning
-def _batches(examples, order, batch_size: int, pad_id: int):
+def _pad(chunk, pad_id: int):
     import torch
 
-    for i in range(0, len(order), batch_size):
-        chunk = [examples[j] for j in order[i:i + batch_size]]
-        width = max(len(ids) for ids, _ in chunk)
-        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for r, (x, y) in enumerate(chunk):
-            ids[r, :len(x)] = torch.tensor(x)
-            labels[r, :len(y)] = torch.tensor(y)
-            mask[r, :len(x)] = 1
-        yield ids, labels, mask
+    width = max(len(ids) for ids, _ in chunk)
+    ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(chunk), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(chunk), width), dtype=torch.long)
+    for r, (x, y) in enumerate(chunk):
+        ids[r, :len(x)] = torch.tensor(x)
+        labels[r, :len(y)] = torch.tensor(y)
+        mask[r, :len(x)] = 1
+    return ids, labels, mask
+
+
+def n_predicted(chunk) -> int:
+    """Tokens that carry loss in ``chunk`` of (ids, labels): labels after the first position
+    (a causal LM predicts position t from the positions before it)."""
+    return sum(sum(1 for y in labels[1:] if y != -100) for _, labels in chunk)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """An accelerator out-of-memory error (torch raises ``OutOfMemoryError``; some CUDA
+    libraries raise a RuntimeError that says so)."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text)
+
+
+def _checkpointing_on(model) -> bool:
+    """Switch gradient checkpointing on (non-reentrant, so frozen inputs need no gradient) for the
+    transformers model inside ``model`` (a PeftModel or the model itself). False when it is
+    already on or the architecture cannot."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(base, "is_activation_checkpointing", False) or \
+            not getattr(base, "supports_gradient_checkpointing", False):
+        return False
+    base.activation_checkpointing_enable({"use_reentrant": False})
+    return True
+
+
+def _rng_state():
+    import torch
+
+    return torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+
+
+def _set_rng_state(state) -> None:
+    import torch
+
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def batch_loss(model, batch, pad_id: int, micro_batch_size: int, device, backward: bool = True) -> float:
+    """Loss of one batch of (ids, labels) examples, the mean over its predicted tokens, computed in
+    micro-batches of ``micro_batch_size`` rows (0: all rows at once); with ``backward`` the
+    gradients accumulate in the parameters.
+
+    With one micro-batch this is the model's own mean loss. With several, each micro-batch's loss
+    is its summed token loss divided by the token count of the whole batch
+    (``num_items_in_batch``), so the accumulated gradient equals the full batch's gradient.
+    """
+    micro = micro_batch_size or len(batch)
+    chunks = [batch[i:i + micro] for i in range(0, len(batch), micro)]
+    extra = {} if len(chunks) == 1 else {"num_items_in_batch": max(1, n_predicted(batch))}
+    total = 0.0
+    for chunk in chunks:
+        ids, labels, mask = _pad(chunk, pad_id)
+        loss = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device),
+                     use_cache=False, **extra).loss
+        if backward:
+            loss.backward()
+        total += float(loss.detach())
+    return total
 
 
 def lora_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: int, batch_size: int,
-                lr: float, weight_decay: float, seed: int, pad_id: int) -> Iterator[tuple[int, float, float]]:
-    """Train the trainable (LoRA) parameters of ``model``; yields ``(epoch, mean train loss,
-    seconds)`` after each epoch with the model in eval mode (the caller validates, then the next
-    epoch resumes training). AdamW with a linear decay to zero over all epochs; the data order of
-    every epoch comes from a generator seeded with ``seed``."""
+                lr: float, weight_decay: float, seed: int, pad_id: int, micro_batch_size: int = 0,
+                oom_backoff: bool = True, log=None) -> Iterator[dict]:
+    """Train the trainable (LoRA) parameters of ``model``; yields after each epoch, with the
+    model in eval mode (the caller validates, then the next epoch resumes training), a dict:
+    ``epoch``, ``train_loss`` (mean batch loss), ``train_seconds``, ``micro_batch_size`` (the
+    one in use at the epoch's end).
+
+    AdamW with a linear decay to zero over all epochs, no warm-up, gradient norm clipped to 1
+    (transformers' Trainer defaults); the data order of every epoch comes from a generator seeded
+    with ``seed``. Each step's batch of ``batch_size`` examples runs in micro-batches of
+    ``micro_batch_size`` rows with gradient accumulation (0: the whole batch at once), so the
+    effective batch is the recipe's whatever the memory. With ``oom_backoff`` an out-of-memory
+    error halves the micro-batch and redoes the step from the same random state (dropout draws
+    included), and when a single row does not fit switches gradient checkpointing on; the
+    effective batch stays the same (transformers' ``auto_find_batch_size`` halves the batch
+    instead). ``log(message)`` hears about each back-off.
+    """
     import torch
 
     device = next(model.parameters()).device
@@ -151,13 +232,67 @@ def lora_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: i
     total = math.ceil(len(examples) / batch_size) * epochs
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / total))
     gen = torch.Generator().manual_seed(seed)
+    micro = micro_batch_size if 0 < micro_batch_size < batch_size else 0
     for epoch in range(1, epochs + 1):
         t0 = time.time()
         model.train()
         order = torch.randperm(len(examples), generator=gen).tolist()
         losses = []
-        for ids, labels, mask in _batches(examples, order, batch_size, pad_id):
-            loss = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
+        for i in range(0, len(order), batch_size):
+            batch = [examples[j] for j in order[i:i + batch_size]]
+            state = _rng_state() if oom_backoff else None
+            while True:
+                try:
+                    loss = batch_loss(model, batch, pad_id, micro, device)
+                    break
+                except Exception as exc:
+                    if not (oom_backoff and is_oom(exc)):
+                        raise
+                    opt.zero_grad(set_to_none=True)
+                    del exc
+                    free_memory()
+                    _set_rng_state(state)
+                    if (micro or len(batch)) > 1:
+                        micro = max(1, (micro or len(batch)) // 2)
+                        note = f"micro-batch halved to {micro} (effective batch stays {batch_size})"
+                    elif _checkpointing_on(model):
+                        note = "one row does not fit: gradient checkpointing switched on"
+                    else:
+                        raise
+                    if log:
+                        log(f"out of memory: {note}")
             losses.append(optimizer_step(loss, params, opt, sched))
         model.eval()
-        yield epoch, sum(losses) / len(losses), time.time() - t0
+        yield {"epoch": epoch, "train_loss": sum(losses) / len(losses), "train_seconds": time.time() - t0,
+               "micro_batch_size": micro or batch_size}
+
+
+def mean_loss(model, examples: list[tuple[list[int], list[int]]], *, batch_size: int, pad_id: int) -> float:
+    """Mean loss per predicted token over ``examples`` (eval mode, no gradients): the validation
+    loss by which the paper's trainer chose its best epoch. Batches of ``batch_size`` examples in
+    their given order; an out-of-memory error halves the batch."""
+    import torch
+
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    size, i, total, count = batch_size, 0, 0.0, 0
+    with torch.no_grad():
+        while i < len(examples):
+            chunk = examples[i:i + size]
+            try:
+                n = n_predicted(chunk)
+                if n:
+                    total += batch_loss(model, chunk, pad_id, 0, device, backward=False) * n
+                    count += n
+                i += len(chunk)
+            except Exception as exc:
+                if not is_oom(exc) or size <= 1:
+                    raise
+                del exc
+                free_memory()
+                size = max(1, size // 2)
+    model.train(was_training)
+    if not count:
+        raise TrainingError("mean_loss: no predicted tokens in the examples")
+    return total / count

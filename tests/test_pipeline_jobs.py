@@ -1,0 +1,321 @@
+"""The job grid on a cluster's terms: every failure collected and reported with its retry command,
+a unit running elsewhere left alone, Slurm arrays chunked, at most ``max_jobs`` local jobs at
+once, progress counted from the files jobs write, the hub cache and token respected, gated models
+named, and the memory / time estimate."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lib import paths, store
+from lib.pipeline import cluster, jobs, localtasks, tiny
+from lib.pipeline import finetune as ft
+from lib.pipeline import tasks as tk
+from lib.pipeline.locks import UnitBusy, UnitLock
+
+RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, batch_size=8, micro_batch_size=0,
+              gradient_checkpointing=False, max_length=64, truncate="end", weight_decay=0.01, seed=0, loss_on="all",
+              end_of_text="every", list_targets="join", task_description=False, select_on="loss")
+
+
+def _mc(n, tag=""):
+    return [{"query": f"q{tag}{i}: it says", "choices": ["moo", "woof"], "label": i % 2} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Three local tasks and a tiny (untrained) model folder."""
+    root = tmp_path_factory.mktemp("world")
+    for name in ("t_a", "t_b", "t_c"):
+        localtasks.write_task(root / "tasks", name, "multiple_choice",
+                              {"train": _mc(24, name), "validation": _mc(6, name), "test": _mc(8, name)})
+    tok = tiny.train_tokenizer([r["query"] + " moo woof" for r in _mc(40)], 300)
+    model = tiny.make_model("gpt2", tok, d_model=32, n_layers=1, n_heads=2, max_len=64)
+    model.save_pretrained(root / "tiny-m")
+    tok.save_pretrained(root / "tiny-m")
+    return root
+
+
+def _specs(world, tmp, protocol=store.DIRECT, names=("t_a", "t_b", "t_c"), models=None):
+    rows = tk.select(list(names), [world / "tasks"], min_train=1)
+    selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}), task_timeout=60.0)
+    recipe = ft.Recipe(**RECIPE) if protocol == store.TBT else None
+    return jobs.plan(protocol, models or [str(world / "tiny-m")], selection, store_root=tmp / "store",
+                     work_root=tmp / "work", recipe=recipe, bootstrap_iters=0)
+
+
+def test_one_failing_unit_does_not_stop_the_others_and_is_reported_with_its_retry(world, tmp_path, capfd):
+    (spec,) = _specs(world, tmp_path)
+    broken = world / "tasks" / "t_b" / "test.jsonl"
+    good = broken.read_text()
+    broken.write_text("{not json\n")                              # the dataset breaks after notebook 01
+    try:
+        with pytest.raises(jobs.JobError, match=r"1 unit\(s\) failed") as err:
+            jobs.launch([spec], executor="local")
+    finally:
+        broken.write_text(good)
+    text = str(err.value)
+    assert "FAILED direct_eval tiny-m / t_b: TaskError" in text and "retry: " in text
+    assert "t_a" not in text.split("Details:")[1] and "t_c" not in text.split("Details:")[1]
+    assert {r.benchmark for r in store.load(tmp_path / "store").itertuples()} == {"t_a", "t_c"}   # the others ran
+    record = json.loads(jobs.failure_path(spec.work_root, store.DIRECT, "tiny-m", "t_b").read_text())
+    assert record["spec"]["benchmarks"] == ["t_b"] and "Traceback" in record["traceback"]
+    assert "FAILED direct_eval tiny-m / t_b" in capfd.readouterr().err      # on the console too
+    # the printed command retries just that unit, now that the data is back
+    command = text.split("retry: ")[1].split("\n")[0].split()
+    done = subprocess.run(command, cwd=paths.ROOT, capture_output=True, text=True,
+                          env={**os.environ, "TBT_TORCH_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["scores"].keys() == {"t_b"}
+    assert not jobs.failure_path(spec.work_root, store.DIRECT, "tiny-m", "t_b").exists()
+    assert jobs.launch([spec], executor="local") == {}              # everything done: nothing runs
+
+
+_HOLD = """
+import sys, time
+from lib.pipeline.locks import UnitLock
+lock = UnitLock(sys.argv[1], heartbeat=0.2).acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_duplicate_never_deletes_the_work_of_a_running_unit(world, tmp_path):
+    (spec,) = _specs(world, tmp_path, store.TBT, names=("t_a",))
+    partial = jobs.unit_dir(spec.work_root, spec.model, "t_a", 1e-3)
+    partial.mkdir(parents=True)
+    (partial / "half-written").write_text("a live job's partial work")
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(spec.lock("t_a").path)], cwd=paths.ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        report = jobs.run_job(spec)                                 # a duplicate job for the same unit
+        assert report["scores"] == {} and report["failed"] == {} and "t_a" in report["busy"]
+        assert f"process {holder.pid}" in report["busy"]["t_a"]
+        assert (partial / "half-written").exists()                  # untouched
+        with pytest.raises(jobs.JobError, match="RUNNING ELSEWHERE train_before_test tiny-m / t_a"):
+            jobs.launch([spec], executor="local")                   # not resubmitted
+        assert (partial / "half-written").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    report = jobs.run_job(spec)                                     # its owner died: the lock is stale
+    assert set(report["scores"]) == {"t_a"} and not (partial / "half-written").exists()
+    assert not spec.lock("t_a").path.exists()
+
+
+def test_unit_lock_heartbeat_and_stale_takeover(tmp_path):
+    path = tmp_path / "u.lock"
+    with UnitLock(path, heartbeat=0.05) as lock:
+        first = path.stat().st_mtime_ns
+        time.sleep(0.3)
+        assert path.stat().st_mtime_ns > first                       # the owner keeps it fresh
+        with pytest.raises(UnitBusy, match=f"process {os.getpid()}"):
+            UnitLock(path).acquire()
+        assert lock.holder()["pid"] == os.getpid()
+    assert not path.exists()
+    path.write_text(json.dumps({"host": "another-node", "pid": 1, "since": "yesterday"}))
+    assert not UnitLock(path, stale_after=600).stale()              # another host, recently touched: alive
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    with UnitLock(path, stale_after=600):                           # silent for an hour: taken over
+        assert json.loads(path.read_text())["host"] != "another-node"
+
+
+class _FakeJob:
+    def __init__(self, spec, polls=0, fail=False):
+        self.spec, self.polls, self.fail, self.job_id = spec, polls, fail, f"job-{spec.model}"
+
+    def done(self):
+        self.polls -= 1
+        return self.polls < 0
+
+    def result(self):
+        if self.fail:
+            raise RuntimeError("Job (task=0) failed during processing with trace: killed by the OOM killer")
+        return {"model": self.spec.model, "protocol": self.spec.protocol,
+                "scores": {b: 0.5 for b in self.spec.benchmarks}, "failed": {}, "busy": {}}
+
+
+def _many_specs(world, tmp, n):
+    (spec,) = _specs(world, tmp, names=("t_a",))
+    return [jobs.JobSpec(**{**spec.__dict__, "model": f"m{i}"}) for i in range(n)]
+
+
+def test_slurm_arrays_are_chunked_below_the_limit(world, tmp_path, monkeypatch):
+    import submitit
+
+    arrays = []
+
+    class FakeAutoExecutor:
+        def __init__(self, folder, cluster):
+            assert cluster == "slurm"
+
+        def update_parameters(self, **kw):
+            assert kw["slurm_array_parallelism"] == 4
+
+        def map_array(self, fn, specs):
+            assert fn is jobs.run_job
+            arrays.append(len(specs))
+            return [_FakeJob(s, fail=(s.model == "m3")) for s in specs]
+
+    monkeypatch.setattr(submitit, "AutoExecutor", FakeAutoExecutor)
+    monkeypatch.setitem(jobs.POLL_SECONDS, "slurm", 0.0)
+    specs = _many_specs(world, tmp_path, 5)
+    with pytest.raises(jobs.JobError, match=r"1 unit\(s\) failed") as err:
+        jobs.launch(specs, executor="slurm", resources={"slurm_array_parallelism": 4}, max_array=2,
+                    log_folder=tmp_path / "logs")
+    assert arrays == [2, 2, 1]
+    assert "FAILED direct_eval m3 / t_a: job job-m3 died: RuntimeError" in str(err.value)
+    assert jobs.chunks(list(range(1464)), 1000) == [list(range(1000)), list(range(1000, 1464))]
+
+
+def test_local_subprocess_jobs_never_exceed_max_jobs(world, tmp_path, monkeypatch):
+    import submitit
+
+    running, peak, submitted = [], [0], []
+
+    class FakeLocalExecutor:
+        def __init__(self, folder):
+            pass
+
+        def update_parameters(self, **kw):
+            pass
+
+        def submit(self, fn, spec):
+            job = _FakeJob(spec, polls=2)
+            real_done = job.done
+
+            def done():
+                finished = real_done()
+                if finished and job in running:
+                    running.remove(job)
+                return finished
+
+            job.done = done
+            running.append(job)
+            peak[0] = max(peak[0], len(running))
+            submitted.append(spec.model)
+            return job
+
+    monkeypatch.setattr(submitit, "LocalExecutor", FakeLocalExecutor)
+    monkeypatch.setitem(jobs.POLL_SECONDS, "submitit_local", 0.0)
+    specs = _many_specs(world, tmp_path, 7)
+    out = jobs.launch(specs, executor="submitit_local", max_jobs=3)
+    assert peak[0] == 3 and submitted == [f"m{i}" for i in range(7)] and sorted(out) == submitted
+    assert jobs.default_max_jobs() >= 1
+
+
+def test_units_are_counted_from_the_files_jobs_write(world, tmp_path):
+    (spec,) = _specs(world, tmp_path, store.TBT, names=("t_a", "t_b"))
+    stale = jobs.unit_dir(spec.work_root, spec.model, "t_b", 3e-3) / ft.UNIT_FILE
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"lr": 3e-3, "curve": [], "config": {"another": "recipe"}}))
+    counter = jobs.UnitCounter([spec])
+    assert counter.total == 2 * (2 + 1) and counter.done() == 0      # two learning rates and a test score each
+    unit = jobs.unit_dir(spec.work_root, spec.model, "t_a", 1e-3) / ft.UNIT_FILE
+    unit.parent.mkdir(parents=True)
+    unit.write_text("{}")
+    assert counter.done() == 1
+    time.sleep(0.01)
+    stale.write_text(json.dumps({"lr": 3e-3, "curve": [], "config": {}}))   # the stale unit redone
+    assert counter.done() == 2
+
+
+def _make_var(var: str, env: dict) -> str:
+    out = subprocess.run(["make", "--no-print-directory", "-s", "--eval", f"show: ; @echo \"$${var}\"", "show"],
+                         cwd=paths.ROOT, env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_hf_home_from_the_environment_wins(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env["HOME"] = str(tmp_path)
+    assert _make_var("HF_HOME", {**env, "HF_HOME": "/shared/hf-cache"}) == "/shared/hf-cache"
+    assert _make_var("HF_HOME", env) == str(paths.ROOT / ".cache" / "hf")       # the repository's, only when unset
+    assert _make_var("HF_TOKEN_PATH", env) == ""
+    (tmp_path / ".cache" / "huggingface").mkdir(parents=True)
+    (tmp_path / ".cache" / "huggingface" / "token").write_text("hf_x")
+    assert _make_var("HF_TOKEN_PATH", env) == str(tmp_path / ".cache" / "huggingface" / "token")  # login still found
+    assert _make_var("HF_TOKEN_PATH", {**env, "HF_TOKEN": "hf_y"}) == ""
+
+
+def _http_error(cls, message):
+    import httpx2
+
+    return cls(message, response=httpx2.Response(403, request=httpx2.Request("GET", "https://huggingface.co")))
+
+
+def test_gated_models_are_named_in_one_line(monkeypatch, tmp_path):
+    import huggingface_hub
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    def download(repo, filename, **kw):
+        if repo.startswith(("meta-llama/", "google/")):
+            raise _http_error(GatedRepoError, f"Access to model {repo} is restricted")
+        if repo.startswith("nobody/"):
+            raise _http_error(RepositoryNotFoundError, "404")
+        return str(tmp_path / "config.json")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    models = ["EleutherAI/pythia-70m-deduped", "meta-llama/Llama-3.2-1B", "google/gemma-2b", "nobody/x", str(tmp_path)]
+    (tmp_path / "config.json").write_text("{}")
+    problems = cluster.check_models(models, download=False)
+    assert problems["ok"] == ["EleutherAI/pythia-70m-deduped", str(tmp_path)]
+    assert problems["gated"] == ["meta-llama/Llama-3.2-1B", "google/gemma-2b"] and problems["missing"] == ["nobody/x"]
+    first = cluster.models_error(problems, "paper").splitlines()[0]
+    assert first.startswith("gated models need access (2): meta-llama/Llama-3.2-1B, google/gemma-2b; request access")
+    assert "make models PROFILE=paper" in first
+    assert cluster.models_error({"ok": models}, "paper") is None
+
+
+def test_models_are_not_downloaded_into_the_repository(monkeypatch):
+    monkeypatch.setattr(cluster, "hub_cache", lambda: paths.ROOT / ".cache" / "hf" / "hub")
+    with pytest.raises(cluster.HubError, match="inside the repository: set HF_HOME"):
+        cluster.fetch("paper_slice")
+
+
+def test_memory_and_time_estimate(world, tmp_path):
+    (spec,) = _specs(world, tmp_path, store.TBT)
+    rows = tk.select(["t_a", "t_b", "t_c"], [world / "tasks"], min_train=1)
+    selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}))
+    shape = cluster.model_shape(spec.source)
+    from transformers import AutoModelForCausalLM
+
+    assert shape["n_params"] == sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(spec.source).parameters())
+    table = cluster.estimate([spec], selection, gpu_memory_gb=80)
+    row = table.iloc[0]
+    assert row["family"] == "gpt2" and row["gpu_hours"] > 0 and row["micro_batch_that_fits"] == 8
+    mem = [cluster.training_memory_gb(shape, "float32", m, 1024) for m in (1, 2, 8)]
+    assert mem[0] < mem[1] < mem[2]
+    # a 9B Gemma in float32 at batch 8 x 1,024 tokens does not fit 80 GB; a micro-batch does
+    gemma = {"family": "gemma2", "n_params": 9.24e9, "layers": 42, "hidden": 3584, "heads": 16, "vocab": 256000}
+    assert cluster.training_memory_gb(gemma, "float32", 8, 1024) > 80 > \
+        cluster.training_memory_gb(gemma, "float32", 1, 1024)
+    assert cluster.training_memory_gb(gemma, "float32", 8, 1024, checkpointing=True) < \
+        cluster.training_memory_gb(gemma, "float32", 2, 1024)                     # checkpointing: 42 layers -> ~1
+    tight = cluster.estimate([spec], selection, gpu_memory_gb=1.0)          # less than the CUDA context
+    line = cluster.family_lines(tight, gpu_memory_gb=1.0)[0]
+    assert line.startswith("gpt2: 1 model(s)") and "> 1 GB even at micro-batch 1: set gradient_checkpointing" in line
+
+
+def test_published_comparison_of_a_first_run(harmony_data, tmp_path):
+    models, benchmarks = ["EleutherAI/pythia-160m-deduped", "Qwen/Qwen2.5-0.5B"], ["arc_easy", "rte", "medmcqa"]
+    assert cluster.profile_needs("paper_slice") == (models, benchmarks)
+    pub = cluster.published_scores(models, benchmarks)
+    first = pub.iloc[0]
+    store.write(tmp_path, store.Result(protocol=store.DIRECT, benchmark=first["benchmark"], model=first["model"],
+                                       metric="acc_norm", score=first["published"] + first["published_stderr"]))
+    table = cluster.compare(tmp_path, models, benchmarks)
+    assert table.iloc[0]["z"] == pytest.approx(1.0) and table.iloc[0]["within"]
+    assert table["ours"].isna().sum() == 5
+    # the README's table of what paper_slice should reproduce is the published data
+    readme = (paths.ROOT / "README.md").read_text()
+    for r in pub.itertuples():
+        assert f"| {r.model} | {r.benchmark} | {r.published:.4f} | {r.published_stderr:.4f} |" in readme, r
