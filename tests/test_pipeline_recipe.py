@@ -217,3 +217,33 @@ def test_cached_templates_render_the_same_examples(tasks, lm):
     finally:
         ev.cache_templates()
     assert {n: _examples(tasks, lm, n) for n in ("t_mc", "t_list")} == plain
+
+
+def test_generation_cap_reaches_lm_eval(tasks, lm):
+    task, info = tasks["t_list"]
+    assert task.config.generation_kwargs["max_gen_toks"] == 16               # the task's own
+    out = ev.evaluate(lm, task, info, "test", list(range(6)), max_gen_toks=0)
+    assert task.config.generation_kwargs["max_gen_toks"] == 16 and out.n == 6
+    ev.evaluate(lm, task, info, "test", list(range(6)), max_gen_toks=3)      # the paper passed 256
+    assert task.config.generation_kwargs["max_gen_toks"] == 3
+
+
+def test_load_model_in_the_recipes_dtype_and_gemma_with_eager_attention(tokenizer, tmp_path):
+    import torch
+    import transformers as tf
+
+    llama = tiny.make_model("llama", tokenizer, d_model=32, n_layers=1, n_heads=2, max_len=64)
+    llama.save_pretrained(tmp_path / "llama")
+    tokenizer.save_pretrained(tmp_path / "llama")
+    model, tok = ev.load_model(str(tmp_path / "llama"), device="cpu", dtype="bfloat16")
+    assert next(model.parameters()).dtype == torch.bfloat16 and tok.pad_token is not None
+    model, _ = ev.load_model(str(tmp_path / "llama"), device="cpu")
+    assert next(model.parameters()).dtype == torch.float32                    # the paper's default
+    with pytest.raises(ev.ModelError, match="dtype must be one of.*did you mean 'float16'"):
+        ev.load_model(str(tmp_path / "llama"), dtype="float61")
+    config = tf.GemmaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                            num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=64)
+    tf.GemmaForCausalLM(config).save_pretrained(tmp_path / "gemma")
+    tokenizer.save_pretrained(tmp_path / "gemma")
+    gemma, _ = ev.load_model(str(tmp_path / "gemma"), device="cpu")
+    assert gemma.config._attn_implementation == "eager"                       # as the paper's code loaded Gemma

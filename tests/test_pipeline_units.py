@@ -228,7 +228,16 @@ def test_paper_profile_validates_with_the_papers_models_and_benchmarks(harmony_d
     assert set(s2["models"]) == models and len(models) == 61
     assert s3["models"] == s2["models"] and prof.common["models"] == s2["models"]     # written once
     assert len(s1["tasks"]) == 24 and set(s1["tasks"]) < set(published["direct_eval"])
-    # every recipe field at the paper's value (lm-harmony's main.py, data_utils.py, TRL 0.17's SFT trainer)
+    assert s2["executor"] == "slurm" and s1["include_defaults"] is True
+
+
+def test_paper_profile_names_the_papers_recipe():
+    """Every recipe field at the paper's value (lm-harmony's main.py and data_utils.py, TRL 0.17's
+    SFT trainer, its lm-eval call); the paper profile overrides none of them."""
+    from lib import params
+
+    prof = params.load_profile("paper")
+    s1, s2, s3 = (prof.params(s) for s in ("01_select_benchmarks", "02_finetune", "03_direct_eval"))
     recipe = ft.Recipe.from_params(s2)
     assert recipe.key() == {"lrs": [1e-5, 2e-5, 5e-5], "epochs": 5, "lora_r": 8, "lora_alpha": 32, "lora_dropout": 0.1,
                             "batch_size": 8, "max_length": 1024, "truncate": "end", "weight_decay": 0.01, "seed": 0,
@@ -241,8 +250,15 @@ def test_paper_profile_validates_with_the_papers_models_and_benchmarks(harmony_d
     assert (s1["split_procedure"], s1["val_fraction"], s1["split_seed"], s1["shared_test"]) == \
         ("paper", 0.2, 0, "share")
     assert s1["allow_unreachable"] is False
-    assert s2["executor"] == "slurm" and s1["include_defaults"] is True and s2["max_array"] == 1000
-    assert s2["benchmarks_per_job"] == 1                                  # 1,464 jobs: more than one array
+    assert s2["max_array"] == 1000 and s2["benchmarks_per_job"] == 1          # 1,464 jobs: two arrays
+    recipe_fields = set(ft.Recipe.__dataclass_fields__) | {"dtype", "add_bos_token", "max_gen_toks"}
+    assert not recipe_fields & set(prof.overrides("02_finetune")) and not recipe_fields & set(prof.overrides(
+        "03_direct_eval"))
+    # mini and smoke depart, saying so
+    for name in ("mini", "smoke"):
+        other = ft.Recipe.from_params(params.load_profile(name).params("02_finetune"))
+        assert (other.loss_on, other.end_of_text, other.weight_decay, other.select_on) == \
+            ("target", "generative", 0.0, "metric")
 
 
 @pytest.mark.slow

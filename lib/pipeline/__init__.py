@@ -1,11 +1,16 @@
 """The train-before-test pipeline: task selection, fine-tuning, evaluation, perplexity, job grid.
 
-    tasks       lm-eval registry (built-ins + include_path folders), selection, split plans
+    tasks       lm-eval registry (built-ins + include_path folders), selection, split rule and plans
     evaluate    model loading/resolution, lm-eval scoring of a preloaded model, per-item files
-    finetune    LoRA recipe, training examples rendered by lm-eval, one learning-rate unit
-    training    the two training loops (pre-training, LoRA epochs) and their optimiser step
+    finetune    the recipe (the paper's choices, named), training examples rendered by lm-eval,
+                one learning-rate unit
+    training    the two training loops (pre-training, LoRA epochs with micro-batches, checkpointing
+                and out-of-memory back-off), their optimiser step, the validation loss
     perplexity  local text corpora as loglikelihood_rolling tasks; bits-per-byte tables
-    jobs        the (model, benchmark, lr) grid: resumable units, local or submitit launcher
+    jobs        the (model, benchmark, lr) grid: resumable units, local or submitit launcher, every
+                outcome collected, progress
+    locks       one lock file per unit, so two jobs never work on (or delete) the same unit
+    cluster     memory / time estimates, hub access and downloads (`make models`), published comparison
     tiny        tiny causal LMs built offline: tokenizer and model primitives
     localtasks  writes local lm-eval task YAML + JSONL (ground floor)
     device      torch device and CPU thread count
