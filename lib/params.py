@@ -269,12 +269,20 @@ def stage(name: str, namespace: dict[str, Any]) -> Stage:
     profile = namespace.get("profile")
     if not isinstance(profile, str):
         raise ParamsError(f"{name}: set `profile` in the parameters cell (profiles: {known_profiles()})")
-    prof = load_profile(profile, validate=False)
-    wanted = check_stage(prof, name)
+    defaults = notebook_parameters(name)
     interactive = not os.environ.get(READS_ENV)         # lib.run sets it for the kernels it starts
     if interactive:
-        check_prerequisites(prof, name)
-    defaults = notebook_parameters(name)
+        try:
+            check_prerequisites(load_profile(profile, validate=False), name)
+        except PrerequisiteError as exc:
+            other = last_run_profile(name) if profile == defaults["profile"] else None
+            if other is None:
+                raise
+            print(f"{name}: {str(exc).split(': ')[1]}; showing profile {other!r}, the last one that ran "
+                  f"(set profile = {other!r} in the parameters cell to say so, or run `make all` for {profile!r})")
+            profile = namespace["profile"] = other
+    prof = load_profile(profile, validate=False)
+    wanted = check_stage(prof, name)
     final = {}
     for key, default in defaults.items():
         value = namespace.get(key, default)
@@ -314,6 +322,22 @@ def lock_holder(path: Path) -> str:
         return f"pid {info['pid']}, `{info['command']}`, started {info['started']}"
     except (OSError, ValueError, KeyError, TypeError):
         return "a process that has not written its name yet"
+
+
+def last_run_profile(name: str) -> str | None:
+    """The profile that finished a run most recently among those that have stage ``name`` and
+    everything it needs (None: no such profile). A notebook left at its default profile shows this
+    one when the default has not run (e.g. after `make all PROFILE=smoke`)."""
+    logs = sorted(paths.OUTPUTS.glob("*/run_log.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for log in logs:
+        try:
+            prof = load_profile(log.parent.name, validate=False)
+            if name in prof.stages:
+                check_prerequisites(prof, name)
+                return prof.name
+        except (ParamsError, PrerequisiteError):
+            continue
+    return None
 
 
 def running(profile: str) -> str | None:

@@ -29,7 +29,7 @@ def benchmark_table(profile: str) -> pd.DataFrame:
     if not has_world(profile):
         if not names:
             raise FileNotFoundError(f"profile {profile!r} recorded no benchmark metadata in {root}: run its "
-                                    "prepare hook first")
+                                    f"prepare hook first: `{paths.make_command(profile, '00')}`")
         return metadata.benchmarks_frame(names, root)[["category", "metric", "kind"]]
     wdir = zoo.world_dir(profile)
     manifest = read_json(wdir / "manifest.json")
@@ -53,7 +53,7 @@ def zoo_table(profile: str) -> pd.DataFrame:
     meta = store.read_meta(root, "models")
     if not meta:
         raise FileNotFoundError(f"profile {profile!r} recorded no model metadata in {root}: run its prepare "
-                                "hook first")
+                                f"hook first: `{paths.make_command(profile, '00')}`")
     rows = []
     for name in meta:
         info = metadata.model_info(name, root)
