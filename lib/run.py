@@ -423,7 +423,7 @@ def ensure_published_data(label: str = "[published]") -> bool:
     if not data.reachable():
         print(f"{label} skipped: the published data is not in {paths.show(paths.DATA_DOWNLOADS)} and "
               f"{data.host()} cannot be reached to download it (`export {paths.DATA_ENV}=<folder with a copy>`, "
-              "e.g. ../shared/data, then `make all` again)", flush=True)
+              "e.g. ../shared/data, then run the same command again)", flush=True)
         return False
     print(f"{label} downloading the published data into {paths.show(paths.DATA_DOWNLOADS)} "
           "(pinned commits, sha256-checked) ...", flush=True)
