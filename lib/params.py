@@ -22,8 +22,9 @@ In a notebook, the cell after the parameters calls :func:`stage` with ``globals(
 ``make all`` (papermill injects the resolved values) or stepped through in JupyterLab (the cell
 holds the defaults), the notebook ends up with the same values. A value changed by hand in the
 parameters cell wins, and the stage's cached result is cleared so ``make all`` redoes it. Stepped
-through, a notebook first checks what it needs (the profile's prepare hook and earlier stages have
-run, no ``make all`` of the profile is running) and otherwise stops with the command that fixes it.
+through by a person (not under the runner, parameters not injected by papermill), a notebook first
+checks what it needs (the profile's prepare hook and earlier stages have run, no ``make all`` of the
+profile is running) and otherwise stops with the command that fixes it.
 """
 
 from __future__ import annotations
@@ -271,7 +272,7 @@ def stage(name: str, namespace: dict[str, Any]) -> Stage:
         raise ParamsError(f"{name}: set `profile` in the parameters cell (profiles: {known_profiles()})")
     defaults = notebook_parameters(name)
     interactive = not os.environ.get(READS_ENV)         # lib.run sets it for the kernels it starts
-    if interactive:
+    if interactive and not injected_by_papermill(namespace):      # stepped through by a person
         try:
             check_prerequisites(load_profile(profile, validate=False), name)
         except PrerequisiteError as exc:
@@ -322,6 +323,14 @@ def lock_holder(path: Path) -> str:
         return f"pid {info['pid']}, `{info['command']}`, started {info['started']}"
     except (OSError, ValueError, KeyError, TypeError):
         return "a process that has not written its name yet"
+
+
+def injected_by_papermill(namespace: dict[str, Any]) -> bool:
+    """Whether papermill injected this notebook's parameters (its ``# Parameters`` cell is among
+    the inputs the kernel ran): a batch run with its own set-up, such as a test, not a person
+    stepping through, so :func:`stage` leaves the prerequisites to it."""
+    inputs = namespace.get("_ih") or namespace.get("In") or []
+    return any(isinstance(src, str) and src.startswith("# Parameters\n") for src in inputs)
 
 
 def last_run_profile(name: str) -> str | None:

@@ -407,32 +407,30 @@ def needs_published_data(prof: Profile) -> bool:
     return any(str(s).startswith("lib.published:") for s in specs)
 
 
-def ensure_published_data(label: str = "[published]") -> bool:
-    """True when the published data is present. Otherwise, with ``HARMONY_DATA`` unset, download it
-    into ``data/published/`` (:mod:`lib.data`: pinned, sha256-checked) when the network answers;
-    when that is impossible, print one line saying how to provide it and return False."""
+def ensure_published_data(label: str = "[published]") -> str | None:
+    """None when the published data is present (after downloading it if need be); otherwise one
+    line saying why it is not and how to provide it. With ``HARMONY_DATA`` unset and the data not in
+    ``data/published/``, it is downloaded there (:mod:`lib.data`: pinned, sha256-checked) when
+    the network answers."""
     from . import data
 
     if paths.has_data(data.REQUIRED):
-        return True
+        return None
     if os.environ.get(paths.DATA_ENV):
-        print(f"{label} skipped: {paths.DATA_ENV}={os.environ[paths.DATA_ENV]} does not contain {data.REQUIRED} "
-              f"(point it at a copy of the published data, or `unset {paths.DATA_ENV}` so that `make all` "
-              f"downloads it into {paths.show(paths.DATA_DOWNLOADS)})", flush=True)
-        return False
+        return (f"{paths.DATA_ENV}={os.environ[paths.DATA_ENV]} does not contain {data.REQUIRED} (point it at a "
+                f"copy of the published data, or `unset {paths.DATA_ENV}` so that `make all` downloads it into "
+                f"{paths.show(paths.DATA_DOWNLOADS)})")
     if not data.reachable():
-        print(f"{label} skipped: the published data is not in {paths.show(paths.DATA_DOWNLOADS)} and "
-              f"{data.host()} cannot be reached to download it (`export {paths.DATA_ENV}=<folder with a copy>`, "
-              "e.g. ../shared/data, then run the same command again)", flush=True)
-        return False
+        return (f"it is not in {paths.show(paths.DATA_DOWNLOADS)} and {data.host()} cannot be reached to download it "
+                f"(`export {paths.DATA_ENV}=<folder with a copy>`, e.g. ../shared/data, then run the same command "
+                "again)")
     print(f"{label} downloading the published data into {paths.show(paths.DATA_DOWNLOADS)} "
           "(pinned commits, sha256-checked) ...", flush=True)
     try:
         data.download(log=lambda line: print(f"{label}   {line}", flush=True))
     except data.DataError as exc:
-        print(f"{label} skipped: {exc}", flush=True)
-        return False
-    return True
+        return str(exc)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -446,11 +444,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         prof = load_profile(args.profile)
-        if needs_published_data(prof) and not ensure_published_data(f"[{args.profile}]"):
-            return 2
+        missing = ensure_published_data(f"[{args.profile}]") if needs_published_data(prof) else None
+        if missing:
+            raise paths.DataMissing(f"published data not found: {missing}")
         run_profile(args.profile, args.stages, args.force, wait=args.wait)
-        if args.then_published and args.profile != "published" and ensure_published_data():
-            run_profile("published", None, args.force, wait=args.wait)
+        if args.then_published and args.profile != "published":
+            missing = ensure_published_data()
+            if missing:
+                print(f"[published] skipped: published data not found: {missing}", flush=True)
+            else:
+                run_profile("published", None, args.force, wait=args.wait)
     except (ParamsError, paths.DataMissing, RunLocked) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -298,13 +298,20 @@ def test_make_all_downloads_missing_published_data_or_says_how_to_provide_it(tmp
     monkeypatch.setattr(paths, "DATA_DOWNLOADS", tmp_path / "data" / "published")
     monkeypatch.setattr(data, "ITEM_FILES", {})                   # the item files are large: skipped here
     monkeypatch.setattr(data, "URL_TEMPLATE", "http://127.0.0.1:9/{repo}/{commit}/{path}")   # nothing listens
-    assert not run.ensure_published_data()
-    line = capsys.readouterr().out.strip()
-    assert "\n" not in line and "cannot be reached" in line and f"export {paths.DATA_ENV}=" in line
+    assert run.main(["published"]) == 2                           # `make all PROFILE=published`: stops at once
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "cannot be reached" in err and f"export {paths.DATA_ENV}=" in err
+    real = run.load_profile
+    monkeypatch.setattr(run, "load_profile", lambda name: params.Profile("x", tmp_path / "x.yaml", "", {})
+                        if name == "x" else real(name))
+    monkeypatch.setattr(run, "run_profile", lambda name, *a, **k: print(f"ran {name}"))
+    assert run.main(["x", "--then-published"]) == 0               # `make all`: x, then one line for published
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0] == "ran x" and len(out) == 2 and out[1].startswith("[published] skipped: published data not found")
     monkeypatch.setattr(data, "URL_TEMPLATE", f"file://{mirror}/{{repo}}/{{commit}}/{{path}}")
-    assert run.ensure_published_data()
+    assert run.main(["x", "--then-published"]) == 0               # now downloaded, then published runs
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "ran published"
     assert paths.data_dir(data.REQUIRED) == tmp_path / "data" / "published"
     assert (tmp_path / "data" / "published" / data.REQUIRED).read_bytes() == (harmony_data / data.REQUIRED).read_bytes()
     monkeypatch.setenv(paths.DATA_ENV, str(tmp_path / "elsewhere"))
-    assert not run.ensure_published_data()                        # an explicit HARMONY_DATA is never overridden
-    assert "does not contain" in capsys.readouterr().out
+    assert "does not contain" in run.ensure_published_data()     # an explicit HARMONY_DATA is never overridden
