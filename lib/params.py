@@ -377,9 +377,13 @@ def check_prerequisites(prof: Profile, name: str) -> None:
     prepared = not prof.prepare or current(paths.profile_dir(prof.name) / PREPARED_STAMP, prof.prepare) is not None
     if not missing and prepared:
         return
-    what = (f"stages {', '.join(missing)} of profile {prof.name!r} have not run" if missing
-            else f"profile {prof.name!r} has not been prepared with {paths.show(prof.path)} as it is now "
-                 "(its prepare hook builds what the notebooks read)")
+    if not (paths.profile_dir(prof.name) / "run_log.json").exists() and (missing or not earlier):
+        what = f"profile {prof.name!r} has not run"
+    elif missing:
+        what = f"stages {', '.join(missing)} of profile {prof.name!r} have not run"
+    else:
+        what = (f"profile {prof.name!r} has not been prepared with {paths.show(prof.path)} as it is now "
+                "(its prepare hook builds what the notebooks read)")
     cmd = make_run(prof.name, missing or [name])
     others = [p for p in ran_profiles() if p != prof.name]
     alt = (f", or set profile = {others[0]!r} in the parameters cell (it has run)"

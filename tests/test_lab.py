@@ -112,12 +112,15 @@ def test_a_notebook_whose_prerequisites_are_missing_names_the_command(empty_outp
 
 
 def test_prerequisites_are_met_once_the_earlier_stages_and_prepare_ran(empty_outputs):
-    prof = params.load_profile("smoke")
-    with pytest.raises(params.PrerequisiteError, match=r"has not been prepared .*: run `make run PROFILE=smoke "
-                                                       r"STAGES=00`"):
-        params.check_prerequisites(prof, "00_world")
     from lib import util
 
+    prof = params.load_profile("smoke")
+    with pytest.raises(params.PrerequisiteError, match=r"00_world: profile 'smoke' has not run: run `make run "
+                                                       r"PROFILE=smoke STAGES=00` \(or `make all PROFILE=smoke`\)"):
+        params.check_prerequisites(prof, "00_world")
+    util.atomic_write_json(empty_outputs / "smoke" / "run_log.json", {})       # a run with another params file
+    with pytest.raises(params.PrerequisiteError, match=r"has not been prepared with params/smoke.yaml as it is now"):
+        params.check_prerequisites(prof, "00_world")
     util.mark(empty_outputs / "smoke" / params.PREPARED_STAMP, prof.prepare)
     params.check_prerequisites(prof, "00_world")
     with pytest.raises(params.PrerequisiteError, match=r"stages 00_world of profile 'smoke' have not run: run "
@@ -194,7 +197,6 @@ def test_a_notebook_left_at_the_default_profile_shows_the_profile_that_ran(empty
     ctx = params.stage("04_rank_agreement", ns)
     assert ctx.profile == ns["profile"] == "smoke" and ctx.out == empty_outputs / "smoke" / "04_rank_agreement"
     said = capsys.readouterr().out
-    assert "stages 00_world, 01_select_benchmarks, 02_finetune, 03_direct_eval of profile 'mini' have not run; " \
-           "showing profile 'smoke', the last one that ran" in said
-    with pytest.raises(params.PrerequisiteError, match="profile 'published' has not been prepared"):
+    assert "04_rank_agreement: profile 'mini' has not run; showing profile 'smoke', the last one that ran" in said
+    with pytest.raises(params.PrerequisiteError, match="profile 'published' has not run"):
         params.stage("04_rank_agreement", {**defaults, "profile": "published"})
