@@ -312,8 +312,11 @@ def make_run(profile: str, stages: list[str]) -> str:
 
 
 def ran_profiles() -> list[str]:
-    """Profiles with a finished run under outputs/ (their ``run_log.json``)."""
-    return sorted(p.parent.name for p in paths.OUTPUTS.glob("*/run_log.json"))
+    """Profiles of params/ with a finished run under outputs/ (their ``run_log.json``), the most
+    recent first."""
+    logs = sorted(paths.OUTPUTS.glob("*/run_log.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    known = set(known_profiles())
+    return [p.parent.name for p in logs if p.parent.name in known]
 
 
 def lock_holder(path: Path) -> str:
@@ -337,10 +340,9 @@ def last_run_profile(name: str) -> str | None:
     """The profile that finished a run most recently among those that have stage ``name`` and
     everything it needs (None: no such profile). A notebook left at its default profile shows this
     one when the default has not run (e.g. after `make all PROFILE=smoke`)."""
-    logs = sorted(paths.OUTPUTS.glob("*/run_log.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for log in logs:
+    for ran in ran_profiles():
         try:
-            prof = load_profile(log.parent.name, validate=False)
+            prof = load_profile(ran, validate=False)
             if name in prof.stages:
                 check_prerequisites(prof, name)
                 return prof.name
@@ -385,9 +387,8 @@ def check_prerequisites(prof: Profile, name: str) -> None:
         what = (f"profile {prof.name!r} has not been prepared with {paths.show(prof.path)} as it is now "
                 "(its prepare hook builds what the notebooks read)")
     cmd = make_run(prof.name, missing or [name])
-    others = [p for p in ran_profiles() if p != prof.name]
-    alt = (f", or set profile = {others[0]!r} in the parameters cell (it has run)"
-           if others and name in load_profile(others[0], validate=False).stages else "")
+    others = [p for p in ran_profiles() if p != prof.name and name in load_profile(p, validate=False).stages]
+    alt = f", or set profile = {others[0]!r} in the parameters cell (it has run)" if others else ""
     raise PrerequisiteError(f"{name}: {what}: run `{cmd}` (or `make all"
                             f"{'' if prof.name == DEFAULT_PROFILE else ' PROFILE=' + prof.name}`){alt}")
 
