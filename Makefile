@@ -26,7 +26,16 @@ export PIP_CACHE_DIR      := $(CURDIR)/.cache/pip
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv all run test lint lab data models bench lock clean
+# The git filter that strips notebook outputs (and what JupyterLab adds on saving) before git sees
+# them; .gitattributes applies it to *.ipynb. Cell ids are kept: they are stable in our notebooks.
+NBSTRIP := $(VENV)/bin/python -m nbstripout --keep-id --extra-keys "metadata.language_info.version \
+  metadata.language_info.codemirror_mode metadata.language_info.file_extension metadata.language_info.mimetype \
+  metadata.language_info.nbconvert_exporter metadata.language_info.pygments_lexer"
+# JupyterLab: `make lab LAB_ARGS="--no-browser --port 8890"`; root (containers) needs --allow-root.
+LAB_ARGS ?=
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: help venv hooks all run test lint lab data models bench lock clean
 
 help: ## list the targets (default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,13 +49,27 @@ $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
 	$(PY) -m pip install --quiet -c requirements.lock -e '.[test]'
+	@$(MAKE) --no-print-directory hooks
 	rm -f $(VENV)/.installed-* && touch $@
 
-all: $(STAMP) ## run every stage of PROFILE through papermill (cached; then `published` if its data is present)
-	$(PY) -m lib.run $(PROFILE) $(if $(filter mini,$(PROFILE)),--then-published,)
+hooks: ## install the git filter that strips notebook outputs before a commit (nbstripout; make venv does it)
+	@if ! git rev-parse --git-dir >/dev/null 2>&1; then \
+	  echo "hooks: not a git checkout, nothing to install"; \
+	elif [ "$$(git rev-parse --git-dir)" != "$$(git rev-parse --git-common-dir)" ]; then \
+	  echo "hooks: skipped in a linked worktree (git config is shared by all worktrees: run \`make hooks\` in the main checkout)"; \
+	else \
+	  git config filter.nbstripout.clean '$(NBSTRIP)' && git config filter.nbstripout.smudge cat && \
+	  git config filter.nbstripout.required true && git config diff.ipynb.textconv '$(NBSTRIP) -t' && \
+	  echo "hooks: notebooks are stripped of outputs when git reads them (nbstripout filter, see .gitattributes)"; \
+	fi
 
-run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAGES="04 05" FORCE=1`
-	$(PY) -m lib.run $(PROFILE) $(if $(STAGES),--stages $(STAGES),) $(if $(FORCE),--force,)
+all: $(STAMP) ## run every stage of PROFILE (cached), then `published` (downloading its data if missing)
+	TBT_MAKE_GOAL="make all PROFILE=$(PROFILE)" \
+	  $(PY) -m lib.run $(PROFILE) $(if $(filter mini,$(PROFILE)),--then-published,) $(if $(WAIT),--wait,)
+
+run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAGES="04 05" FORCE=1` (WAIT=1 queues)
+	TBT_MAKE_GOAL='make run PROFILE=$(PROFILE) STAGES="$(STAGES)"' \
+	  $(PY) -m lib.run $(PROFILE) $(if $(STAGES),--stages $(STAGES),) $(if $(FORCE),--force,) $(if $(WAIT),--wait,)
 
 test: $(STAMP) lint ## run the linter and the test suite (offline; HARMONY_DATA enables the published-data tests)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
@@ -54,9 +77,10 @@ test: $(STAMP) lint ## run the linter and the test suite (offline; HARMONY_DATA 
 lint: $(STAMP) ## check code and notebooks with ruff (configured in pyproject.toml)
 	$(VENV)/bin/ruff check lib tests bench notebooks
 
-lab: $(STAMP) ## open JupyterLab with the project's kernel registered
+lab: $(STAMP) ## JupyterLab on the repository (notebooks/ and outputs/) with the project's kernel registered
 	$(PY) -m ipykernel install --sys-prefix --name train-before-test --display-name "train-before-test (.venv)"
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --ServerApp.default_url=/lab/tree/notebooks \
+	  --KernelManager.transport_encryption=auto $(ALLOW_ROOT) $(LAB_ARGS)
 
 data: $(STAMP) ## download the published reference data (pinned commits, sha256-checked) into data/
 	$(PY) -m lib.data download

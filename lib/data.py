@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import io
+import socket
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ import numpy as np
 from . import paths
 from .util import atomic_write_bytes, sha256_bytes, sha256_file
 
+REQUIRED = "lm-harmony/all_results.json"      # present: the published data is there
 URL_TEMPLATE = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
 LFS_TEMPLATE = "https://media.githubusercontent.com/media/{repo}/{commit}/{path}"
 TIMEOUT_S = 60
@@ -89,6 +92,26 @@ def fetch(url: str) -> bytes:
         reason = getattr(exc, "reason", exc)
         raise DataError(f"cannot download {url}: {reason} (no network? set {paths.DATA_ENV}=<folder> with a "
                         "copy of the published data, e.g. ../shared/data)") from None
+
+
+def host(template: str | None = None) -> str:
+    """The host the downloads come from (``file`` for a local mirror)."""
+    parsed = urllib.parse.urlsplit(template or URL_TEMPLATE)
+    return parsed.hostname or parsed.scheme
+
+
+def reachable(template: str | None = None, timeout: float = 5.0) -> bool:
+    """Whether the download host answers a TCP connection within ``timeout`` seconds (a local
+    ``file://`` mirror counts as reachable), so an offline machine is told at once, not after a
+    download's timeout."""
+    parsed = urllib.parse.urlsplit(template or URL_TEMPLATE)
+    if parsed.scheme == "file":
+        return True
+    try:
+        with socket.create_connection((parsed.hostname, parsed.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def get(remote: Remote, dest_dir: Path, fetcher: Callable[[str], bytes] | None = None, force: bool = False,

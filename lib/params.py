@@ -21,15 +21,21 @@ naming the file and the key (with the closest known key), before anything runs.
 In a notebook, the cell after the parameters calls :func:`stage` with ``globals()``: run by
 ``make all`` (papermill injects the resolved values) or stepped through in JupyterLab (the cell
 holds the defaults), the notebook ends up with the same values. A value changed by hand in the
-parameters cell wins, and the stage's cached result is cleared so ``make all`` redoes it.
+parameters cell wins, and the stage's cached result is cleared so ``make all`` redoes it. Stepped
+through by a person (not under the runner, parameters not injected by papermill), a notebook first
+checks what it needs (the profile's prepare hook and earlier stages have run, no ``make all`` of the
+profile is running) and otherwise stops with the command that fixes it.
 """
 
 from __future__ import annotations
 
 import ast
+import fcntl
 import functools
+import json
 import logging
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,14 +43,22 @@ from typing import Any
 import yaml
 
 from . import paths
-from .util import READS_ENV, did_you_mean
+from .util import READS_ENV, current, did_you_mean
 
 TOP_KEYS = {"description", "offline", "prepare", "common", "stages"}
 REQUIRED_TOP = {"description", "stages"}
+DEFAULT_PROFILE = "mini"         # what `make all` runs, and every notebook's default `profile`
+KERNEL = "train-before-test"     # the project's Jupyter kernel (`make lab` registers it; notebooks name it)
+LOCK_FILE = ".lock"              # outputs/<profile>/.lock: held by the run of that profile (lib.run)
+PREPARED_STAMP = ".prepared.json"   # outputs/<profile>/.prepared.json: its prepare hooks finished (lib.run)
 
 
 class ParamsError(ValueError):
     """A params file or a notebook parameter cell is invalid; the message names file and key."""
+
+
+class PrerequisiteError(RuntimeError):
+    """What a notebook needs has not been made yet; the message names the command that makes it."""
 
 
 # --------------------------------------------------------------------------- notebook defaults
@@ -256,9 +270,20 @@ def stage(name: str, namespace: dict[str, Any]) -> Stage:
     profile = namespace.get("profile")
     if not isinstance(profile, str):
         raise ParamsError(f"{name}: set `profile` in the parameters cell (profiles: {known_profiles()})")
+    defaults = notebook_parameters(name)
+    interactive = not os.environ.get(READS_ENV)         # lib.run sets it for the kernels it starts
+    if interactive and not injected_by_papermill(namespace):      # stepped through by a person
+        try:
+            check_prerequisites(load_profile(profile, validate=False), name)
+        except PrerequisiteError as exc:
+            other = last_run_profile(name) if profile == defaults["profile"] else None
+            if other is None:
+                raise
+            print(f"{name}: {str(exc).split(': ')[1]}; showing profile {other!r}, the last one that ran "
+                  f"(set profile = {other!r} in the parameters cell to say so, or run `make all` for {profile!r})")
+            profile = namespace["profile"] = other
     prof = load_profile(profile, validate=False)
     wanted = check_stage(prof, name)
-    defaults = notebook_parameters(name)
     final = {}
     for key, default in defaults.items():
         value = namespace.get(key, default)
@@ -273,11 +298,99 @@ def stage(name: str, namespace: dict[str, Any]) -> Stage:
     set_by_profile = sorted(k for k in prof.overrides(name) if k not in changed)
     if set_by_profile:
         print(f"{name}: {paths.show(prof.path)} sets {', '.join(set_by_profile)}; the rest are the defaults")
-    if changed and not os.environ.get(READS_ENV):
+    if changed and interactive:
         (ctx.out / paths.STAGE_STAMP).unlink(missing_ok=True)
         print(f"{name}: changed by hand: {', '.join(f'{k}={v!r}' for k, v in changed.items())}; writing to "
               f"{paths.show(ctx.out)} and clearing its cache, so the next `make all` re-runs this stage")
     return ctx
+
+
+def make_run(profile: str, stages: list[str]) -> str:
+    """The command that runs ``stages`` of ``profile``: ``make run PROFILE=mini STAGES="01 02"``."""
+    numbers = " ".join(s.split("_")[0] for s in stages)
+    return f"make run PROFILE={profile} STAGES={shlex.quote(numbers) if ' ' in numbers else numbers}"
+
+
+def ran_profiles() -> list[str]:
+    """Profiles of params/ with a finished run under outputs/ (their ``run_log.json``), the most
+    recent first."""
+    logs = sorted(paths.OUTPUTS.glob("*/run_log.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    known = set(known_profiles())
+    return [p.parent.name for p in logs if p.parent.name in known]
+
+
+def lock_holder(path: Path) -> str:
+    """``pid 123, `make all`, started 2026-01-01 12:00:00`` from a lock file (what its holder wrote)."""
+    try:
+        info = json.loads(path.read_text())
+        return f"pid {info['pid']}, `{info['command']}`, started {info['started']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that has not written its name yet"
+
+
+def injected_by_papermill(namespace: dict[str, Any]) -> bool:
+    """Whether papermill injected this notebook's parameters (its ``# Parameters`` cell is among
+    the inputs the kernel ran): a batch run with its own set-up, such as a test, not a person
+    stepping through, so :func:`stage` leaves the prerequisites to it."""
+    inputs = namespace.get("_ih") or namespace.get("In") or []
+    return any(isinstance(src, str) and src.startswith("# Parameters\n") for src in inputs)
+
+
+def last_run_profile(name: str) -> str | None:
+    """The profile that finished a run most recently among those that have stage ``name`` and
+    everything it needs (None: no such profile). A notebook left at its default profile shows this
+    one when the default has not run (e.g. after `make all PROFILE=smoke`)."""
+    for ran in ran_profiles():
+        try:
+            prof = load_profile(ran, validate=False)
+            if name in prof.stages:
+                check_prerequisites(prof, name)
+                return prof.name
+        except (ParamsError, PrerequisiteError):
+            continue
+    return None
+
+
+def running(profile: str) -> str | None:
+    """Who holds the profile's run lock (``pid ..., `make all`, started ...``), or None."""
+    path = paths.profile_dir(profile) / LOCK_FILE
+    if not path.exists():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return lock_holder(path)
+    finally:
+        os.close(fd)
+
+
+def check_prerequisites(prof: Profile, name: str) -> None:
+    """Before a notebook runs outside ``make all``: no run of the profile is in progress, its prepare
+    hooks have run with the current params file, and the stages before ``name`` have results.
+    Raises :class:`PrerequisiteError` naming the command that makes what is missing."""
+    holder = running(prof.name)
+    if holder:
+        raise PrerequisiteError(f"{name}: `make` is running profile {prof.name!r} now ({holder}); run this "
+                                "notebook when it has finished")
+    earlier = list(prof.stages)[:list(prof.stages).index(name)]
+    missing = [s for s in earlier if not (paths.stage_dir(prof.name, s) / "summary.json").exists()]
+    prepared = not prof.prepare or current(paths.profile_dir(prof.name) / PREPARED_STAMP, prof.prepare) is not None
+    if not missing and prepared:
+        return
+    if not (paths.profile_dir(prof.name) / "run_log.json").exists() and (missing or not earlier):
+        what = f"profile {prof.name!r} has not run"
+    elif missing:
+        what = f"stages {', '.join(missing)} of profile {prof.name!r} have not run"
+    else:
+        what = (f"profile {prof.name!r} has not been prepared with {paths.show(prof.path)} as it is now "
+                "(its prepare hook builds what the notebooks read)")
+    cmd = make_run(prof.name, missing or [name])
+    others = [p for p in ran_profiles() if p != prof.name and name in load_profile(p, validate=False).stages]
+    alt = f", or set profile = {others[0]!r} in the parameters cell (it has run)" if others else ""
+    raise PrerequisiteError(f"{name}: {what}: run `{cmd}` (or `make all"
+                            f"{'' if prof.name == DEFAULT_PROFILE else ' PROFILE=' + prof.name}`){alt}")
 
 
 def _same(a: Any, b: Any) -> bool:

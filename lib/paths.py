@@ -32,10 +32,18 @@ def data_dir(required: str | None = None) -> Path:
     base = Path(env).expanduser().resolve() if env else DATA_DOWNLOADS
     target = base / required if required else base
     if not target.exists():
-        how = (f"{DATA_ENV}={env} does not contain it" if env
-               else f"set {DATA_ENV}=<folder> (e.g. ../shared/data) or run `make data`")
-        raise DataMissing(f"published data not found: {target} ({how})")
+        raise DataMissing(f"published data not found: {target} ({provide_data(env)})")
     return base
+
+
+def provide_data(env: str | None = None) -> str:
+    """How to provide the published data, for messages (a notebook reads ``HARMONY_DATA`` when it
+    needs the data, so ``%env`` in a running JupyterLab works without restarting it)."""
+    if env:
+        return (f"{DATA_ENV}={env} does not contain it: `export {DATA_ENV}=<folder with the published data>`, "
+                f"or in a notebook `%env {DATA_ENV}=<folder>`")
+    return (f"run `make data` (downloads it into {show(DATA_DOWNLOADS)}, where notebooks find it), or "
+            f"`export {DATA_ENV}=<folder>` (e.g. ../shared/data; in a notebook `%env {DATA_ENV}=<folder>`)")
 
 
 def has_data(required: str) -> bool:
@@ -52,6 +60,24 @@ def show(path: str | os.PathLike) -> str:
         return str(Path(path).resolve().relative_to(ROOT))
     except ValueError:
         return str(path)
+
+
+def make_command(where: str | os.PathLike, stages: str | None = None) -> str:
+    """The command that (re)builds ``where``: a profile's name or a path under ``outputs/``.
+    ``make run PROFILE=<p> STAGES=<NN>`` for a stage's folder (or the given ``stages``), else
+    ``make all PROFILE=<p>`` (``make all`` for the default profile, mini); a path elsewhere: ``make all``."""
+    parts: tuple[str, ...] = (str(where),)
+    if os.sep in str(where):
+        try:
+            parts = Path(where).resolve().relative_to(OUTPUTS.resolve()).parts
+        except ValueError:
+            return "make all"
+    profile = parts[0]
+    if stages is None and len(parts) > 1 and parts[1][:2].isdigit() and "_" in parts[1]:
+        stages = parts[1].split("_")[0]
+    if stages:
+        return f"make run PROFILE={profile} STAGES={stages if ' ' not in stages else repr(stages)}"
+    return "make all" if profile == "mini" else f"make all PROFILE={profile}"
 
 
 def profile_dir(profile: str) -> Path:

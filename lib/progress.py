@@ -23,9 +23,11 @@ import sys
 import time
 
 STAGE_ENV = "TBT_STAGE"      # set by lib.run while a stage runs: prefixes the lines with its name
+HEARTBEAT_ENV = "TBT_HEARTBEAT"   # set by lib.run: a file touched at every line, so its heartbeat stays quiet
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """``42s``, ``3m10s``, ``2h05m``."""
     seconds = int(round(seconds))
     if seconds < 60:
         return f"{seconds}s"
@@ -45,9 +47,9 @@ class Progress:
 
     def line(self, note: str = "") -> str:
         elapsed = time.monotonic() - self.start
-        text = f"{self.label}: {self.done}/{self.total} units, {_clock(elapsed)} elapsed"
+        text = f"{self.label}: {self.done}/{self.total} units, {clock(elapsed)} elapsed"
         if 0 < self.done < self.total:
-            text += f", about {_clock(elapsed / self.done * (self.total - self.done))} left"
+            text += f", about {clock(elapsed / self.done * (self.total - self.done))} left"
         stage = os.environ.get(STAGE_ENV)
         return (f"[{stage}] " if stage else "") + text + (f" ({note})" if note else "")
 
@@ -56,6 +58,9 @@ class Progress:
         try:
             self.stream.write(self.line(note) + "\n")
             self.stream.flush()
+            if os.environ.get(HEARTBEAT_ENV):
+                with open(os.environ[HEARTBEAT_ENV], "a"):
+                    os.utime(os.environ[HEARTBEAT_ENV])
         except (OSError, ValueError):      # a closed console must never stop the work
             pass
 

@@ -100,8 +100,7 @@ def import_store(profile: str, source: str | Path | None = None, force: bool = F
     """
     path = Path(source) if source is not None else results_path()
     if not path.is_file():
-        raise paths.DataMissing(f"published results not found: {path} (set {paths.DATA_ENV}=<folder> "
-                                "(e.g. ../shared/data) or run `make data`)")
+        raise paths.DataMissing(f"published results not found: {path} ({paths.provide_data()})")
     root = paths.store_dir(profile)
     digest = sha256_file(path)
     marker = root / "_meta" / MARKER

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import paths
 from .util import CorruptFile, atomic_write_json, note_read, read_json
 
 # The two protocols, spelled the same way in the store, the job grid, the tables and the figures.
@@ -101,8 +102,8 @@ def read(path: str | os.PathLike) -> Result:
     try:
         data = read_json(path)
     except CorruptFile as exc:
-        raise StoreError(f"{exc}; delete it and re-run the stage that wrote it (`make all` redoes only "
-                         "what is missing)") from None
+        raise StoreError(f"{exc}; delete it and re-run the stage that wrote it (`{paths.make_command(path)}` "
+                         "redoes only what is missing)") from None
     if not isinstance(data, dict):
         raise StoreError(f"corrupted result file {path}: not a JSON object")
     if data.get("schema") != SCHEMA:
@@ -131,7 +132,8 @@ def load(root: str | os.PathLike, protocol: str | None = None) -> pd.DataFrame:
     :data:`COLUMNS`)."""
     root = Path(root)
     if not root.is_dir():
-        raise StoreError(f"results store {root} does not exist (run the stages that fill it first)")
+        raise StoreError(f"results store {root} does not exist (run the stages that fill it first: "
+                         f"`{paths.make_command(root)}`)")
     note_read(root / protocol if protocol else root)
     rows = []
     for path in iter_paths(root):

@@ -1,9 +1,16 @@
-"""Notebook hygiene: committed without outputs, thin, one parameters cell, every profile valid."""
+"""Notebook hygiene: committed without outputs, in the current nbformat with stable cell ids, naming
+the project's kernel, thin, one parameters cell, every profile valid; the git filter that keeps
+outputs out of commits; result files readable like the figures."""
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
+import subprocess
+import sys
 
+import nbformat
 import pytest
 
 from lib import params, paths
@@ -21,6 +28,66 @@ def test_notebook_is_clean_and_thin(path):
     assert len(nb["cells"]) <= 30, f"{path.name}: {len(nb['cells'])} cells; move logic into lib/"
     assert nb["cells"][0]["cell_type"] == "markdown", f"{path.name}: start with the question it answers"
     params.notebook_parameters(path.stem)          # exactly one literal-only parameters cell
+    assert (nb["nbformat"], nb["nbformat_minor"]) == (4, 5), f"{path.name}: store it in nbformat 4.5"
+    ids = [c.get("id") for c in nb["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids), f"{path.name}: every cell needs a stable, unique id"
+    nbformat.validate(nbformat.reads(path.read_text(), as_version=4))
+    assert nb["metadata"]["kernelspec"]["name"] == params.KERNEL, f"{path.name}: name the project's kernel"
+    first = nb["cells"][1]["source"]
+    assert "tags" in nb["cells"][1]["metadata"] and f'profile = "{params.DEFAULT_PROFILE}"' in "".join(first)
+
+
+def _makefile_strip_command() -> list[str]:
+    """The nbstripout command the Makefile installs as git's clean filter (run with this interpreter)."""
+    text = (paths.ROOT / "Makefile").read_text().replace("\\\n", " ")
+    line = re.search(r"^NBSTRIP := (.*)$", text, re.M).group(1)
+    return shlex.split(line.replace("$(VENV)/bin/python", sys.executable)) + ["-t"]
+
+
+def test_git_strips_notebook_outputs_before_commit():
+    """.gitattributes sends every notebook through the Makefile's nbstripout filter: a committed
+    notebook is left as it is (git status stays clean), and one saved by JupyterLab after running
+    (outputs, counts, timings, full language_info) comes out as the committed file."""
+    attrs = (paths.ROOT / ".gitattributes").read_text()
+    assert "*.ipynb filter=nbstripout" in attrs
+    make = (paths.ROOT / "Makefile").read_text()
+    assert "git config filter.nbstripout.clean '$(NBSTRIP)'" in make and "filter.nbstripout.required true" in make
+    strip = _makefile_strip_command()
+    for path in NOTEBOOKS:
+        out = subprocess.run(strip + [str(path)], capture_output=True, text=True, check=True).stdout
+        assert out == path.read_text(), f"{path.name}: not what the git filter writes; run the filter on it"
+    path = NOTEBOOKS[0]
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            cell.execution_count = i
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * 1000)]
+            cell.metadata["execution"] = {"iopub.status.busy": "2026-01-01T00:00:00Z"}
+            cell.metadata["scrolled"] = True
+    nb.metadata["language_info"].update(version="3.11.9", mimetype="text/x-python", file_extension=".py",
+                                        codemirror_mode={"name": "ipython", "version": 3},
+                                        nbconvert_exporter="python", pygments_lexer="ipython3")
+    saved = nbformat.writes(nb) + "\n"
+    out = subprocess.run(strip, input=saved, capture_output=True, text=True, check=True).stdout
+    assert out == path.read_text()
+
+
+def test_result_files_are_readable_like_the_figures(tmp_path):
+    """Under a 022 umask, summary.json, numbers.tex, tables and folders made atomically are 0644 / 0755."""
+    code = f"""
+import os, pandas as pd
+os.umask(0o022)
+from lib import report, util
+out = {str(tmp_path)!r}
+report.write_summary(out, {{"x": 1}})
+report.write_numbers_tex(out, {{"x": 1.5}})
+report.write_table(pd.DataFrame({{"a": [1]}}), out, "table")
+util.atomic_dir(os.path.join(out, "folder"), lambda d: open(os.path.join(d, "f.txt"), "w").close())
+"""
+    subprocess.run([sys.executable, "-c", code], cwd=paths.ROOT, check=True)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.rglob("*")}
+    assert modes == {"summary.json": 0o644, "numbers.tex": 0o644, "table.csv": 0o644, "folder": 0o755,
+                     "f.txt": 0o644}, {k: oct(v) for k, v in modes.items()}
 
 
 @pytest.mark.parametrize("name", PROFILES)

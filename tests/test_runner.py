@@ -116,3 +116,202 @@ def test_a_stage_key_covers_only_the_lib_modules_it_imports(tmp_path):
     assert "lib/benchalign/rank.py" in after["07_benchalign"]["lib"]
     assert not any(f.startswith("lib/benchalign") for f in after["04_rank_agreement"]["lib"])
     assert "lib/analysis/agreement.py" in after["04_rank_agreement"]["lib"]
+
+
+# --------------------------------------------------------------------------- a quiet, informative console
+SLOW_REPLY = """
+import time
+kernel = get_ipython().kernel
+reply = kernel.shell_handlers["kernel_info_request"]
+
+async def slow_reply(*args):      # papermill asks for kernel_info right before it shuts the kernel down
+    await reply(*args)
+    time.sleep(2.0)               # ... and the kernel is still busy with it when the shutdown begins
+
+kernel.shell_handlers["kernel_info_request"] = slow_reply
+"""
+
+
+@pytest.mark.slow
+def test_the_runner_kernel_is_quiet(tmp_path, capfd):
+    """jupyter_client's graceful shutdown SIGINTs a kernel still finishing its last reply, and ipykernel
+    logs `ERROR | KeyboardInterrupt caught in kernel` (the stray line of stage 01); plain-TCP kernels warn
+    about encryption. The runner's kernel manager does neither; papermill's default shows both."""
+    import papermill as pm
+
+    nb = tmp_path / "slow.ipynb"
+    _notebook(nb, SLOW_REPLY)
+    pm.execute_notebook(str(nb), str(tmp_path / "default.ipynb"), kernel_name="python3", progress_bar=False)
+    before = capfd.readouterr().err
+    assert "KeyboardInterrupt caught in kernel" in before and "without encryption" in before
+    pm.execute_notebook(str(nb), str(tmp_path / "ours.ipynb"), kernel_name=params.KERNEL, progress_bar=False,
+                        kernel_manager_class=run.kernel_manager_class())
+    after = capfd.readouterr().err
+    assert "KeyboardInterrupt" not in after and "WARNING" not in after and "ERROR" not in after, after
+
+
+def test_heartbeat_prints_cells_and_elapsed_only_when_the_console_is_quiet(tmp_path):
+    import io
+    import time
+
+    out = io.StringIO()
+    with run.Heartbeat("[x] 02_demo", cells=5, every=0.2, stream=out) as beat:
+        beat.on_cell_start(cell_index=1)
+        time.sleep(0.75)
+    lines = out.getvalue().splitlines()
+    assert 2 <= len(lines) <= 4, lines
+    assert all(line.startswith("[x] 02_demo: cell 2 of 5, ") and line.endswith("s elapsed") for line in lines)
+    touch, quiet = tmp_path / ".heartbeat", io.StringIO()
+    with run.Heartbeat("[x] 02_demo", cells=5, every=0.3, stream=quiet, touch=touch):
+        for _ in range(10):               # Progress lines of the kernel touch the file: no heartbeat needed
+            touch.touch()
+            time.sleep(0.08)
+    assert quiet.getvalue() == ""
+
+
+def test_progress_lines_touch_the_heartbeat_file(tmp_path, monkeypatch):
+    import io
+
+    from lib.progress import HEARTBEAT_ENV, Progress
+
+    touch = tmp_path / ".heartbeat"
+    monkeypatch.setenv(HEARTBEAT_ENV, str(touch))
+    with Progress(total=1, label="units", stream=io.StringIO()) as progress:
+        progress.advance()
+    assert touch.exists()
+
+
+# --------------------------------------------------------------------------- one run per profile
+SLEEPER = """
+import time
+from lib import params, report
+ctx = params.stage("01_demo", globals())
+time.sleep(n)
+report.write_summary(ctx.out, {"slept": n})
+"""
+
+
+def _runner(project, *args):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TBT_PARAMS": str(project / "params"), "TBT_NOTEBOOKS": str(project / "notebooks"),
+           "TBT_OUTPUTS": str(project / "outputs")}
+    return subprocess.Popen([sys.executable, "-m", "lib.run", "x", *args], cwd=paths.ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_lock(project, pid: int, timeout: float = 120.0):
+    import time
+
+    lock = project / "outputs" / "x" / params.LOCK_FILE
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if lock.exists() and f'"pid": {pid}' in lock.read_text() and params.running("x"):
+            return
+        time.sleep(0.2)
+    raise AssertionError("the first run never took the lock")
+
+
+@pytest.mark.slow
+def test_a_second_run_of_a_profile_is_refused_or_waits_and_a_killed_run_leaves_no_lock(project, monkeypatch,
+                                                                                       capsys):
+    import signal
+    import time
+
+    monkeypatch.setenv("TBT_PARAMS", str(project / "params"))
+    monkeypatch.setenv("TBT_NOTEBOOKS", str(project / "notebooks"))
+    _notebook(project / "notebooks" / "01_demo.ipynb", SLEEPER)
+    (project / "params" / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 6}\n")
+    summary = project / "outputs" / "x" / "01_demo" / "summary.json"
+
+    first = _runner(project)
+    _wait_for_lock(project, first.pid)
+    with pytest.raises(run.RunLocked, match=rf"profile 'x' is being run by another process \(pid {first.pid}, "
+                                            r"`.*lib.run x`, started 20\d\d-"):
+        run.run_profile("x")
+    assert run.main(["x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"pid {first.pid}" in err[0] and "WAIT=1" in err[0]
+    output, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, output
+    assert json.loads(summary.read_text()) == {"slept": 6}           # the first run finished, complete
+
+    second = _runner(project, "--force")
+    _wait_for_lock(project, second.pid)
+    t0 = time.time()
+    log = run.run_profile("x", wait=True)                            # queues behind it, then finds it cached
+    assert log["01_demo"]["status"] == "cached" and second.wait(timeout=300) == 0
+    assert time.time() - t0 > 1.0 and "waiting for the run that holds" in capsys.readouterr().out
+
+    (project / "params" / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 60}\n")
+    killed = _runner(project)
+    _wait_for_lock(project, killed.pid)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=30)
+    (project / "params" / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 1}\n")
+    assert params.running("x") is None
+    assert run.run_profile("x")["01_demo"]["status"] == "ran"     # the killed run's lock is gone
+    assert json.loads(summary.read_text()) == {"slept": 1}
+
+
+# --------------------------------------------------------------------------- interactive runs and make all
+@pytest.mark.slow
+def test_an_interactive_run_with_changed_parameters_is_redone_by_the_next_run(project, monkeypatch, capsys):
+    """Stepped through with a value changed by hand, a notebook writes to the stage's folder and
+    clears its cache stamp (one line says so); the next run redoes the stage with the params file's
+    value, so outputs and params agree again."""
+    import nbclient
+
+    monkeypatch.setenv("TBT_PARAMS", str(project / "params"))
+    monkeypatch.setenv("TBT_NOTEBOOKS", str(project / "notebooks"))
+    out = project / "outputs" / "x" / "01_demo"
+    assert run.run_profile("x")["01_demo"]["status"] == "ran"
+    nb = nbformat.read(project / "notebooks" / "01_demo.ipynb", as_version=4)
+    nb.cells[1].source = nb.cells[1].source.replace("n = 1", "n = 5")          # changed by hand in JupyterLab
+    nbclient.NotebookClient(nb, kernel_manager_class=run.kernel_manager_class(), kernel_name=params.KERNEL,
+                            resources={"metadata": {"path": str(project / "notebooks")}}).execute()
+    said = "".join(o.get("text", "") for o in nb.cells[2].outputs)
+    assert "changed by hand: n=5" in said and "clearing its cache" in said and "re-runs this stage" in said
+    assert json.loads((out / "summary.json").read_text()) == {"n_squared": 25}
+    assert not (out / paths.STAGE_STAMP).exists()
+    assert run.run_profile("x")["01_demo"]["status"] == "ran"
+    assert json.loads((out / "summary.json").read_text()) == {"n_squared": 49}   # params/x.yaml: n = 7
+    assert run.run_profile("x")["01_demo"]["status"] == "cached"
+
+
+# --------------------------------------------------------------------------- the published data
+def test_make_all_downloads_missing_published_data_or_says_how_to_provide_it(tmp_path, monkeypatch, capsys,
+                                                                           harmony_data):
+    """`make all` (mini, then published) with no data: downloaded from the pinned sources (here a
+    file:// mirror), sha256-checked, into data/published, where the notebooks find it without
+    HARMONY_DATA; offline, one line says how to provide it."""
+    from lib import data
+
+    mirror = tmp_path / "mirror"
+    for r in data.FILES:
+        target = mirror / r.repo / r.commit / r.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((harmony_data / r.dest).read_bytes())
+    monkeypatch.delenv(paths.DATA_ENV)
+    monkeypatch.setattr(paths, "DATA_DOWNLOADS", tmp_path / "data" / "published")
+    monkeypatch.setattr(data, "ITEM_FILES", {})                   # the item files are large: skipped here
+    monkeypatch.setattr(data, "URL_TEMPLATE", "http://127.0.0.1:9/{repo}/{commit}/{path}")   # nothing listens
+    assert run.main(["published"]) == 2                           # `make all PROFILE=published`: stops at once
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "cannot be reached" in err and f"export {paths.DATA_ENV}=" in err
+    real = run.load_profile
+    monkeypatch.setattr(run, "load_profile", lambda name: params.Profile("x", tmp_path / "x.yaml", "", {})
+                        if name == "x" else real(name))
+    monkeypatch.setattr(run, "run_profile", lambda name, *a, **k: print(f"ran {name}"))
+    assert run.main(["x", "--then-published"]) == 0               # `make all`: x, then one line for published
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0] == "ran x" and len(out) == 2 and out[1].startswith("[published] skipped: published data not found")
+    monkeypatch.setattr(data, "URL_TEMPLATE", f"file://{mirror}/{{repo}}/{{commit}}/{{path}}")
+    assert run.main(["x", "--then-published"]) == 0               # now downloaded, then published runs
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "ran published"
+    assert paths.data_dir(data.REQUIRED) == tmp_path / "data" / "published"
+    assert (tmp_path / "data" / "published" / data.REQUIRED).read_bytes() == (harmony_data / data.REQUIRED).read_bytes()
+    monkeypatch.setenv(paths.DATA_ENV, str(tmp_path / "elsewhere"))
+    assert "does not contain" in run.ensure_published_data()     # an explicit HARMONY_DATA is never overridden

@@ -287,7 +287,8 @@ def load_pipeline(store: str | Path, work: str | Path, benchmarks: Sequence[str]
     root = Path(work) / "items" / protocol
     note_read(root)
     if not root.is_dir():
-        raise ItemDataError(f"no per-item correctness under {root} (run direct evaluation first)")
+        raise ItemDataError(f"no per-item correctness under {root} (run direct evaluation first: "
+                            f"`{paths.make_command(root, '03')}`)")
     present = sorted(p.name for p in root.iterdir() if p.is_dir())
     benchmarks = list(benchmarks) or present
     for b in benchmarks:

@@ -29,7 +29,7 @@ def benchmark_table(profile: str) -> pd.DataFrame:
     if not has_world(profile):
         if not names:
             raise FileNotFoundError(f"profile {profile!r} recorded no benchmark metadata in {root}: run its "
-                                    "prepare hook first")
+                                    f"prepare hook first: `{paths.make_command(profile, '00')}`")
         return metadata.benchmarks_frame(names, root)[["category", "metric", "kind"]]
     wdir = zoo.world_dir(profile)
     manifest = read_json(wdir / "manifest.json")
@@ -53,7 +53,7 @@ def zoo_table(profile: str) -> pd.DataFrame:
     meta = store.read_meta(root, "models")
     if not meta:
         raise FileNotFoundError(f"profile {profile!r} recorded no model metadata in {root}: run its prepare "
-                                "hook first")
+                                f"hook first: `{paths.make_command(profile, '00')}`")
     rows = []
     for name in meta:
         info = metadata.model_info(name, root)
@@ -124,7 +124,7 @@ def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np
     ax.set_ylabel("training tokens (thousands)")
     ax.margins(0.15)
     ax.set_title("The zoo")
-    ax.legend(fontsize=6, loc="best")
+    ax.legend(fontsize=7, loc="best")
     if curves:
         ax = axes.pop(0)
         for name, curve in curves.items():
@@ -139,7 +139,7 @@ def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np
         im = ax.imshow(doses.to_numpy(), aspect="auto", cmap="Greens")
         ax.set_xticks(range(doses.shape[1]), [c.removeprefix("mw_") for c in doses.columns], rotation=45,
                       ha="right")
-        ax.set_yticks(range(doses.shape[0]), [m.removeprefix("mw-") for m in doses.index], fontsize=6)
+        ax.set_yticks(range(doses.shape[0]), [m.removeprefix("mw-") for m in doses.index], fontsize=7)
         ax.set_title("Preparation dose")
         ax.grid(False)
         fig.colorbar(im, ax=ax, fraction=0.05, label="formatted examples")

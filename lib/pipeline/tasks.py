@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import paths
 from ..metadata import Benchmark
 from ..util import did_you_mean, note_read
 
@@ -69,7 +70,8 @@ def check_task_yaml(include_paths: Iterable[str | Path]) -> list[Path]:
     for root in include_paths:
         root = Path(root)
         if not root.is_dir():
-            raise TaskError(f"include_path {root} is not a folder")
+            raise TaskError(f"include_path {root} is not a folder (a profile's local tasks come from its prepare "
+                            f"hook: `{paths.make_command(root, '01')}`)")
         for path in sorted(root.glob("**/*.yaml")):
             try:
                 cfg = load_yaml(path, resolve_func=False, recursive=True)
