@@ -211,12 +211,14 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
     hi])} from the test split (direct evaluation drawn at epoch 0, train-before-test dashed)."""
     from .budget import BEST
 
-    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, 2.9))
-    curves = [c for c in table["curve"].unique() if c != BEST] + ([BEST] if BEST in set(table["curve"]) else [])
+    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, 3.6))
+    lrs = [c for c in table["curve"].unique() if c != BEST]
+    curves = lrs + ([BEST] if BEST in set(table["curve"]) else [])
+    shades = plt.get_cmap("viridis")(np.linspace(0.35, 0.8, max(1, len(lrs))))
     for k, curve in enumerate(curves):
         g = table[table["curve"] == curve].sort_values("epoch")
         best = curve == BEST
-        color = "0.1" if best else f"C{k + 2}"
+        color = "0.1" if best else shades[k]
         ax.plot(g["epoch"], g["mean_tau"], marker="o", ms=3, lw=2 if best else 1, color=color,
                 label=f"{curve} (validation)")
         ax.fill_between(g["epoch"], g["lo"], g["hi"], color=color, alpha=0.12 if best else 0.08, lw=0)
@@ -236,12 +238,12 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
     ax.set_xticks(epochs)
     ax.set_xlabel("fine-tuning epochs (0: none)")
     ax.set_ylabel("mean Kendall τ over benchmark pairs")
-    ax.legend(fontsize=6.5, loc="best")
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     ax.set_title("Agreement against fine-tuning budget")
     fig.text(0.01, 0.005, "Per-epoch points rank models by validation scores (the test split is scored once,\n"
              "at the selected checkpoint); bands: 95 % bootstrap intervals over models.", fontsize=6.5,
              ha="left", va="bottom", color="0.3")
-    fig.tight_layout(rect=(0, 0.09, 1, 1))
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
 
 
