@@ -96,14 +96,18 @@ def per_benchmark_bars(per_benchmark: pd.DataFrame, cis: Mapping[str, pd.DataFra
     return fig
 
 
-def category_heatmaps(mats: Mapping[str, pd.DataFrame]):
-    """Category x category mean-tau heatmaps, one per protocol."""
+def category_heatmaps(mats: Mapping[str, pd.DataFrame], within: Mapping[str, tuple[float, list]] | None = None):
+    """Category x category mean-tau heatmaps, one per protocol; ``within``: {protocol: (within-category
+    mean tau, [lo, hi])} for the panel titles."""
     fig, axes = plt.subplots(1, len(mats), figsize=(WIDTH_DOUBLE, WIDTH_DOUBLE / len(mats) + 0.6), squeeze=False,
                              sharey=True)
     for ax, (p, mat) in zip(axes[0], mats.items()):
         sns.heatmap(mat, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=True, fmt=".2f", square=True,
                     cbar=False, annot_kws={"fontsize": ANNOT}, yticklabels=ax is axes[0][0])
-        ax.set_title(_label(p))
+        title = _label(p)
+        if within and p in within and np.isfinite(within[p][0]):
+            title += f"\nwithin categories {within[p][0]:.2f}{ci_text(within[p][1])}"
+        ax.set_title(title)
         ax.tick_params(labelsize=7)
     _suptitle(fig, "Mean Kendall τ of benchmark pairs by category (diagonal: pairs within a category)")
     fig.tight_layout()

@@ -100,29 +100,30 @@ def weighted_tau(matrix: np.ndarray, pairs: Sequence[tuple[int, int]], weights: 
     if not len(a) or n < 2:
         return np.full((len(w), len(a)), np.nan)
     i, j = np.triu_indices(n, 1)
-    diff = x[i] - x[j]                                     # model pairs x columns
+    diff = (x[i] - x[j]).T                                 # columns x model pairs
     complete = bool(np.isfinite(x).all())
-    sign = np.nan_to_num(np.sign(diff)).astype(np.float32)
-    tied_not = np.abs(sign)
-    num_q = sign[:, a] * sign[:, b]
+    sign = np.ascontiguousarray(np.nan_to_num(np.sign(diff)), dtype=np.float32)
+    untied_q = np.abs(sign)
+    num_q = sign[a] * sign[b]                              # column pairs x model pairs (rows gathered)
     if not complete:                                       # a pair's denominators depend on both columns
         valid = np.isfinite(diff).astype(np.float32)
-        den_a_q = tied_not[:, a] * valid[:, b]
-        den_b_q = tied_not[:, b] * valid[:, a]
-    finite = np.isfinite(x).astype(np.float32)
-    both = finite[:, a] * finite[:, b]                     # models x pairs
+        den_a_q = untied_q[a] * valid[b]
+        den_b_q = untied_q[b] * valid[a]
+        finite = np.isfinite(x).astype(np.float32)
+        both = finite[:, a] * finite[:, b]                 # models x column pairs
     out = np.empty((len(w), len(a)))
     step = chunk or max(1, int(4e6 // max(1, len(i))))
     for start in range(0, len(w), step):
         ws = w[start:start + step]
         wp = ws[:, i] * ws[:, j]                            # draws x model pairs
-        num = (wp @ num_q).astype(float)
-        if complete:                                       # untied pairs per column, one product
-            untied = (wp @ tied_not).astype(float)
+        num = (wp @ num_q.T).astype(float)
+        if complete:                                       # untied pairs per column: one small product
+            untied = (wp @ untied_q.T).astype(float)
             den = untied[:, a] * untied[:, b]
+            n_eff = np.broadcast_to(ws.sum(axis=1, dtype=float)[:, None], den.shape)
         else:
-            den = (wp @ den_a_q).astype(float) * (wp @ den_b_q).astype(float)
-        n_eff = (ws @ both).astype(float)
+            den = (wp @ den_a_q.T).astype(float) * (wp @ den_b_q.T).astype(float)
+            n_eff = (ws @ both).astype(float)
         with np.errstate(invalid="ignore", divide="ignore"):
             tau = num / np.sqrt(den)
         tau[(den <= 0) | (n_eff < max(2, min_models))] = np.nan
