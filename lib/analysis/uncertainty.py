@@ -190,16 +190,12 @@ def pca_draws(matrix: np.ndarray, weights: np.ndarray | None = None, covariate: 
     varying = var > 1e-10 * np.maximum(np.einsum("dkk->dk", second), 1e-300)   # rounding, not spread
     sd = np.where(varying, np.sqrt(np.where(varying, var, 1.0)), np.inf)
     corr = cov / (sd[:, :, None] * sd[:, None, :])
-    if covariate is None:                                  # eigenvalues only: three times faster
-        vals, vecs = np.linalg.eigvalsh(corr), None
-    else:
-        vals, vecs = np.linalg.eigh(corr)
     n_varying = varying.sum(axis=1)
+    top, v = top_eigenpairs(corr, n_varying)
     ok = (distinct >= max(2, min_models)) & (n_varying >= 2)
-    pc1 = np.where(ok, vals[:, -1] / np.maximum(n_varying, 1), np.nan)
+    pc1 = np.where(ok, top / np.maximum(n_varying, 1), np.nan)
     out = {"pc1": pc1}
     if covariate is not None:
-        v = vecs[:, :, -1]
         v = v * np.where(v.sum(axis=1) < 0, -1.0, 1.0)[:, None]
         scaled = v / sd                                                # draws x k (0 for constant columns)
         scores = scaled @ x.T - (mu * scaled).sum(axis=1)[:, None]     # draws x models
@@ -210,6 +206,40 @@ def pca_draws(matrix: np.ndarray, weights: np.ndarray | None = None, covariate: 
             c = np.where(rows, cov_known, 0.0)
             out["r"][name] = np.where(ok, weighted_pearson(scores, c[None, :], w * rows[None, :], min_models), np.nan)
     return out
+
+
+def top_eigenpairs(mats: np.ndarray, trace: np.ndarray, iterations: int = 100,
+                   tol: float = 1e-11) -> tuple[np.ndarray, np.ndarray]:
+    """Largest eigenvalue and its unit eigenvector of each symmetric positive semi-definite matrix
+    in a (batch x k x k) stack whose trace is ``trace``.
+
+    Power iteration, batched, from the all-ones direction; a pair counts as found when its residual
+    ``|C v - l v|`` is below ``tol * l`` *and* ``l > trace / 2`` (the other eigenvalues are >= 0 and
+    sum to ``trace - l``, so none can exceed it). Matrices without such a pair after
+    ``iterations`` steps (PC1 under half the variance, or slow convergence) go to
+    ``numpy.linalg.eigh``. Several times faster than ``eigh`` on the whole stack.
+    """
+    b, k, _ = mats.shape
+    trace = np.broadcast_to(np.asarray(trace, float), (b,))
+    v = np.full((b, k), 1 / np.sqrt(k))
+    lam = np.zeros(b)
+    active = np.arange(b)                                  # matrices still iterating
+    for step in range(1, iterations + 1):
+        cv = np.matmul(mats[active], v[active][:, :, None])[:, :, 0]
+        if step % 4 == 0 or step == iterations:            # check every few steps: checks cost a step
+            lam[active] = (v[active] * cv).sum(axis=1)
+            resid = np.linalg.norm(cv - lam[active][:, None] * v[active], axis=1)
+            done = (resid <= tol * np.maximum(lam[active], 1e-300)) & (lam[active] > trace[active] / 2)
+            keep = ~done
+            active, cv = active[keep], cv[keep]
+            if not len(active):
+                break
+        norm = np.linalg.norm(cv, axis=1)
+        v[active] = cv / np.where(norm > 0, norm, 1.0)[:, None]
+    if len(active):
+        vals, vecs = np.linalg.eigh(mats[active])
+        lam[active], v[active] = vals[:, -1], vecs[:, :, -1]
+    return lam, v
 
 
 def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray, min_models: int = 3) -> np.ndarray:
