@@ -323,6 +323,12 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     missing = noise.missing_line(meas)
     if missing:
         notes.append(missing)
+    tied = {p: [b for b in benchmarks
+                if meas[p].source[b] != noise.MISSING and not np.isfinite(rel[p].loc[b, "reliability"])]
+            for p in protocols}
+    if any(tied.values()):
+        notes.append("reliability undefined (scores too tied to split into halves), so no noise ceiling for "
+                     + "; ".join(f"{p}: {', '.join(bs)}" for p, bs in tied.items() if bs))
     ceiling = {"pairs": ceiling_pairs, "per_benchmark": noise.ceiling_per_benchmark(ceiling_pairs, protocols),
                "summary": noise.ceiling_summary(ceiling_pairs, protocols), "reliability": rel, "missing": missing}
     per_b = ceiling["per_benchmark"].to_dict("index")

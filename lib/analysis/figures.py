@@ -159,7 +159,7 @@ def ceiling_plot(pairs: pd.DataFrame, per_benchmark: pd.DataFrame, protocols: tu
     left.text(0.97, 0.99, "τ = ceiling", transform=left.transAxes, ha="right", va="top", fontsize=7, color="0.3")
     left.set_xlabel("noise ceiling of the pair")
     left.set_ylabel("Kendall τ of the pair")
-    left.legend(loc="lower right", fontsize=7)
+    left.legend(loc="upper left", fontsize=7)
     left.set_title("Each benchmark pair")
     order = per_benchmark.sort_values(f"tau_{protocols[0]}").index
     y = np.arange(len(order))
@@ -215,7 +215,7 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
     hi])} from the test split (direct evaluation drawn at epoch 0, train-before-test dashed)."""
     from .budget import BEST
 
-    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, 3.6))
+    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, 3.4))
     lrs = [c for c in table["curve"].unique() if c != BEST]
     curves = lrs + ([BEST] if BEST in set(table["curve"]) else [])
     shades = plt.get_cmap("viridis")(np.linspace(0.35, 0.8, max(1, len(lrs))))
@@ -247,7 +247,7 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
     fig.text(0.01, 0.005, "Per-epoch points rank models by validation scores (the test split is scored once,\n"
              "at the selected checkpoint); bands: 95 % bootstrap intervals over models.", fontsize=6.5,
              ha="left", va="bottom", color="0.3")
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 
