@@ -10,7 +10,6 @@ table and its forest plot show whether the gain stays clear of zero without any 
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from .. import store
@@ -58,17 +57,14 @@ def tau_gain(matrices: dict[str, pd.DataFrame], subsets: dict[str, list[str]], n
     """Mean Kendall tau over benchmark pairs per protocol, and the gain with its paired interval, per
     subset. ``matrices``: {protocol: oriented model x benchmark matrix}, same columns."""
     cols = list(next(iter(matrices.values())).columns)
-    k = len(cols)
-    pairs = [(a, b) for a in range(k) for b in range(a + 1, k)]
-    both = pairs + [(a + k, b + k) for a, b in pairs]
     rows = []
     for label, members in subsets.items():
-        x = np.hstack([matrices[p].reindex(index=members, columns=cols).to_numpy(float) for p in protocols])
-        point = uncertainty.weighted_tau(x, both, None, min_models)[0]
-        taus = uncertainty.weighted_tau(x, both, uncertainty.draws(len(members), n_boot, seed), min_models)
-        m = len(pairs)
-        pt = {p: float(uncertainty.nanmean_rows(point[None, i * m:(i + 1) * m])[0]) for i, p in enumerate(protocols)}
-        bt = {p: uncertainty.nanmean_rows(taus[:, i * m:(i + 1) * m]) for i, p in enumerate(protocols)}
+        w = uncertainty.draws(len(members), n_boot, seed)
+        pt, bt = {}, {}
+        for p in protocols:
+            x = matrices[p].reindex(index=members, columns=cols).to_numpy(float)
+            pt[p] = float(uncertainty.mean_pair_tau(x, None, min_models)[0])
+            bt[p] = uncertainty.mean_pair_tau(x, w, min_models)
         rows.append(_row(label, len(members), pt, bt, level, protocols))
     return pd.DataFrame(rows)
 

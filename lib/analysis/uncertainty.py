@@ -115,20 +115,54 @@ def weighted_tau(matrix: np.ndarray, pairs: Sequence[tuple[int, int]], weights: 
     step = chunk or max(1, int(4e6 // max(1, len(i))))
     for start in range(0, len(w), step):
         ws = w[start:start + step]
-        wp = ws[:, i] * ws[:, j]                            # draws x model pairs
-        num = (wp @ num_q.T).astype(float)
+        wt = np.ascontiguousarray(ws.T)
+        wp = wt[i] * wt[j]                                  # model pairs x draws (rows gathered: fast)
+        num = (num_q @ wp).T.astype(float)
         if complete:                                       # untied pairs per column: one small product
-            untied = (wp @ untied_q.T).astype(float)
+            untied = (untied_q @ wp).T.astype(float)
             den = untied[:, a] * untied[:, b]
             n_eff = np.broadcast_to(ws.sum(axis=1, dtype=float)[:, None], den.shape)
         else:
-            den = (wp @ den_a_q.T).astype(float) * (wp @ den_b_q.T).astype(float)
+            den = (den_a_q @ wp).T.astype(float) * (den_b_q @ wp).T.astype(float)
             n_eff = (ws @ both).astype(float)
         with np.errstate(invalid="ignore", divide="ignore"):
             tau = num / np.sqrt(den)
         tau[(den <= 0) | (n_eff < max(2, min_models))] = np.nan
         out[start:start + step] = tau
     return out
+
+
+def mean_pair_tau(matrix: np.ndarray, weights: np.ndarray | None = None, min_models: int = 3) -> np.ndarray:
+    """Mean Kendall tau-b over all column pairs of a (models x columns) ``matrix``, per draw: equal to
+    the row-wise mean of :func:`weighted_tau` over every pair where tau is defined, without
+    computing each pair.
+
+    With no score missing a pair's denominator factorises, sqrt(U_a U_b) with U_a the weighted number
+    of model pairs untied on column a, so with r_a = 1 / sqrt(U_a) the sum over column pairs is
+    ``sum_p w_p ((sum_a s_pa r_a)^2 - sum_a s_pa^2 r_a^2) / 2``: two (model pairs x columns) x
+    (columns x draws) products instead of one with every column pair. Columns constant in a draw
+    (U_a = 0) drop out of it, as their taus are undefined. A matrix with missing scores takes the
+    pairwise route.
+    """
+    x = np.asarray(matrix, float)
+    n, k = x.shape
+    w = np.ones((1, n)) if weights is None else np.asarray(weights, float)
+    if not np.isfinite(x).all():
+        pairs = [(a, b) for a in range(k) for b in range(a + 1, k)]
+        return nanmean_rows(weighted_tau(x, pairs, w, min_models))
+    i, j = np.triu_indices(n, 1)
+    sign = np.sign(x[i] - x[j])                                        # model pairs x columns
+    wt = np.ascontiguousarray(w.T)
+    wp = wt[i] * wt[j]                                                 # model pairs x draws
+    untied = (np.abs(sign).T @ wp).T                                   # draws x columns
+    r = np.where(untied > 0, 1 / np.sqrt(np.where(untied > 0, untied, 1.0)), 0.0)
+    spread = sign @ r.T                                                # model pairs x draws
+    total = 0.5 * np.einsum("pd,pd->d", wp, spread * spread - np.abs(sign) @ (r * r).T)
+    varying = (untied > 0).sum(axis=1)
+    n_pairs = varying * (varying - 1) / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / n_pairs
+    return np.where((n_pairs > 0) & (w.sum(axis=1) >= max(2, min_models)), mean, np.nan)
 
 
 def paired_tau(x: np.ndarray, y: np.ndarray, min_models: int = 3) -> np.ndarray:
