@@ -12,6 +12,10 @@
    `lib.analysis.uncertainty.weighted_tau` and by scipy.stats.kendalltau per (draw, pair) (timed on
    LOOP_DRAWS draws and scaled to 1,000; the two agree to 1e-12 on those draws).
 4. With BENCH_FULL=1 (default), the whole published profile once (07 BenchAlign included).
+5. With BENCH_BASELINE=<git ref> (e.g. the commit before issue 11), the notebooks 04-06 of that
+   ref (its lib/, notebooks/ and params/ from `git archive`, put first on PYTHONPATH) run in
+   turn with the current ones, REPEATS times each, so the cost of this issue's additions is a
+   ratio measured under the same load.
 
 Writes bench/results/analysis.json and prints the numbers. Needs HARMONY_DATA (or `make data`).
 The machine is shared: `load_avg_1min_before` is recorded with every run; compare numbers taken in
@@ -32,21 +36,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))
 FULL = os.environ.get("BENCH_FULL", "1") == "1"
+BASELINE = os.environ.get("BENCH_BASELINE", "")
 LOOP_DRAWS = int(os.environ.get("BENCH_LOOP_DRAWS", "20"))
 N_BOOT = 1000
 STAGES = ("04_rank_agreement", "05_perplexity", "06_pca")
 TARGETS = {"notebook_s": 20.0, "published_run_s": 120.0}   # seconds
 
 
-def notebooks(stages: list[str] | None, env: dict) -> dict:
+def notebooks(stages: list[str] | None, env: dict, code: Path = ROOT) -> dict:
+    """One `lib.run published --force` in a scratch outputs folder, of the checkout at ``code``."""
     from lib import store
 
     with tempfile.TemporaryDirectory(prefix="bench-analysis-") as out:
         env["TBT_OUTPUTS"] = out
+        if code != ROOT:                  # the kernel inherits PYTHONPATH: that checkout's lib comes first
+            env["PYTHONPATH"] = str(code)
+            env["TBT_PARAMS"] = str(code / "params")
         load_before = os.getloadavg()[0]
         cmd = [sys.executable, "-m", "lib.run", "published", "--force"] + (["--stages", *stages] if stages else [])
         t0 = time.perf_counter()
-        subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(cmd, cwd=code, env=env, check=True, stdout=subprocess.DEVNULL)
         total = time.perf_counter() - t0
         log = json.loads((Path(out) / "published" / "run_log.json").read_text())
         imported = json.loads((Path(out) / "published" / "store" / "_meta" / "published_import.json").read_text())
@@ -121,11 +130,20 @@ def main() -> int:
         return 2
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "MPLBACKEND": "Agg"}
 
-    runs = []
-    for i in range(REPEATS):
-        runs.append(notebooks([s[:2] for s in STAGES], dict(env)))
-        print(f"analysis run {i + 1}/{REPEATS}: " + ", ".join(f"{k} {v:.1f}" for k, v in runs[-1].items()
-                                                             if isinstance(v, float)), flush=True)
+    runs, base_runs = [], []
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as base:
+        if BASELINE:
+            archive = subprocess.run(["git", "archive", BASELINE, "lib", "notebooks", "params", "pyproject.toml"],
+                                     cwd=ROOT, check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", base], input=archive, check=True)
+        for i in range(REPEATS):
+            runs.append(notebooks([s[:2] for s in STAGES], dict(env)))
+            print(f"analysis run {i + 1}/{REPEATS}: " + ", ".join(f"{k} {v:.1f}" for k, v in runs[-1].items()
+                                                                 if isinstance(v, float)), flush=True)
+            if BASELINE:
+                base_runs.append(notebooks([s[:2] for s in STAGES], dict(env), Path(base)))
+                print(f"baseline {BASELINE} run {i + 1}/{REPEATS}: " + ", ".join(
+                    f"{k} {v:.1f}" for k, v in base_runs[-1].items() if isinstance(v, float)), flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-analysis-") as out:
         os.environ["TBT_OUTPUTS"] = out
         paths.OUTPUTS = Path(out)
@@ -142,6 +160,13 @@ def main() -> int:
         print("full published run: " + ", ".join(f"{k} {v:.1f}" for k, v in full.items() if isinstance(v, float)),
               flush=True)
     best = {k: min(r[k] for r in runs) for k in runs[0] if k.endswith("_s")}
+    baseline = None
+    if base_runs:
+        base_best = {k: min(r[k] for r in base_runs) for k in base_runs[0] if k.endswith("_s")}
+        baseline = {"ref": BASELINE, "runs": base_runs, "best": base_best,
+                    "ratio_best": {s: best[f"{s}_s"] / base_best[f"{s}_s"] for s in STAGES},
+                    "ratio_median": {s: sorted(a[f"{s}_s"] / b[f"{s}_s"] for a, b in zip(runs, base_runs))[
+                        len(runs) // 2] for s in STAGES}}
     meets = {"notebooks": all(best[f"{s}_s"] < TARGETS["notebook_s"] for s in STAGES),
              "analysis_run": best["run_s"] < TARGETS["published_run_s"]}
     if full:
@@ -152,7 +177,7 @@ def main() -> int:
                 f"default of {N_BOOT} bootstrap draws; report functions and the tau micro-benchmark in-process "
                 "(best of the repeats)",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "repeats": REPEATS, "n_boot": N_BOOT, "analysis_runs": runs, "best_analysis": best,
+        "repeats": REPEATS, "n_boot": N_BOOT, "analysis_runs": runs, "best_analysis": best, "baseline": baseline,
         "report_functions": in_process, "tau_bootstrap": tau, "full_run": full,
         "targets": TARGETS, "meets_targets": meets,
     }
@@ -161,7 +186,9 @@ def main() -> int:
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({"best_analysis": {k: round(v, 2) for k, v in best.items()},
                       "report_functions": {k: round(v, 2) for k, v in in_process.items()},
-                      "tau_speedup": round(tau["speedup"]), "meets_targets": meets}, indent=1))
+                      "tau_speedup": round(tau["speedup"]), "meets_targets": meets,
+                      "baseline_ratio_best": baseline and {k: round(v, 2) for k, v in baseline["ratio_best"].items()}},
+                     indent=1))
     return 0
 
 
