@@ -141,3 +141,7 @@ def test_per_item_files_are_preferred_to_standard_errors(tmp_path):
     assert meas.stderr.loc[models[3], "gen"] == pytest.approx(items[3].std(ddof=1) / np.sqrt(80))
     h1, h2 = noise.halves(meas, "gen", halvings=5, seed=0)
     assert h1.shape == (10, 5) and np.allclose((h1 + h2) / 2, items.mean(axis=1)[:, None])   # 40 + 40 items
+    bad = evaluate.items_path(tmp_path / "work", store.DIRECT, "gen", models[0])
+    bad.write_text('{"model": "m0", "benchmark": "gen", "doc_ids": [1, 2], "correct": [1.0, 2.0]}')
+    with pytest.raises(noise.ItemFileError, match=r"m0\.json: values outside \[0, 1\]"):
+        noise.load_measurements(df, store.DIRECT, ["gen"], tmp_path / "work")

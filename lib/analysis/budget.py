@@ -33,11 +33,12 @@ COLUMNS = ["curve", "epoch", "n_models", "n_pairs", "mean_tau", "lo", "hi"]
 
 def read_curves(work: str | Path, models: list[str], benchmarks: list[str]) -> pd.DataFrame:
     """Validation curves of the train-before-test units under ``work`` (empty frame when none)."""
-    from ..pipeline import finetune, jobs
     from ..store import TBT
 
-    if not (Path(work) / TBT).is_dir():
-        return jobs.curves_frame(work, [], [])
+    if not (Path(work) / TBT).is_dir():                  # published results: no fine-tuning here
+        return pd.DataFrame(columns=["model", "benchmark", "lr", "epoch", "val_score"])
+    from ..pipeline import finetune, jobs
+
     for m in models:                       # the unit records, not the (large) adapters beside them
         for b in benchmarks:
             for unit in sorted(jobs.benchmark_dir(work, m, b).glob(f"lr=*/{finetune.UNIT_FILE}")):

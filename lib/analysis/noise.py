@@ -60,7 +60,7 @@ import numpy as np
 import pandas as pd
 
 from .. import store
-from ..util import note_read
+from ..util import note_read, read_json
 from . import uncertainty
 
 HALVINGS = 100               # random halvings averaged
@@ -88,10 +88,29 @@ class Measurements:
         return int(self.items[benchmark].shape[1]) if benchmark in self.items else None
 
 
+class ItemFileError(ValueError):
+    """A per-item results file is malformed; the message names it."""
+
+
+def read_items_file(path: Path) -> dict:
+    """One per-item results file (:func:`lib.pipeline.evaluate.write_items`), checked: the keys,
+    as many values as doc ids, unique ids, values in [0, 1] or null."""
+    data = read_json(path)                               # a file that does not parse: CorruptFile names it
+    for key in ("model", "benchmark", "doc_ids", "correct"):
+        if not isinstance(data, dict) or key not in data:
+            raise ItemFileError(f"{path}: missing key {key!r}")
+    ids, correct = data["doc_ids"], data["correct"]
+    if len(ids) != len(correct) or len(set(map(str, ids))) != len(ids):
+        raise ItemFileError(f"{path}: {len(ids)} doc_ids (unique: {len(set(map(str, ids)))}) for "
+                            f"{len(correct)} values")
+    bad = [v for v in correct if v is not None and not (isinstance(v, (int, float)) and 0 <= v <= 1)]
+    if bad:
+        raise ItemFileError(f"{path}: values outside [0, 1], e.g. {bad[0]!r}")
+    return data
+
+
 def _read_items(folder: Path, models: list[str]) -> np.ndarray | None:
     """models x items correctness on the doc ids every model has; None unless every model has a file."""
-    from ..benchalign.data import read_items_file
-
     per = {}
     for m in models:
         path = folder / f"{store.slug(m)}.json"

@@ -18,7 +18,8 @@ statistic becomes a weighted sum over models and one matrix product computes it 
   expanded sample exactly. For all draws and all column pairs it is a product of the
   (draws x model pairs) weight matrix with a (model pairs x column pairs) sign matrix (two more for
   the denominators when scores are missing; with none missing they need one product per column),
-  in float32 (the sums are small integers, so exact).
+  in float32 (the sums are small integers, so exact). The mean tau over all pairs
+  (:func:`mean_pair_tau`) needs no per-pair product at all when no score is missing.
 - **PCA of standardised columns** (:func:`pca_draws`). Each draw's weighted correlation matrix
   (the population correlation of the expanded sample, as scikit-learn's ``StandardScaler`` + ``PCA``
   compute it), its largest eigenvalue (PC1 share = eigenvalue / number of non-constant columns)
