@@ -215,6 +215,7 @@ def bootstrap_agreement(matrices: Mapping[str, pd.DataFrame], benchmarks: list[s
     return out
 
 
+@uncertainty.one_blas_thread
 def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS,
                      rank_plot_pair: list[str] | tuple[str, str] = (),
                      protocols: tuple[str, str] = store.PROTOCOLS, n_boot: int = uncertainty.N_BOOT,

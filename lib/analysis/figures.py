@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.collections import LineCollection
 from matplotlib.colors import LinearSegmentedColormap
 
 from ..plots import PROTOCOL_COLORS, PROTOCOL_LABELS, WIDTH_DOUBLE, WIDTH_SINGLE
@@ -122,8 +123,12 @@ def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[st
     n = max(len(df) for df in data.values())
     for ax, (p, df) in zip(axes[0], data.items()):
         color = PROTOCOL_COLORS.get(p, "C0")
-        for ra, rb in df[["rank_a", "rank_b"]].itertuples(index=False):
-            ax.plot([0, 1], [ra, rb], color=color, alpha=0.55, lw=0.9, marker="o", ms=2.5)
+        ra, rb = df["rank_a"].to_numpy(float), df["rank_b"].to_numpy(float)
+        ax.add_collection(LineCollection(np.stack([np.column_stack([np.zeros_like(ra), ra]),
+                                                   np.column_stack([np.ones_like(rb), rb])], axis=1),
+                                         colors=color, alpha=0.55, linewidths=0.9))
+        ax.scatter(np.r_[np.zeros_like(ra), np.ones_like(rb)], np.r_[ra, rb], s=6, color=color, alpha=0.55,
+                   edgecolors="none")
         if label_top:
             for row in df.nsmallest(label_top, "rank_a").itertuples():
                 ax.annotate(str(row.model).split("/")[-1], (0, row.rank_a), xytext=(-4, 0),

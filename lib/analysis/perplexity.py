@@ -155,6 +155,7 @@ def bootstrap_settings(df: pd.DataFrame, store_root=None, min_models: int = MIN_
     return out
 
 
+@uncertainty.one_blas_thread
 def perplexity_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS,
                       n_boot: int = uncertainty.N_BOOT, seed: int = 0, level: float = uncertainty.LEVEL,
                       work=None) -> dict:

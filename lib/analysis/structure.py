@@ -126,6 +126,7 @@ def bootstrap_pca(matrices: dict[str, pd.DataFrame], models: pd.DataFrame, n_boo
     return out
 
 
+@uncertainty.one_blas_thread
 def pca_report(df: pd.DataFrame, store_root=None, min_models: int = 3, max_components: int = 10,
                n_boot: int = uncertainty.N_BOOT, seed: int = 0, level: float = uncertainty.LEVEL) -> dict:
     """Everything notebook 06 shows, from a tidy store frame (downstream benchmarks only).
