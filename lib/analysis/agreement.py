@@ -5,6 +5,12 @@ Pure functions on the tidy frame of :func:`lib.store.load` and on the model x be
 a pair (missing models are dropped pairwise, never imputed). Scores are first oriented so that
 higher is better (lower-is-better metrics such as bits-per-byte are negated), so a positive tau
 always means the two rankings agree.
+
+:func:`agreement_report` gathers what notebook 04 shows: the point estimates, their bootstrap
+intervals over models (:func:`bootstrap_agreement`, :mod:`lib.analysis.uncertainty`), the
+measurement quality and noise ceiling of every benchmark (:mod:`lib.analysis.noise`), the tau gain
+on subsets of models (:mod:`lib.analysis.robustness`) and agreement along the fine-tuning curves
+(:mod:`lib.analysis.budget`).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import pandas as pd
 from scipy import stats
 
 from .. import metadata, store
+from . import uncertainty
 
 MIN_MODELS = 3   # below this a tau is reported as NaN
 
@@ -49,25 +56,28 @@ def split_benchmarks(names: Iterable[str], store_root=None) -> tuple[list[str], 
 
 
 def pair_table(matrix: pd.DataFrame, min_models: int = MIN_MODELS) -> pd.DataFrame:
-    """Kendall tau of every unordered benchmark pair: columns a, b, tau, n_models."""
-    rows = []
-    values = {c: matrix[c].to_numpy(float) for c in matrix.columns}
-    for a, b in itertools.combinations(list(matrix.columns), 2):
-        tau, n = tau_arrays(values[a], values[b], min_models)
-        rows.append({"a": a, "b": b, "tau": tau, "n_models": n})
-    return pd.DataFrame(rows, columns=["a", "b", "tau", "n_models"])
+    """Kendall tau of every unordered benchmark pair: columns a, b, tau, n_models (all pairs in one
+    vectorised pass, :func:`lib.analysis.uncertainty.weighted_tau`; equal to :func:`tau_arrays`)."""
+    cols = list(matrix.columns)
+    idx = list(itertools.combinations(range(len(cols)), 2))
+    x = matrix.to_numpy(float)
+    taus = uncertainty.weighted_tau(x, idx, None, min_models)[0] if idx else np.array([])
+    finite = np.isfinite(x)
+    n = [int((finite[:, a] & finite[:, b]).sum()) for a, b in idx]
+    return pd.DataFrame({"a": [cols[a] for a, _ in idx], "b": [cols[b] for _, b in idx], "tau": taus,
+                         "n_models": n}, columns=["a", "b", "tau", "n_models"])
 
 
 def tau_matrix(pairs: pd.DataFrame, order: list[str] | None = None) -> pd.DataFrame:
     """Square symmetric benchmark x benchmark tau matrix from :func:`pair_table` (diagonal 1)."""
     names = order or sorted(set(pairs["a"]) | set(pairs["b"]))
-    mat = pd.DataFrame(np.nan, index=names, columns=names)
+    pos = {n: k for k, n in enumerate(names)}
+    mat = np.full((len(names), len(names)), np.nan)
     for a, b, tau in pairs[["a", "b", "tau"]].itertuples(index=False):
-        if a in mat.index and b in mat.index:
-            mat.loc[a, b] = mat.loc[b, a] = tau
-    for n in names:
-        mat.loc[n, n] = 1.0
-    return mat
+        if a in pos and b in pos:
+            mat[pos[a], pos[b]] = mat[pos[b], pos[a]] = tau
+    np.fill_diagonal(mat, 1.0)
+    return pd.DataFrame(mat, index=names, columns=names)
 
 
 def compare_protocols(df: pd.DataFrame, benchmarks: list[str], min_models: int = MIN_MODELS,
@@ -107,20 +117,23 @@ def category_matrix(pairs: pd.DataFrame, categories: Mapping[str, str], column: 
     a single benchmark (no pair).
     """
     cats = order or sorted(set(categories[b] for b in set(pairs["a"]) | set(pairs["b"])))
-    sums = pd.DataFrame(0.0, index=cats, columns=cats)
-    counts = pd.DataFrame(0, index=cats, columns=cats)
+    pos = {c: k for k, c in enumerate(cats)}
+    sums = np.zeros((len(cats), len(cats)))
+    counts = np.zeros((len(cats), len(cats)))
     for a, b, tau in pairs[["a", "b", column]].itertuples(index=False):
         if pd.isna(tau):
             continue
         ca, cb = categories[a], categories[b]
-        if ca not in sums.index or cb not in sums.index:
+        if ca not in pos or cb not in pos:
             continue
-        sums.loc[ca, cb] += tau
-        counts.loc[ca, cb] += 1
+        sums[pos[ca], pos[cb]] += tau
+        counts[pos[ca], pos[cb]] += 1
         if ca != cb:
-            sums.loc[cb, ca] += tau
-            counts.loc[cb, ca] += 1
-    return sums / counts.where(counts > 0)
+            sums[pos[cb], pos[ca]] += tau
+            counts[pos[cb], pos[ca]] += 1
+    with np.errstate(invalid="ignore"):
+        return pd.DataFrame(np.where(counts > 0, sums / np.where(counts > 0, counts, 1), np.nan), index=cats,
+                            columns=cats)
 
 
 def ranks(scores: pd.Series) -> pd.Series:
@@ -144,18 +157,90 @@ def most_improved_pair(pairs: pd.DataFrame, column: str = "delta") -> tuple[str,
     return str(row["a"]), str(row["b"])
 
 
+def bootstrap_agreement(matrices: Mapping[str, pd.DataFrame], benchmarks: list[str], categories: Mapping[str, str],
+                        n_boot: int = uncertainty.N_BOOT, seed: int = 0, level: float = uncertainty.LEVEL,
+                        min_models: int = MIN_MODELS, protocols: tuple[str, str] = store.PROTOCOLS,
+                        rank_pair: tuple[str, str] | None = None) -> dict:
+    """Bootstrap over models (the same draws for both protocols) of the numbers of
+    :func:`agreement_report`'s summary; returns their intervals under the summary's names + ``_ci``:
+    ``mean_tau_ci`` {protocol}, ``mean_tau_gain_ci``, ``pairs_improved_ci``, ``benchmark_mean_tau_ci``
+    {benchmark: {protocol}}, ``category_within_mean_tau_ci`` {protocol}, ``rank_plot_tau_ci`` {protocol}
+    and ``defined`` (share of draws in which each mean tau is defined).
+
+    ``matrices``: {protocol: oriented model x benchmark matrix}. Models are the union over protocols.
+    """
+    models = sorted(set().union(*(matrices[p].index for p in protocols)))
+    k = len(benchmarks)
+    pairs = [(a, b) for a in range(k) for b in range(a + 1, k)]
+    m = len(pairs)
+    x = np.hstack([matrices[p].reindex(index=models, columns=benchmarks).to_numpy(float) for p in protocols])
+    w = uncertainty.draws(len(models), n_boot, seed)
+    taus = uncertainty.weighted_tau(x, pairs + [(a + k, b + k) for a, b in pairs], w, min_models)
+    per = {p: taus[:, i * m:(i + 1) * m] for i, p in enumerate(protocols)}
+    member = np.zeros((m, k))
+    for row, (a, b) in enumerate(pairs):
+        member[row, a] = member[row, b] = 1
+    cats = sorted(set(categories[b] for b in benchmarks))
+    within = np.zeros((m, len(cats)))
+    for row, (a, b) in enumerate(pairs):
+        if categories[benchmarks[a]] == categories[benchmarks[b]]:
+            within[row, cats.index(categories[benchmarks[a]])] = 1
+
+    def group_mean(t: np.ndarray, groups: np.ndarray) -> np.ndarray:
+        ok = np.isfinite(t)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (np.where(ok, t, 0.0) @ groups) / (ok @ groups)
+
+    means = {p: group_mean(per[p], np.ones((m, 1)))[:, 0] for p in protocols}
+    first, second = protocols
+    both = np.isfinite(per[first]) & np.isfinite(per[second])
+    improved = (both & (per[second] > per[first])).sum(axis=1).astype(float)
+    improved[~both.any(axis=1)] = np.nan
+    ci = lambda v: uncertainty.interval(v, level)
+    out = {"mean_tau_ci": {p: ci(means[p]) for p in protocols},
+           "mean_tau_gain_ci": ci(means[second] - means[first]),
+           "pairs_improved_ci": ci(improved),
+           "defined": {p: uncertainty.defined_share(means[p]) for p in protocols}}
+    bench = {p: group_mean(per[p], member) for p in protocols}
+    out["benchmark_mean_tau_ci"] = {b: {p: ci(bench[p][:, j]) for p in protocols} for j, b in enumerate(benchmarks)}
+    cat = {p: uncertainty.nanmean_rows(group_mean(per[p], within)) if cats else np.full(n_boot, np.nan)
+           for p in protocols}
+    out["category_within_mean_tau_ci"] = {p: ci(cat[p]) for p in protocols}
+    if rank_pair is not None:
+        a, b = rank_pair
+        out["rank_plot_tau_ci"] = {}
+        for p in protocols:
+            cols = matrices[p].reindex(index=models, columns=[a, b]).to_numpy(float)
+            out["rank_plot_tau_ci"][p] = ci(uncertainty.weighted_tau(cols, [(0, 1)], w, min_models)[:, 0])
+    return out
+
+
+@uncertainty.one_blas_thread
 def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS,
                      rank_plot_pair: list[str] | tuple[str, str] = (),
-                     protocols: tuple[str, str] = store.PROTOCOLS) -> dict:
+                     protocols: tuple[str, str] = store.PROTOCOLS, n_boot: int = uncertainty.N_BOOT,
+                     seed: int = 0, level: float = uncertainty.LEVEL, work=None, halvings: int | None = None) -> dict:
     """Everything notebook 04 shows, from a tidy store frame (downstream benchmarks only).
 
     Returns a dict with ``benchmarks`` (list), ``pairs`` (:func:`compare_protocols`),
-    ``per_benchmark`` (benchmark x protocol mean tau), ``tau`` ({protocol: square matrix}),
-    ``categories`` ({benchmark: category}), ``category`` ({protocol: category matrix}),
-    ``rank_plot`` (``None`` or {a, b, data: {protocol: ranks}, tau: {protocol}}: the two-ranking
-    figure for ``rank_plot_pair``, by default the pair whose tau improves most), ``summary``
-    (plain numbers) and ``notes`` (why some numbers are NaN).
+    ``per_benchmark`` (benchmark x protocol mean tau), ``per_benchmark_ci`` ({protocol: benchmark x
+    [lo, hi]}), ``tau`` ({protocol: square matrix}), ``categories`` ({benchmark: category}),
+    ``category`` ({protocol: category matrix}), ``rank_plot`` (``None`` or {a, b, data: {protocol:
+    ranks}, tau: {protocol}, ci: {protocol}}: the two-ranking figure for ``rank_plot_pair``, by default
+    the pair whose tau improves most), ``quality`` (:func:`lib.analysis.noise.quality_table`),
+    ``ceiling`` ({pairs, per_benchmark, summary, missing}: :mod:`lib.analysis.noise`), ``robustness``
+    (:func:`lib.analysis.robustness.tau_gain`), ``budget`` (:func:`lib.analysis.budget.budget_table`,
+    ``None`` without validation curves under ``work``), ``summary`` (plain numbers; every interval
+    under its number's name + ``_ci``) and ``notes`` (why some numbers are NaN).
+
+    ``n_boot`` draws of models with ``seed`` give the ``level`` percentile intervals; ``work`` (the
+    profile's work folder) holds per-item results (the noise estimates use them when present,
+    else the store's standard errors) and validation curves; ``halvings`` random half-splits per
+    benchmark estimate its reliability.
     """
+    from . import budget, noise, robustness
+
+    halvings = noise.HALVINGS if halvings is None else halvings
     present = [p for p in protocols if p in set(df["protocol"])]
     if len(present) < 2:
         raise store.StoreError(f"rank agreement needs results of both protocols {list(protocols)}; "
@@ -182,6 +267,7 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
         notes.append(f"{len(undefined)} pair(s) have fewer than {min_models} common models or a constant "
                      "score: tau NaN, left out of the means")
     compared = pairs.dropna(subset=[f"tau_{p}" for p in protocols])
+    first, second = protocols
     summary = {
         "n_benchmarks": len(benchmarks),
         "n_models": {p: int(store.matrix(df, p)[benchmarks].notna().any(axis=1).sum()) for p in protocols},
@@ -198,16 +284,148 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
                                      for p in protocols},
         "min_models": min_models,
     }
+    summary["mean_tau_gain"] = summary["mean_tau"][second] - summary["mean_tau"][first]
+    dirs = store.directions(df)
+    oriented = {p: store.orient(store.matrix(df, p), dirs) for p in protocols}
     plot = None
     pair = tuple(rank_plot_pair) if rank_plot_pair else most_improved_pair(pairs)
+    boot = bootstrap_agreement({p: oriented[p][benchmarks] for p in protocols}, benchmarks, categories, n_boot,
+                               seed, level, min_models, protocols, rank_pair=pair)
+    summary.update({k: v for k, v in boot.items() if k not in ("defined", "rank_plot_tau_ci")})
+    lo, hi = summary["mean_tau_gain_ci"]
+    summary["mean_tau_gain_excludes_zero"] = bool(np.isfinite(lo) and (lo > 0 or hi < 0))
+    low_n, high_n = summary["pairs_improved_ci"]
+    if np.isfinite(low_n) and not low_n <= summary["pairs_improved"] <= high_n:
+        notes.append(f"pairs_improved ({summary['pairs_improved']}) lies outside its percentile interval "
+                     f"[{low_n:.0f}, {high_n:.0f}]: a count at the edge of its range, where resampled models (about "
+                     "63 % distinct per draw) make more pairs noisy; read the interval's low end as a one-sided bound")
+    summary["bootstrap"] = {"unit": "models", "n_models": len(set().union(*(oriented[p].index for p in protocols))),
+                            "n_boot": n_boot, "seed": seed, "level": level, "defined": boot["defined"]}
+    thin = [p for p, share in boot["defined"].items() if share < 0.9]
+    if thin:
+        notes.append(f"mean tau is undefined in more than 10 % of the bootstrap draws for {thin} (too few "
+                     "distinct models): intervals cover only the draws where it is defined")
     if pair is not None:
         a, b = pair
-        dirs = store.directions(df)
-        oriented = {p: store.orient(store.matrix(df, p), dirs) for p in protocols}
         plot = {"a": a, "b": b, "data": {p: rank_plot_data(m, a, b) for p, m in oriented.items()},
-                "tau": {p: kendall_tau(m[a], m[b], min_models)[0] for p, m in oriented.items()}}
-        summary["rank_plot"] = {"a": a, "b": b, "tau": plot["tau"]}
+                "tau": {p: kendall_tau(m[a], m[b], min_models)[0] for p, m in oriented.items()},
+                "ci": boot["rank_plot_tau_ci"]}
+        summary["rank_plot"] = {"a": a, "b": b, "tau": plot["tau"], "tau_ci": plot["ci"]}
+    per_benchmark_ci = {p: pd.DataFrame({b: boot["benchmark_mean_tau_ci"][b][p] for b in benchmarks},
+                                        index=["lo", "hi"]).T.reindex(per_benchmark.index) for p in protocols}
+
+    # measurement quality and noise ceiling (one estimator: split-half reliability)
+    models = sorted(set().union(*(oriented[p].index for p in protocols)))
+    meas = {p: noise.load_measurements(df, p, benchmarks, work, models) for p in protocols}
+    rel = {p: noise.reliabilities(meas[p], halvings, seed, min_models) for p in protocols}
+    quality = noise.quality_table(meas, bench_meta["chance"].where(bench_meta["chance"].notna(), None).to_dict(),
+                                  rel=rel)
+    ceiling_pairs = noise.ceiling_pairs(pairs, {p: rel[p]["reliability"] for p in protocols}, protocols)
+    missing = noise.missing_line(meas)
+    if missing:
+        notes.append(missing)
+    tied = {p: [b for b in benchmarks
+                if meas[p].source[b] != noise.MISSING and not np.isfinite(rel[p].loc[b, "reliability"])]
+            for p in protocols}
+    if any(tied.values()):
+        notes.append("reliability undefined (scores too tied to split into halves), so no noise ceiling for "
+                     + "; ".join(f"{p}: {', '.join(bs)}" for p, bs in tied.items() if bs))
+    ceiling = {"pairs": ceiling_pairs, "per_benchmark": noise.ceiling_per_benchmark(ceiling_pairs, protocols),
+               "summary": noise.ceiling_summary(ceiling_pairs, protocols), "reliability": rel, "missing": missing}
+    per_b = ceiling["per_benchmark"].to_dict("index")
+    rel_b = {p: rel[p]["reliability"].to_dict() for p in protocols}
+    summary["noise_ceiling"] = {**ceiling["summary"], "halvings": halvings,
+                                "source": {p: meas[p].source for p in protocols},
+                                "benchmark": {b: {p: {"mean_tau": per_b[b][f"tau_{p}"],
+                                                      "mean_ceiling": per_b[b][f"ceiling_{p}"],
+                                                      "reliability": rel_b[p][b]} for p in protocols}
+                                              for b in per_b}}
+    summary["measurement_quality"] = {
+        p: {r["benchmark"]: {k: r[k] for k in ("mean", "chance", "position", "typical_se", "spread", "se_to_gap",
+                                               "reliability", "cannot_rank", "reasons")}
+            for r in g.to_dict("records")} for p, g in quality.groupby("protocol", sort=False)}
+    summary["cannot_rank"] = {p: sorted(g.loc[g["cannot_rank"], "benchmark"]) for p, g in
+                              quality.groupby("protocol", sort=False)}
+
+    # robustness: the gain on subsets of models
+    models_meta = metadata.models_frame(models, store_root)
+    subsets, sub_notes = robustness.model_subsets(models_meta, robustness.complete_models(df, protocols), min_models)
+    notes += sub_notes
+    subsets.pop(robustness.ALL, None)             # the full sample's row is the bootstrap above
+    robust = robustness.tau_gain({p: oriented[p][benchmarks] for p in protocols}, subsets, n_boot, seed, level,
+                                 min_models, protocols)
+    full = {"subset": robustness.ALL, "n_models": len(models), **summary["mean_tau"],
+            "gain": summary["mean_tau_gain"], "gain_lo": lo, "gain_hi": hi}
+    robust = pd.concat([pd.DataFrame([full]), robust], ignore_index=True)
+    summary["robustness"] = robustness.summary(robust)
+
+    # fine-tuning budget: agreement along the validation curves
+    budget_tab = None
+    if work is not None:
+        curves = budget.read_curves(work, models, benchmarks)
+        if len(curves):
+            budget_tab = budget.budget_table(curves, benchmarks, n_boot, seed, level, min_models)
+    if budget_tab is None:
+        notes.append("no validation curves in this profile's work folder (published results carry final "
+                     "scores only): the fine-tuning budget section is skipped")
+        summary["budget"] = None
+    else:
+        summary["budget"] = budget.summary(budget_tab)
     summary["notes"] = notes
-    return {"benchmarks": bench_order, "pairs": pairs, "per_benchmark": per_benchmark, "tau": tau,
-            "categories": categories, "category": category, "rank_plot": plot, "summary": summary,
-            "notes": notes}
+    return {"benchmarks": bench_order, "pairs": pairs, "per_benchmark": per_benchmark,
+            "per_benchmark_ci": per_benchmark_ci, "tau": tau, "categories": categories, "category": category,
+            "rank_plot": plot, "quality": quality, "ceiling": ceiling, "robustness": robust, "budget": budget_tab,
+            "summary": summary, "notes": notes}
+
+
+def _lo_hi(ci) -> tuple[float, float]:
+    return (float(ci[0]), float(ci[1])) if ci is not None else (float("nan"), float("nan"))
+
+
+def headline_table(summary: dict, protocols: tuple[str, str] = store.PROTOCOLS) -> pd.DataFrame:
+    """The headline numbers of a 04 summary with their intervals: rows (number, protocol), columns
+    estimate, lo, hi."""
+    rows = []
+    for p in protocols:
+        for key in ("mean_tau", "category_within_mean_tau"):
+            rows.append((key, p, summary[key][p], *_lo_hi(summary[f"{key}_ci"][p])))
+    rows.append(("mean_tau_gain", f"{protocols[1]} - {protocols[0]}", summary["mean_tau_gain"],
+                 *_lo_hi(summary["mean_tau_gain_ci"])))
+    rows.append(("pairs_improved", f"of {summary['n_pairs_compared']}", summary["pairs_improved"],
+                 *_lo_hi(summary["pairs_improved_ci"])))
+    for p in protocols:
+        low = summary["lowest_benchmark"][protocols[0]]
+        if low is not None:
+            rows.append((f"benchmark_mean_tau[{low}]", p, summary["benchmark_mean_tau"][low][p],
+                         *_lo_hi(summary["benchmark_mean_tau_ci"][low][p])))
+    return pd.DataFrame(rows, columns=["number", "protocol", "estimate", "lo", "hi"]).set_index(["number", "protocol"])
+
+
+def gain_statement(summary: dict) -> str:
+    """One sentence: does the paired interval of the mean-tau gain exclude zero?"""
+    lo, hi = summary["mean_tau_gain_ci"]
+    b = summary["bootstrap"]
+    head = (f"mean tau gain {summary['mean_tau_gain']:+.3f}, {b['level']:.0%} paired bootstrap interval over "
+            f"{b['n_models']} models ({b['n_boot']} draws): [{lo:+.3f}, {hi:+.3f}]")
+    if not np.isfinite(lo):
+        return head + ": undefined (too few models)"
+    if summary["mean_tau_gain_excludes_zero"]:
+        return head + f": it excludes 0, the gain is {'positive' if lo > 0 else 'negative'} beyond resampling of models"
+    return head + ": it does NOT exclude 0, the data cannot tell the gain from no change"
+
+
+def tex_numbers(summary: dict, protocols: tuple[str, str] = store.PROTOCOLS) -> dict:
+    """The numbers of a 04 summary for ``numbers.tex`` (every interval as ``..._lo`` / ``..._hi``)."""
+    out = {"pairs": summary["n_pairs"], "pairs_improved": summary["pairs_improved"]}
+    out["pairs_improved_lo"], out["pairs_improved_hi"] = (int(round(v)) if np.isfinite(v) else v
+                                                          for v in summary["pairs_improved_ci"])
+    for p in protocols:
+        out[f"tau_mean_{p}"] = summary["mean_tau"][p]
+        out[f"tau_mean_{p}_lo"], out[f"tau_mean_{p}_hi"] = summary["mean_tau_ci"][p]
+        out[f"tau_within_{p}"] = summary["category_within_mean_tau"][p]
+        out[f"tau_within_{p}_lo"], out[f"tau_within_{p}_hi"] = summary["category_within_mean_tau_ci"][p]
+        ceiling = summary["noise_ceiling"][p]
+        out[f"ceiling_mean_{p}"], out[f"ceiling_ratio_{p}"] = ceiling["mean_ceiling"], ceiling["ratio"]
+    out["tau_gain"] = summary["mean_tau_gain"]
+    out["tau_gain_lo"], out["tau_gain_hi"] = summary["mean_tau_gain_ci"]
+    return out

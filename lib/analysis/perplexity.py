@@ -12,6 +12,9 @@ downstream rank". Three settings pair a perplexity protocol with a downstream pr
 
 Each is computed for model groups (all, base, instruction-tuned). ``average`` rows/columns use, per
 model, the mean over all corpora (benchmarks); models missing any of them are left out of it.
+
+Every number of the summary gets a bootstrap interval over the models of its group
+(:func:`bootstrap_settings`, :mod:`lib.analysis.uncertainty`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from .. import metadata, store
-from .agreement import MIN_MODELS, split_benchmarks, tau_arrays
+from . import uncertainty
+from .agreement import MIN_MODELS, split_benchmarks
 
 AVERAGE = "average"
 # setting: (protocol of the perplexity, protocol of the downstream scores)
@@ -67,13 +71,15 @@ def agreement_table(df: pd.DataFrame, store_root=None, min_models: int = MIN_MOD
         ppl = with_average(store.orient(store.matrix(df, ppl_p).reindex(columns=corpora), dirs))
         ds = with_average(store.orient(store.matrix(df, ds_p).reindex(columns=downstream), dirs))
         models = sorted(set(ppl.dropna(how="all").index) & set(ds.dropna(how="all").index))
+        nc = ppl.shape[1]
+        pairs = [(c, nc + b) for c in range(nc) for b in range(ds.shape[1])]
         for group, members in model_groups(models, store_root).items():
-            p_sub, d_sub = ppl.reindex(members), ds.reindex(members)    # aligned on the same models
-            for c in ppl.columns:
-                x = p_sub[c].to_numpy(float)
-                for b in ds.columns:
-                    tau, n = tau_arrays(x, d_sub[b].to_numpy(float), min_models)
-                    rows.append((setting, group, c, b, tau, n))
+            x = np.hstack([ppl.reindex(members).to_numpy(float), ds.reindex(members).to_numpy(float)])
+            taus = uncertainty.weighted_tau(x, pairs, None, min_models)[0]    # every pair in one pass
+            finite = np.isfinite(x)
+            for (c, b), tau in zip(pairs, taus):
+                rows.append((setting, group, ppl.columns[c], ds.columns[b - nc], float(tau),
+                             int((finite[:, c] & finite[:, b]).sum())))
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -115,11 +121,57 @@ def scatter_frame(df: pd.DataFrame, ppl_protocol: str, ds_protocol: str, store_r
     return both.rename_axis("model").reset_index()
 
 
-def perplexity_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS) -> dict:
+def bootstrap_settings(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS,
+                       n_boot: int = uncertainty.N_BOOT, seed: int = 0, level: float = uncertainty.LEVEL,
+                       settings: dict[str, tuple[str, str]] | None = None) -> dict:
+    """Intervals of :func:`summarise`'s numbers, resampling the models of each (setting, group):
+    ``{"tau_average_ci": {setting: {group: [lo, hi]}}, "mean_tau_pairs_ci": {...}}`` (the models
+    and pairs of :func:`agreement_table`; all corpus x benchmark pairs of a draw in one product)."""
+    downstream, corpora = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    out: dict = {"tau_average_ci": {}, "mean_tau_pairs_ci": {}}
+    if not corpora or not downstream:
+        return out
+    present = set(df["protocol"])
+    dirs = store.directions(df)
+    for setting, (ppl_p, ds_p) in (settings or SETTINGS).items():
+        if ppl_p not in present or ds_p not in present:
+            continue
+        ppl = with_average(store.orient(store.matrix(df, ppl_p).reindex(columns=corpora), dirs))
+        ds = with_average(store.orient(store.matrix(df, ds_p).reindex(columns=downstream), dirs))
+        models = sorted(set(ppl.dropna(how="all").index) & set(ds.dropna(how="all").index))
+        nc = ppl.shape[1]
+        pairs = [(c, nc + b) for c in range(nc) for b in range(ds.shape[1])]
+        avg = pairs.index((nc - 1, nc + ds.shape[1] - 1))
+        single = [k for k, (c, b) in enumerate(pairs) if c < nc - 1 and b < nc + ds.shape[1] - 1]
+        for group, members in model_groups(models, store_root).items():
+            x = np.hstack([ppl.reindex(members).to_numpy(float), ds.reindex(members).to_numpy(float)])
+            if len(members) < 2:
+                taus = np.full((n_boot, len(pairs)), np.nan)
+            else:
+                taus = uncertainty.weighted_tau(x, pairs, uncertainty.draws(len(members), n_boot, seed), min_models)
+            out["tau_average_ci"].setdefault(setting, {})[group] = uncertainty.interval(taus[:, avg], level)
+            out["mean_tau_pairs_ci"].setdefault(setting, {})[group] = uncertainty.interval(
+                uncertainty.nanmean_rows(taus[:, single]), level)
+    return out
+
+
+@uncertainty.one_blas_thread
+def perplexity_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS,
+                      n_boot: int = uncertainty.N_BOOT, seed: int = 0, level: float = uncertainty.LEVEL,
+                      work=None) -> dict:
     """Everything notebook 05 shows: ``table`` (:func:`agreement_table`), ``settings``
-    (:func:`summarise`), ``frames`` ({setting: :func:`scatter_frame`}), ``mats`` ({setting: corpus x
-    benchmark tau}), ``corpora``, ``notes`` and ``summary`` (plain numbers: ``corpora``,
-    ``tau_average`` / ``mean_tau_pairs`` / ``n_models`` {setting: {group}}, ``min_models``, ``notes``)."""
+    (:func:`summarise` plus ``tau_average_lo/hi`` and ``mean_tau_pairs_lo/hi``), ``frames`` ({setting:
+    :func:`scatter_frame`}), ``mats`` ({setting: corpus x benchmark tau}), ``corpora``, ``notes`` and
+    ``summary`` (plain numbers: ``corpora``, ``tau_average`` / ``mean_tau_pairs`` / ``n_models``
+    {setting: {group}}, their intervals ``tau_average_ci`` / ``mean_tau_pairs_ci`` {setting: {group:
+    [lo, hi]}}, ``bootstrap``, ``min_models``, ``notes``).
+
+    ``n_boot`` draws of models with ``seed`` give the ``level`` intervals; ``work`` (the profile's
+    work folder) is where per-item results would be: corpora have none, and a line says whether
+    they have standard errors (a noise ceiling needs one or the other).
+    """
+    from . import noise
+
     table = agreement_table(df, store_root, min_models=min_models)
     settings = summarise(table)
     corpora = sorted(set(table["corpus"]) - {AVERAGE})
@@ -128,11 +180,35 @@ def perplexity_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_M
               for r in settings.itertuples() if r.n_models < min_models]
     frames = {s: scatter_frame(df, *SETTINGS[s], store_root=store_root) for s in SETTINGS}
     mats = {s: corpus_by_benchmark(table, s) for s in table["setting"].unique()} if len(table) else {}
+    boot = bootstrap_settings(df, store_root, min_models, n_boot, seed, level)
+    for key in ("tau_average", "mean_tau_pairs"):
+        cis = [boot[f"{key}_ci"].get(r.setting, {}).get(r.group, [np.nan, np.nan]) for r in settings.itertuples()]
+        settings[f"{key}_lo"] = [c[0] for c in cis]
+        settings[f"{key}_hi"] = [c[1] for c in cis]
+    if corpora:
+        meas = {p: noise.load_measurements(df, p, corpora, work) for p in store.PROTOCOLS if p in set(df["protocol"])}
+        line = noise.missing_line(meas)
+        if line:
+            notes.append(line.replace("noise ceiling", "noise ceiling for perplexity agreement"))
 
     def nested(col: str) -> dict:
         return {s: dict(zip(g["group"], g[col])) for s, g in settings.groupby("setting", sort=False)}
 
     summary = {"corpora": corpora, "min_models": min_models, "tau_average": nested("tau_average"),
-               "mean_tau_pairs": nested("mean_tau_pairs"), "n_models": nested("n_models"), "notes": notes}
+               "mean_tau_pairs": nested("mean_tau_pairs"), "n_models": nested("n_models"), **boot,
+               "bootstrap": {"unit": "models of each group", "n_boot": n_boot, "seed": seed, "level": level},
+               "notes": notes}
     return {"table": table, "settings": settings, "frames": frames, "mats": mats, "corpora": corpora,
             "notes": notes, "summary": summary}
+
+
+def tex_numbers(summary: dict) -> dict:
+    """The numbers of a 05 summary for ``numbers.tex``: ``ppl_tau_average/<setting>/<group>`` and its
+    interval as ``.../lo`` and ``.../hi``."""
+    out = {}
+    for setting, groups in summary["tau_average"].items():
+        for group, value in groups.items():
+            key = f"ppl_tau_average/{setting}/{group}"
+            out[key] = value
+            out[f"{key}/lo"], out[f"{key}/hi"] = summary["tau_average_ci"].get(setting, {}).get(group, [np.nan] * 2)
+    return out

@@ -8,6 +8,11 @@ Conventions: columns are z-scored (scikit-learn's ``StandardScaler``: population
 deviation) and decomposed by scikit-learn's ``PCA``; models missing any benchmark are dropped (PCA
 needs a complete matrix) and so are constant columns; the sign of each component is fixed so that
 its loadings sum to a positive number (PC1 then grows with better scores).
+
+Every headline number (PC1 share per protocol and its gain, PC1 share per family, r of PC1 with log
+compute) gets a bootstrap interval over models (:func:`bootstrap_pca`, :mod:`lib.analysis.uncertainty`;
+the same draws for both protocols, so the gain is paired), and the gain is recomputed on subsets
+of models (:mod:`lib.analysis.robustness`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from . import uncertainty
 
 
 @dataclass
@@ -83,15 +90,57 @@ def pc1_vs_compute(scores: pd.Series, flops: pd.Series, min_models: int = 3) -> 
             "spearman_rho": float(stats.spearmanr(x, y).statistic), "slope": float(fit.slope)}
 
 
-def pca_report(df: pd.DataFrame, store_root=None, min_models: int = 3, max_components: int = 10) -> dict:
+def bootstrap_pca(matrices: dict[str, pd.DataFrame], models: pd.DataFrame, n_boot: int = uncertainty.N_BOOT,
+                  seed: int = 0, level: float = uncertainty.LEVEL, min_models: int = 3) -> dict:
+    """Intervals of :func:`pca_report`'s numbers: ``pc1_explained_ci`` {protocol}, ``pc1_gain_ci``
+    (last protocol minus first, paired), ``pc1_vs_log_compute_r_ci`` {protocol: {all, base}} and
+    ``family_pc1_ci`` {protocol: {family}} (resampling within the family).
+
+    ``matrices``: {protocol: oriented model x benchmark matrix}; ``models``: a
+    :func:`lib.metadata.models_frame` of (at least) their models.
+    """
+    names = sorted(set().union(*(m.index for m in matrices.values())))
+    w = uncertainty.draws(len(names), n_boot, seed)
+    flops = models.reindex(names)["flops_1e21"].to_numpy(float)
+    log_flops = np.where(flops > 0, np.log10(np.where(flops > 0, flops, 1.0)), np.nan)
+    base = ~models.reindex(names)["instruct"].fillna(False).to_numpy(bool)
+    rows = {"all": np.ones(len(names), bool), "base": base}
+    ci = lambda v: uncertainty.interval(v, level)
+    out: dict = {"pc1_explained_ci": {}, "pc1_vs_log_compute_r_ci": {}, "family_pc1_ci": {}}
+    pc1 = {}
+    for p, mat in matrices.items():
+        res = uncertainty.pca_draws(mat.reindex(names).to_numpy(float), w, log_flops, rows, min_models)
+        pc1[p] = res["pc1"]
+        out["pc1_explained_ci"][p] = ci(res["pc1"])
+        out["pc1_vs_log_compute_r_ci"][p] = {k: ci(v) for k, v in res["r"].items()}
+        fam = {}
+        for family, members in models.reindex(list(mat.index)).groupby("family").groups.items():
+            x = mat.loc[list(members)].to_numpy(float)
+            fam[family] = ci(uncertainty.pca_draws(x, uncertainty.draws(len(x), n_boot, seed),
+                                                   min_models=min_models)["pc1"]) if len(x) >= min_models \
+                else [float("nan"), float("nan")]
+        out["family_pc1_ci"][p] = fam
+    if len(pc1) == 2:
+        first, second = list(pc1)
+        out["pc1_gain_ci"] = ci(pc1[second] - pc1[first])
+    return out
+
+
+@uncertainty.one_blas_thread
+def pca_report(df: pd.DataFrame, store_root=None, min_models: int = 3, max_components: int = 10,
+               n_boot: int = uncertainty.N_BOOT, seed: int = 0, level: float = uncertainty.LEVEL) -> dict:
     """Everything notebook 06 shows, from a tidy store frame (downstream benchmarks only).
 
     Returns ``fits`` ({protocol: :class:`PCAResult` or None}), ``explained`` (component x protocol
-    ratios), ``family`` (:func:`by_group` per protocol), ``scores`` (PC1 per model and protocol),
-    ``frames`` ({protocol: flops, pc1, type} for the compute scatter), ``compute``
-    (:func:`pc1_vs_compute` for all and base models), ``notes`` and ``summary`` (plain numbers).
+    ratios), ``family`` (:func:`by_group` per protocol, with ``lo``/``hi`` of its PC1 share),
+    ``scores`` (PC1 per model and protocol), ``frames`` ({protocol: flops, pc1, type} for the compute
+    scatter), ``compute`` (:func:`pc1_vs_compute` for all and base models, with ``r_lo``/``r_hi``),
+    ``robustness`` (:func:`lib.analysis.robustness.pc1_gain`), ``notes`` and ``summary`` (plain
+    numbers; every interval under its number's name + ``_ci``). ``n_boot`` draws of models with
+    ``seed`` give the ``level`` percentile intervals.
     """
     from .. import metadata, store
+    from . import robustness
     from .agreement import split_benchmarks
 
     downstream, _ = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
@@ -105,8 +154,11 @@ def pca_report(df: pd.DataFrame, store_root=None, min_models: int = 3, max_compo
     notes += [f"{p}: dropped constant benchmarks {f.dropped_benchmarks}"
               for p, f in fits.items() if f and f.dropped_benchmarks]
     explained = pd.DataFrame({p: f.explained.iloc[:max_components] for p, f in fits.items() if f})
+    boot = bootstrap_pca(matrices, models, n_boot, seed, level, min_models)
     family = pd.concat([by_group(m, models.loc[m.index, "family"], min_models).assign(protocol=p)
                         for p, m in matrices.items()], ignore_index=True)
+    family["lo"] = [boot["family_pc1_ci"][r.protocol].get(r.group, [np.nan] * 2)[0] for r in family.itertuples()]
+    family["hi"] = [boot["family_pc1_ci"][r.protocol].get(r.group, [np.nan] * 2)[1] for r in family.itertuples()]
     small = sorted(family.loc[family["pc1"].isna(), "group"].unique())
     if small:
         notes.append(f"families too small for PCA (NaN): {small}")
@@ -118,8 +170,16 @@ def pca_report(df: pd.DataFrame, store_root=None, min_models: int = 3, max_compo
                              **pc1_vs_compute(scores[p] if grp == "all" else scores[p][~instruct],
                                               models["flops_1e21"], min_models)}
                             for p in scores for grp in ("all", "base")])
+    if len(compute):
+        compute["r_lo"] = [boot["pc1_vs_log_compute_r_ci"][r.protocol][r.models][0] for r in compute.itertuples()]
+        compute["r_hi"] = [boot["pc1_vs_log_compute_r_ci"][r.protocol][r.models][1] for r in compute.itertuples()]
     if not any(len(f) for f in frames.values()):
         notes.append("no model with known pre-training compute: PC1 vs compute skipped")
+    complete = robustness.complete_models(df, tuple(protocols))
+    subsets, sub_notes = robustness.model_subsets(models, complete, min_models)
+    notes += sub_notes
+    robust = robustness.pc1_gain(matrices, subsets, n_boot, seed, level, min_models, tuple(protocols)) \
+        if len(protocols) == 2 else pd.DataFrame()
     summary = {
         "n_benchmarks": len(downstream), "min_models": min_models,
         "n_models": {p: (f.n_models if f else 0) for p, f in fits.items()},
@@ -128,7 +188,46 @@ def pca_report(df: pd.DataFrame, store_root=None, min_models: int = 3, max_compo
         "family_pc1": {p: dict(zip(g["group"], g["pc1"])) for p, g in family.groupby("protocol")},
         "pc1_vs_log_compute": {p: {r["models"]: {k: r[k] for k in ("n_models", "pearson_r", "spearman_rho", "slope")}
                                    for r in g.to_dict("records")} for p, g in compute.groupby("protocol")},
+        **boot,
+        "bootstrap": {"unit": "models", "n_models": len(models), "n_boot": n_boot, "seed": seed, "level": level},
         "notes": notes,
     }
+    if len(summary["pc1_explained"]) == 2 and "pc1_gain_ci" in boot:
+        first, second = protocols
+        summary["pc1_gain"] = summary["pc1_explained"][second] - summary["pc1_explained"][first]
+        lo, hi = boot["pc1_gain_ci"]
+        summary["pc1_gain_excludes_zero"] = bool(np.isfinite(lo) and (lo > 0 or hi < 0))
+    summary["robustness"] = robustness.summary(robust) if len(robust) else {}
     return {"fits": fits, "explained": explained, "family": family, "scores": scores, "frames": frames,
-            "compute": compute, "notes": notes, "summary": summary}
+            "compute": compute, "robustness": robust, "notes": notes, "summary": summary}
+
+
+def headline_table(summary: dict) -> pd.DataFrame:
+    """PC1 share per protocol, its gain and r(PC1, log compute) with their intervals: rows (number,
+    protocol), columns estimate, lo, hi."""
+    rows = []
+    for p, v in summary["pc1_explained"].items():
+        rows.append(("pc1_explained", p, v, *summary["pc1_explained_ci"][p]))
+    if "pc1_gain" in summary:
+        first, second = list(summary["pc1_explained"])
+        rows.append(("pc1_gain", f"{second} - {first}", summary["pc1_gain"], *summary["pc1_gain_ci"]))
+    for p, groups in summary["pc1_vs_log_compute"].items():
+        for grp, rec in groups.items():
+            rows.append((f"r(PC1, log compute), {grp} ({rec['n_models']} models)", p, rec["pearson_r"],
+                         *summary["pc1_vs_log_compute_r_ci"][p][grp]))
+    return pd.DataFrame(rows, columns=["number", "protocol", "estimate", "lo", "hi"]).set_index(["number", "protocol"])
+
+
+def tex_numbers(summary: dict) -> dict:
+    """The numbers of a 06 summary for ``numbers.tex`` (intervals as ``..._lo`` / ``..._hi``)."""
+    out = {}
+    for p, v in summary["pc1_explained"].items():
+        out[f"pc1_explained_{p}"] = v
+        out[f"pc1_explained_{p}_lo"], out[f"pc1_explained_{p}_hi"] = summary["pc1_explained_ci"][p]
+        r = summary["pc1_vs_log_compute"].get(p, {}).get("all", {})
+        out[f"r_compute_{p}"] = r.get("pearson_r", float("nan"))
+        out[f"r_compute_{p}_lo"], out[f"r_compute_{p}_hi"] = summary["pc1_vs_log_compute_r_ci"][p]["all"]
+    if "pc1_gain" in summary:
+        out["pc1_gain"] = summary["pc1_gain"]
+        out["pc1_gain_lo"], out["pc1_gain_hi"] = summary["pc1_gain_ci"]
+    return out
