@@ -243,7 +243,8 @@ def test_notebook_runs_on_leaderboard_items(tmp_path, monkeypatch, harmony_data)
     assert "spearman_diff_no_alignment_ci" in summary["cross_paper"]["comparison"]["benchalign"]
     assert len(summary["protocol"]["chosen_steps"]["benchalign"]) == 1 and summary["protocol"]["curve"]["step"][0] == 0
     assert set(summary["source_selection"]["70B+"]["4"]) == set(ex.SELECTIONS)
-    assert "19 model names" in summary["data"]["duplicates"] and len(summary["data"]["info"]["duplicated_names"]) == 3
+    assert "19 model names" in summary["data"]["duplicates_line"] and summary["data"]["duplicates"] == "first"
+    assert len(summary["data"]["info"]["duplicated_names"]) == 3
     figs = tmp_path / "published" / "07_benchalign" / "figures"
     assert {p.name for p in figs.iterdir()} >= {"methods.pdf", "methods.png", "weights.png", "cross_paper_weights.png",
                                                   "learning_curve.png", "data_needs.png"}

@@ -63,7 +63,8 @@ def test_fast_ranknet_gradient_equals_naive_pairwise(small, w_kind):
     np.testing.assert_allclose(grad_t, naive_grad, rtol=1e-9, atol=1e-12)
 
 
-def test_blockwise_ranknet_does_not_depend_on_the_block_size(small, monkeypatch):
+@pytest.mark.parametrize("loss", rank.PAIRWISE)
+def test_blockwise_pairwise_losses_do_not_depend_on_the_block_size(small, monkeypatch, loss):
     X, y = small
     rng = np.random.default_rng(0)
     S = torch.tensor(X @ rng.normal(size=(6, 3)), requires_grad=True)    # 3 columns
@@ -75,7 +76,7 @@ def test_blockwise_ranknet_does_not_depend_on_the_block_size(small, monkeypatch)
         monkeypatch.setattr(rank, "_KEEP_ELEMENTS", keep)                 # pair indicators rebuilt / kept
         pairs = rank.Pairs(target, mask, torch.float64)
         S.grad = None
-        value = rank.batch_loss(S, pairs, "ranknet")
+        value = rank.batch_loss(S, pairs, loss)
         value.sum().backward()
         values.append(value.detach().numpy())
         grads.append(S.grad.numpy().copy())
@@ -84,9 +85,14 @@ def test_blockwise_ranknet_does_not_depend_on_the_block_size(small, monkeypatch)
     n = [(P & m[:, c][:, None] & m[:, c][None, :]).sum() for c in range(3)]
     np.testing.assert_array_equal(pairs.n_pairs.numpy(), n)
     s = S.detach().numpy()
-    naive = [np.logaddexp(0, -(s[:, c][:, None] - s[:, c][None, :]))[P & m[:, c][:, None] & m[:, c][None, :]].mean()
-             for c in range(3)]
-    np.testing.assert_allclose(values[0], naive, rtol=1e-12)
+    for c in range(3):                                    # each column = the loss of its rows alone
+        rows = np.flatnonzero(m[:, c])
+        alone = rank.pair_loss(torch.tensor(s[rows, c]), rank.Target(y[rows]), loss)
+        assert values[0][c] == pytest.approx(float(alone), rel=1e-12)
+        if loss == "ranknet":
+            pairs_c = P & m[:, c][:, None] & m[:, c][None, :]
+            naive = np.logaddexp(0, -(s[:, c][:, None] - s[:, c][None, :]))[pairs_c].mean()
+            assert values[0][c] == pytest.approx(naive, rel=1e-12)
     assert all(np.allclose(v, values[0], rtol=1e-12) for v in values)
     assert all(np.allclose(g, grads[0], rtol=1e-12, atol=1e-15) for g in grads)
 

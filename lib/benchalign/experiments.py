@@ -719,7 +719,7 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
         tables["cross_paper"] = pd.DataFrame(cross["comparison"]).T
     summary = {"data": {"models": len(items.models), "items": int(items.X.shape[1]), "features": items.benchmarks,
                         "target": items.info.get("target"), **split.counts(), "info": items.info,
-                        "duplicates": duplicates_line(items.info)},
+                        "duplicates_line": duplicates_line(items.info)},
                "main": main, "best_single": best_single_choice(items, split),
                "protocol": protocol,
                "ablation": ablation_summary(abl) if len(abl) else {},

@@ -20,8 +20,8 @@ floor 0.1). Three properties matter:
 - *Smooth in Σw.* ``d`` is differentiable in ``Σw`` (a root of a sum of squares, not a maximum).
   The maximum ``max(|Σw|, floor Σ|w|)`` is sign-free too, but has a kink where the two meet; on the
   leaderboard items Adam then bounces across the kink (the training loss rises from 0.39 to 0.44
-  between steps 55 and 70 at lr 1e-4) and the test ranking jumps by up to 0.05 in rho between
-  neighbouring steps, which makes any choice of a step count a lottery. With this ``d`` the
+  between steps 50 and 65 at lr 1e-4) and the test rho jumps by 0.05 between steps 10 apart, which
+  makes any choice of a step count a lottery. With this ``d`` the
   training loss falls steadily (docs/design.md has the measurements).
 
 The scores are invariant to rescaling ``w`` by a positive factor.
@@ -33,7 +33,7 @@ respect to ``w~`` is ``X^T c`` for the K-vector ``c = dL/ds``. For the linear Ra
 ``A_ij = [y_i > y_j] σ(-(s_i - s_j))`` (:func:`ranknet_loss_grad`). One step costs O(K M + K^2)
 time; :meth:`Pairs.pairwise` computes the loss and ``c`` in blocks of rows, in descending target order
 (model i is preferred only to models after it, so half the pairs are visited), so the memory is
-O(K M + block K): neither a K x K matrix nor a K^2 x M tensor is formed. Losses are averaged over
+O(K M + block K C) for C fits at once: neither a K x K matrix nor a K^2 x M tensor is formed. Losses are averaged over
 the preferred pairs (a constant factor that makes learning rates comparable across numbers of
 models).
 
@@ -68,8 +68,8 @@ LOSSES = ("ranknet", "lambdarank", "ndcg_loss2", "pointwise")
 PAIRWISE = LOSSES[:3]             # weighted means over preferred pairs (one blockwise kernel)
 FLOOR = 0.1
 _EPS = 1e-12
-_BLOCK_ELEMENTS = 1 << 22        # RankNet block: rows x models x columns <= 4M entries
-_KEEP_ELEMENTS = 1 << 24         # pair indicators kept between steps up to 16M entries (64 MB float32)
+_BLOCK_ELEMENTS = 1 << 22        # block of the pairwise losses: rows x models x columns <= 4M entries
+_KEEP_ELEMENTS = 1 << 27         # pair indicators (bool) kept between steps up to 128M entries (128 MB)
 
 
 class RankError(ValueError):
@@ -149,10 +149,11 @@ class Target:
 class Pairs:
     """The preferred pairs ``y_i > y_j`` among the rows of each column of ``mask`` (K x C, bool),
     prepared once for many evaluations of the pairwise losses: their number per column
-    (``n_pairs``), the graded gains of the NDCG-weighted losses, and the 0/1 pair indicators in
-    blocks of rows of the descending target order (each block against the models after it, so half
-    of the K x K pairs are visited; kept when they fit in ``_KEEP_ELEMENTS`` entries, else rebuilt
-    at each use)."""
+    (``n_pairs``), the graded gains of the NDCG-weighted losses, and blocks of rows of the
+    descending target order, each block against the models after it, so half of the K x K pairs
+    are visited. The NDCG-weighted losses use bool pair indicators per block (kept when they fit in
+    ``_KEEP_ELEMENTS`` entries, else rebuilt at each use); RankNet needs none (:meth:`_ranknet`).
+    One work buffer of a block's size is reused by every block and step."""
 
     def __init__(self, target: Target, mask, dtype=torch.float32):
         self.target = target
@@ -162,23 +163,29 @@ class Pairs:
         below = (target.y[:, None] > target.y[None, :]).to(torch.float64) @ m        # K x C
         self.n_pairs = (m * below).sum(0).to(dtype)
         self.sorted_mask = self.mask[target.order]
-        ys = target.y_sorted
+        y = target.y_sorted.to(torch.float64)[:, None]
         # gains 2^rel - 1, rel = target min-max scaled over each column's rows (sorted order, K x C)
-        y = ys.to(torch.float64)[:, None]
         lo = torch.where(self.sorted_mask, y, torch.inf).amin(0, keepdim=True)
         hi = torch.where(self.sorted_mask, y, -torch.inf).amax(0, keepdim=True)
         self.gains = (torch.pow(2.0, (y - lo) / (hi - lo).clamp_min(_EPS)) - 1.0).nan_to_num(0.0).to(dtype)
-        block = int(np.clip(_BLOCK_ELEMENTS // max(K * C, 1), 1, max(16, -(-K // 8))))
-        keep = K * K * C / 2 <= _KEEP_ELEMENTS
-        self.blocks = []
-        for lo_ in range(0, K, block):
-            hi_ = min(K, lo_ + block)
-            self.blocks.append((lo_, hi_, self._indicator(lo_, hi_, dtype) if keep else None))
+        self.block = int(np.clip(_BLOCK_ELEMENTS // max(K * C, 1), 1, max(16, -(-K // 8))))
+        self._keep = K * K * C / 2 <= _KEEP_ELEMENTS        # build on first use by an NDCG-weighted loss
+        self.blocks = [(lo_, min(K, lo_ + self.block), None) for lo_ in range(0, K, self.block)]
+        # RankNet's fast path: in descending target order, model i is preferred to model j exactly
+        # when j >= first[i], the first position after i's group of tied targets; the pairs it
+        # excludes within a block's columns lo: lie in a band of columns lo:band_hi
+        ys = target.y_sorted.numpy()
+        first = np.searchsorted(-ys, -ys, side="right")
+        self.bands = []
+        for lo_, hi_, _ in self.blocks:
+            band = int(first[lo_:hi_].max()) - lo_
+            cols = np.arange(lo_, lo_ + band)
+            self.bands.append((band, torch.as_tensor(cols[None, :] < first[lo_:hi_, None])[:, :, None]))
+        self._buffer: torch.Tensor | None = None
 
-    def _indicator(self, lo: int, hi: int, dtype) -> torch.Tensor:
-        ys, m = self.target.y_sorted, self.sorted_mask.to(dtype)
-        pref = (ys[lo:hi, None] > ys[None, lo:]).to(dtype)
-        return pref[:, :, None] * m[lo:hi, None, :] * m[None, lo:, :]           # b x (K - lo) x C
+    def _indicator(self, lo: int, hi: int) -> torch.Tensor:
+        ys, m = self.target.y_sorted, self.sorted_mask
+        return (ys[lo:hi, None] > ys[None, lo:])[:, :, None] & m[lo:hi, None, :] & m[None, lo:, :]   # b x (K-lo) x C
 
     def ranks(self, S_sorted: torch.Tensor) -> torch.Tensor:
         """1-based rank of each model by score among its column's rows, best first (sorted order,
@@ -194,30 +201,58 @@ class Pairs:
         ``softplus(-(s_i - s_j))`` over the preferred pairs (zeros unless ``value``), its gradient
         ``c`` w.r.t. the scores (K x C; pair weights held constant) and the sum of the pair weights
         (the normaliser), all in descending target order, without autograd."""
-        C = S_sorted.shape[1]
-        total, norm = S_sorted.new_zeros(C), S_sorted.new_zeros(C)
+        K, C = S_sorted.shape
+        total = S_sorted.new_zeros(C)
+        norm = self.n_pairs.to(S_sorted.dtype) if loss == "ranknet" else S_sorted.new_zeros(C)
         c = torch.zeros_like(S_sorted)
-        if loss != "ranknet":
-            G = self.gains.to(S_sorted.dtype)
-            r = self.ranks(S_sorted)
-            disc = 1.0 / torch.log2(1.0 + r)
+        if self._buffer is None or self._buffer.dtype != S_sorted.dtype:
+            self._buffer = torch.empty(self.block * K * C, dtype=S_sorted.dtype)
+        if loss == "ranknet":
+            return self._ranknet(S_sorted, value) + (norm,)
+        G = self.gains.to(S_sorted.dtype)
+        r = self.ranks(S_sorted)
+        disc = 1.0 / torch.log2(1.0 + r)
+        if self._keep and self.blocks and self.blocks[0][2] is None:
+            self.blocks = [(lo, hi, self._indicator(lo, hi)) for lo, hi, _ in self.blocks]
         for lo, hi, P in self.blocks:
             if P is None:
-                P = self._indicator(lo, hi, S_sorted.dtype)
+                P = self._indicator(lo, hi)
             if loss == "lambdarank":         # |ΔNDCG| of swapping i and j
                 P = P * (G[lo:hi, None, :] - G[None, lo:, :]).abs() * (disc[lo:hi, None, :] - disc[None, lo:, :]).abs()
             elif loss == "ndcg_loss2":       # |1/D(k) - 1/D(k+1)| |G_i - G_j|, k = |r_i - r_j|, in log base 2
                 k = (r[lo:hi, None, :] - r[None, lo:, :]).abs()
                 delta = (1.0 / torch.log2(1.0 + k.clamp_min(1.0)) - 1.0 / torch.log2(2.0 + k)).abs()
                 P = P * (G[lo:hi, None, :] - G[None, lo:, :]).abs() * delta / np.log(2.0)
-            D = S_sorted[lo:hi, None, :] - S_sorted[None, lo:, :]
-            if value:
-                total += (F.softplus(-D) * P).sum((0, 1))
             norm += P.sum((0, 1))
-            A = torch.sigmoid(-D).mul_(P)                                        # -dL/dD_ij
+            A = self._buffer[:(hi - lo) * (K - lo) * C].view(hi - lo, K - lo, C)
+            torch.sub(S_sorted[None, lo:, :], S_sorted[lo:hi, None, :], out=A)      # -(s_i - s_j)
+            if value:
+                total += (F.softplus(A) * P).sum((0, 1))
+            A.sigmoid_().mul_(P)                                                    # -dL/dD_ij
             c[lo:hi] -= A.sum(dim=1)
             c[lo:] += A.sum(dim=0)
         return total, c, norm
+
+    def _ranknet(self, S_sorted: torch.Tensor, value: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """RankNet without a pass over pair indicators: a model outside a column gets score +inf
+        where it would be preferred and -inf where it would be the other model, so every one of its
+        terms ``σ(s_j - s_i)`` and ``softplus(s_j - s_i)`` is exactly 0; only the narrow band of
+        tied or earlier models next to each block's diagonal is set to -inf explicitly."""
+        K, C = S_sorted.shape
+        total = S_sorted.new_zeros(C)
+        c = torch.zeros_like(S_sorted)
+        S_i = torch.where(self.sorted_mask, S_sorted, torch.inf)
+        S_j = torch.where(self.sorted_mask, S_sorted, -torch.inf)
+        for (lo, hi, _), (band, excluded) in zip(self.blocks, self.bands):
+            A = self._buffer[:(hi - lo) * (K - lo) * C].view(hi - lo, K - lo, C)
+            torch.sub(S_j[None, lo:, :], S_i[lo:hi, None, :], out=A)              # -(s_i - s_j)
+            A[:, :band].masked_fill_(excluded, -torch.inf)                       # y_i <= y_j: no pair
+            if value:
+                total += F.softplus(A).sum((0, 1))
+            A.sigmoid_()                                                         # -dL/dD_ij
+            c[lo:hi] -= A.sum(dim=1)
+            c[lo:] += A.sum(dim=0)
+        return total, c
 
 
 class _Pairwise(torch.autograd.Function):
