@@ -433,8 +433,17 @@ def table(summary_main: dict, metric: str = "spearman") -> pd.DataFrame:
             cells[(METHODS[m].label if m in METHODS else m, g)] = (
                 f"{r[metric]:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
                 + (f" (seeds ± {r[f'{metric}_seed_std']:.3f})" if r.get(f"{metric}_seed_std") else ""))
-    s = pd.Series(cells)
-    return s.unstack() if len(s) else pd.DataFrame()
+    return _registry_order(cells)
+
+
+def _registry_order(cells: dict) -> pd.DataFrame:
+    """(method label, group) -> text cells as a table, methods in registry order."""
+    s = pd.Series(cells, dtype=object)
+    if not len(s):
+        return pd.DataFrame()
+    df = s.unstack()
+    order = [spec.label for spec in METHODS.values() if spec.label in df.index]
+    return df.reindex(order + [m for m in df.index if m not in order])
 
 
 def paired_table(summary_main: dict, metric: str = "spearman", ref: str = "no_alignment") -> pd.DataFrame:
@@ -446,8 +455,7 @@ def paired_table(summary_main: dict, metric: str = "spearman", ref: str = "no_al
             if d is not None:
                 cells[(METHODS[m].label if m in METHODS else m, g)] = (
                     f"{d:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""))
-    s = pd.Series(cells)
-    return s.unstack() if len(s) else pd.DataFrame()
+    return _registry_order(cells)
 
 
 def weights_by_benchmark(data: ItemData, weights: list[np.ndarray]) -> pd.DataFrame:

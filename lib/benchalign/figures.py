@@ -167,6 +167,6 @@ def cross_weights(weights: dict[str, dict]):
     ax.axvline(1.0 / len(s), color="0.3", lw=0.8, ls="--", label="uniform (plain mean)")
     ax.set_xlabel("learned weight (normalised)")
     ax.set_title("Direct-eval benchmarks → train-before-test ranking")
-    ax.legend(loc="upper left")
+    ax.legend(loc="center left")
     fig.tight_layout()
     return fig
