@@ -1,6 +1,6 @@
 """Speed and memory of BenchAlign fits: the real leaderboard data and a paper-scale synthetic fit.
 
-    .venv/bin/python bench/bench_benchalign.py [--steps 500] [--threads 1] [--skip-real] [--folds 5]
+    .venv/bin/python bench/bench_benchalign.py [--steps 500] [--threads 1] [--skip-real] [--folds 5] [--out F]
 
 1. Real data (needs $HARMONY_DATA): load MuSR + MATH-hard items with the IFEval target (428 models x
    1,650 items); BenchAlign's cross-validated protocol on the source models (<13B, 266 models; 5 folds x
@@ -121,6 +121,7 @@ def main(argv=None) -> int:
     ap.add_argument("--items", type=int, default=21606)
     ap.add_argument("--folds", type=int, default=5, help="folds of the paper-scale protocol run")
     ap.add_argument("--skip-real", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "benchalign.json"), help="results file")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     out = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
             out["real"] = {"skipped": "published data not found (set HARMONY_DATA)"}
     out["paper_scale"] = bench_paper_scale(args.models, args.items, args.steps, args.folds)
     print("paper scale:", json.dumps(out["paper_scale"]), flush=True)
-    atomic_write_json(ROOT / "bench" / "results" / "benchalign.json", out)
+    atomic_write_json(Path(args.out), out)
     return 0
 
 

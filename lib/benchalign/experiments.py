@@ -718,8 +718,11 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
     if not main:
         notes.append("no test group could be evaluated: too few models for a source/test split")
     protocol = protocol_summary(comp.fits, cfg)
+    by_note: dict[str, list[str]] = {}
     for m, ns in protocol["notes"].items():
-        notes += [f"{m}: {n}" for n in ns]
+        for n in ns:
+            by_note.setdefault(n, []).append(m)
+    notes += [f"{', '.join(ms)}: {n}" for n, ms in by_note.items()]
     tables = {f"comparison_{g.replace('+', 'plus')}": pd.DataFrame(main[g]).T for g in main}
     tables.update({name: df for name, df in (("ablation", abl), ("data_needs", needs),
                                              ("weights_by_benchmark", by_bench)) if len(df)})

@@ -195,12 +195,12 @@ class Pairs:
         r.scatter_(0, order, torch.arange(1, len(S_sorted) + 1).unsqueeze(1).expand_as(order))
         return r.to(S_sorted.dtype)
 
-    def pairwise(self, S_sorted: torch.Tensor, loss: str, value: bool = True
+    def pairwise(self, S_sorted: torch.Tensor, loss: str, value: bool = True, grad: bool = True
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """For a pairwise ``loss`` (ranknet, lambdarank, ndcg_loss2): per column the weighted sum of
         ``softplus(-(s_i - s_j))`` over the preferred pairs (zeros unless ``value``), its gradient
-        ``c`` w.r.t. the scores (K x C; pair weights held constant) and the sum of the pair weights
-        (the normaliser), all in descending target order, without autograd."""
+        ``c`` w.r.t. the scores (K x C; pair weights held constant; zeros unless ``grad``) and the sum
+        of the pair weights (the normaliser), all in descending target order, without autograd."""
         K, C = S_sorted.shape
         total = S_sorted.new_zeros(C)
         norm = self.n_pairs.to(S_sorted.dtype) if loss == "ranknet" else S_sorted.new_zeros(C)
@@ -208,7 +208,7 @@ class Pairs:
         if self._buffer is None or self._buffer.dtype != S_sorted.dtype:
             self._buffer = torch.empty(self.block * K * C, dtype=S_sorted.dtype)
         if loss == "ranknet":
-            return self._ranknet(S_sorted, value) + (norm,)
+            return self._ranknet(S_sorted, value, grad) + (norm,)
         G = self.gains.to(S_sorted.dtype)
         r = self.ranks(S_sorted)
         disc = 1.0 / torch.log2(1.0 + r)
@@ -228,12 +228,13 @@ class Pairs:
             torch.sub(S_sorted[None, lo:, :], S_sorted[lo:hi, None, :], out=A)      # -(s_i - s_j)
             if value:
                 total += (F.softplus(A) * P).sum((0, 1))
-            A.sigmoid_().mul_(P)                                                    # -dL/dD_ij
-            c[lo:hi] -= A.sum(dim=1)
-            c[lo:] += A.sum(dim=0)
+            if grad:
+                A.sigmoid_().mul_(P)                                                # -dL/dD_ij
+                c[lo:hi] -= A.sum(dim=1)
+                c[lo:] += A.sum(dim=0)
         return total, c, norm
 
-    def _ranknet(self, S_sorted: torch.Tensor, value: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _ranknet(self, S_sorted: torch.Tensor, value: bool, grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """RankNet without a pass over pair indicators: a model outside a column gets score +inf
         where it would be preferred and -inf where it would be the other model, so every one of its
         terms ``σ(s_j - s_i)`` and ``softplus(s_j - s_i)`` is exactly 0; only the narrow band of
@@ -249,6 +250,8 @@ class Pairs:
             A[:, :band].masked_fill_(excluded, -torch.inf)                       # y_i <= y_j: no pair
             if value:
                 total += F.softplus(A).sum((0, 1))
+            if not grad:
+                continue
             A.sigmoid_()                                                         # -dL/dD_ij
             c[lo:hi] -= A.sum(dim=1)
             c[lo:] += A.sum(dim=0)
@@ -404,8 +407,7 @@ def descend(X, y, train_mask, val_mask=None, *, item_mask=None, init=None, loss:
             per_column = batch_loss(S, train_pairs, loss)
         if checkpoint:
             with torch.no_grad():
-                v = (batch_loss(S.detach(), val_pairs, loss).double().numpy() if val_pairs is not None
-                     else np.full(C, np.nan))
+                v = np.full(C, np.nan) if val_pairs is None else _value(S.detach(), val_pairs, loss)
             yield Checkpoint(step, per_column.detach().double().numpy(), v, (W * items).detach(), floor)
         if loss in PAIRWISE:
             S.backward(grad_S)
@@ -413,6 +415,14 @@ def descend(X, y, train_mask, val_mask=None, *, item_mask=None, init=None, loss:
             torch.nan_to_num(per_column, nan=0.0).sum().backward()
         opt.step()
         step += 1
+
+
+def _value(S: torch.Tensor, pairs: Pairs, loss: str) -> np.ndarray:
+    """Loss of each column (NaN without pairs), without the gradient pass of the pairwise losses."""
+    if loss not in PAIRWISE:
+        return batch_loss(S, pairs, loss).double().numpy()
+    total, _, norm = pairs.pairwise(S[pairs.target.order], loss, value=True, grad=False)
+    return torch.where(pairs.n_pairs > 0, total / norm.clamp_min(_EPS), torch.nan).double().numpy()
 
 
 def kfold(y, k: int, seed: int) -> np.ndarray:
