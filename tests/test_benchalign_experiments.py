@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from test_benchalign_data import make_pipeline_world
 
@@ -37,40 +38,60 @@ def test_split_by_size_is_disjoint_and_notes_small_groups():
         ex.split_by_size(d, 13, {"bad": 7})
     rel = ex.split_by_size(d, 0.5, {"top half": 0.5}, relative=True)
     assert len(rel.source) == 30 and len(rel.groups["top half"]) == 30
-    train, val = ex.train_val(sp.source, 0.2, seed=1)
-    assert set(train) | set(val) == set(sp.source) and not set(train) & set(val) and len(val) >= 2
+    fold = ex.largest_fold(d, sp.source, 5, seed=0)           # validation="largest": the biggest fifth
+    assert (fold == 0).sum() == round(len(sp.source) / 5)
+    assert d.size_b[sp.source][fold == 0].min() >= d.size_b[sp.source][fold == -1].max()
 
 
-def test_training_never_reads_a_test_model(monkeypatch):
+def test_test_models_are_touched_once_for_the_final_score(monkeypatch):
+    """A spy on the data every fit sees: only source rows, never a test row or a test target; the
+    test targets are read once per method and seed, after that method's fits."""
     d = _world()
     d.X[:, 0] = np.arange(len(d.models)) / 100                 # every row unique, so rows are traceable
     sp = ex.split_by_size(d, 13, {"30B+": 30})
     test = sp.groups["30B+"]
-    d.target[test] = np.nan                                     # any read of a test target would fail a fit
     source_rows = {tuple(r) for r in d.X[sp.source]}
     test_rows = {tuple(r) for r in d.X[test]}
-    calls = []
+    events = []
 
-    def fit_rows_spy(data_, train, val, *args, **kwargs):      # every BenchAlign fit goes through here
-        assert set(train) | set(val) <= set(sp.source) and not (set(train) | set(val)) & set(test)
-        calls.append("fit")
-        return real_fit_rows(data_, train, val, *args, **kwargs)
+    def fit_many_spy(X, y, tasks, **kwargs):                  # every weight-learning fit goes through here
+        rows = {tuple(r) for r in np.asarray(X)}
+        assert rows <= source_rows and not rows & test_rows
+        assert np.isfinite(y).all() and len(y) == len(X)
+        events.append(("fit", len(tasks)))
+        return real_fit_many(X, y, tasks, **kwargs)
 
     def baseline_spy(fn):
         def wrapper(X_src, *args, **kwargs):
             rows = {tuple(r) for r in np.asarray(X_src)}
             assert rows <= source_rows and not rows & test_rows
-            calls.append(fn.__name__)
+            events.append((fn.__name__, 1))
             return fn(X_src, *args, **kwargs)
         return wrapper
 
-    real_fit_rows = ex._fit_rows
-    monkeypatch.setattr(ex, "_fit_rows", fit_rows_spy)
+    def evaluate_spy(scores, y, groups):                       # the one reader of test targets
+        events.append(("evaluate", 1))
+        return real_evaluate(scores, y, groups)
+
+    real_fit_many, real_evaluate = rank.fit_many, ex.evaluate
+    monkeypatch.setattr(rank, "fit_many", fit_many_spy)
+    monkeypatch.setattr(ex, "evaluate", evaluate_spy)
     for name in ("best_single", "metabench_like", "tinybenchmarks_like"):
         monkeypatch.setattr(baselines, name, baseline_spy(getattr(baselines, name)))
+    ex._SUBSET_CACHE.clear()
     comp = ex.compare(d, sp, ex.METHODS, seeds=2, cfg=ex.Config(max_steps=20, patience=20, subset_items=8))
     assert set(comp.preds) == set(ex.METHODS)
-    assert calls.count("fit") == 2 * 4 and calls.count("metabench_like") == 2 * 2
+    fits = [e for e in events if e[0] == "fit"]
+    assert len(fits) == 4 and all(n == 2 for _, n in fits)        # 4 learned methods, the 2 seeds batched
+    assert sum(e[0] == "metabench_like" for e in events) == 2      # chosen once per seed, shared
+    assert sum(e[0] == "evaluate" for e in events) == len(ex.METHODS) * 2
+    # per method: its fit (if any) comes before its evaluations, and nothing is fitted after them
+    seen_eval = 0
+    for kind, _ in events:
+        if kind == "evaluate":
+            seen_eval += 1
+        elif kind == "fit":
+            assert seen_eval % 2 == 0                              # between methods, never mid-method
     assert np.isfinite(comp.preds["benchalign"][:, test]).all()   # test models are scored, never trained on
 
 
@@ -95,15 +116,67 @@ def test_compare_summary_has_the_documented_format():
     json.dumps(main)                                                       # plain JSON types
 
 
+def test_summary_records_have_the_documented_keys_and_paired_differences():
+    d = _world(K=80, M=60)
+    sp = ex.split_by_size(d, 13, {"30B+": 30, "70B+": 70})
+    cfg = ex.Config(lr=1e-3, max_steps=200, patience=100, subset_items=10)
+    comp = ex.compare(d, sp, ("no_alignment", "best_single", "benchalign"), seeds=2, cfg=cfg)
+    # a method scoring exactly like no alignment: its paired difference is 0 on every resample
+    comp.preds["copy"] = comp.preds["no_alignment"].copy()
+    comp.rows = pd.concat([comp.rows, comp.rows[comp.rows.method == "no_alignment"].assign(method="copy")])
+    # plain accuracy plus noise: the paired interval is far narrower than the two intervals
+    rng = np.random.default_rng(0)
+    comp.preds["noisy"] = comp.preds["no_alignment"] + 0.002 * rng.normal(size=comp.preds["no_alignment"].shape)
+    rows = [{"method": "noisy", "seed": s, "group": g, **r} for s in range(2)
+            for g, r in ex.evaluate(comp.preds["noisy"][s], d.target, sp.groups).items()]
+    comp.rows = pd.concat([comp.rows, pd.DataFrame(rows)])
+    main = ex.summarise(comp, d.target, n_boot=300)
+    rec = main["70B+"]["copy"]
+    assert rec["spearman_diff_no_alignment"] == 0.0 and rec["spearman_diff_no_alignment_ci"] == [0.0, 0.0]
+    assert rec["pair_acc_diff_no_alignment_ci"] == [0.0, 0.0]
+    assert "spearman_diff_no_alignment" not in main["70B+"]["no_alignment"]       # no difference to itself
+    noisy, plain = main["30B+"]["noisy"], main["30B+"]["no_alignment"]
+    width = noisy["spearman_diff_no_alignment_ci"][1] - noisy["spearman_diff_no_alignment_ci"][0]
+    assert width < 0.25 * (plain["spearman_ci"][1] - plain["spearman_ci"][0])
+    ba = main["70B+"]["benchalign"]
+    for key in ("spearman_seed_std", "spearman_std", "pair_acc_ci", "spearman_diff_best_single",
+                "pair_acc_diff_best_single_ci", "n_models", "n_seeds"):
+        assert ba[key] is not None, key
+    assert ba["spearman_diff_no_alignment"] == pytest.approx(ba["spearman"] - main["70B+"]["no_alignment"]["spearman"],
+                                                             abs=2e-4)
+    protocol = ex.protocol_summary(comp.fits, cfg)
+    assert protocol["chosen_steps"]["benchalign"] == [f.step for f in comp.fits["benchalign"]]
+    assert protocol["curve"]["step"][0] == 0 and len(protocol["curve"]["val_loss"]) == 2
+    json.dumps(main), json.dumps(protocol)                                         # plain JSON types
+
+
 def test_bootstrap_matches_direct_metrics_without_resampling():
     y = np.arange(10.0)
-    preds = np.vstack([y, y[::-1]])
-    boot = ex.bootstrap(preds, y, np.arange(10), n_boot=4)
-    assert np.all((boot["spearman"][::2] > 0.5) | np.isnan(boot["spearman"][::2]))   # seed 0: agrees
-    assert np.all((boot["spearman"][1::2] < -0.5) | np.isnan(boot["spearman"][1::2]))  # seed 1: reversed
     S = np.random.default_rng(0).random((3, 10))
-    np.testing.assert_allclose(ex._batched_spearman(S, np.tile(y, (3, 1))), [rank.spearman(s, y) for s in S])
-    np.testing.assert_allclose(ex._batched_pair_acc(S, np.tile(y, (3, 1))), [rank.pair_accuracy(s, y) for s in S])
+    pick = np.tile(np.arange(10), (4, 1))                         # every "resample" is the full set
+    boot = ex.bootstrap(S, y, np.arange(10), pick)
+    np.testing.assert_allclose(boot["spearman"], np.array([[rank.spearman(s, y)] * 4 for s in S]))
+    np.testing.assert_allclose(boot["pair_acc"], np.array([[rank.pair_accuracy(s, y)] * 4 for s in S]))
+    pick = ex.resamples(10, 50, seed=1)                           # with repeats: counts = explicit resample
+    boot = ex.bootstrap(S, y, np.arange(10), pick)
+    for b in (0, 7, 49):
+        assert boot["pair_acc"][1, b] == pytest.approx(rank.pair_accuracy(S[1][pick[b]], y[pick[b]]))
+        assert boot["spearman"][2, b] == pytest.approx(rank.spearman(S[2][pick[b]], y[pick[b]]))
+
+
+def test_kcenter_selection_is_label_free_and_spreads_out():
+    d = _world(K=40)
+    source = np.arange(40)
+    picked = ex.kcenter_selection(d, source, 6, seed=0)
+    d2 = data.ItemData(d.X, d.models, d.item_benchmark, d.item_id, -d.target, d.size_b)
+    np.testing.assert_array_equal(picked, ex.kcenter_selection(d2, source, 6, seed=0))   # no target used
+    X = d.X.astype(float)
+    def min_dist(sel):
+        D = ((X[sel][:, None] - X[sel][None]) ** 2).sum(-1)
+        return D[np.triu_indices(len(sel), 1)].min()
+    rng = np.random.default_rng(0)
+    assert min_dist(picked) >= np.median([min_dist(rng.choice(40, 6, replace=False)) for _ in range(50)])
+    assert len(set(ex.spread_selection(d, source, 6, 0))) == 6 and len(ex.random_selection(d, source, 6, 1)) == 6
 
 
 def test_too_few_models_degrade_to_notes():
@@ -112,6 +185,10 @@ def test_too_few_models_degrade_to_notes():
     assert not sp.groups and any("not evaluated" in n for n in sp.notes)
     comp = ex.compare(d, sp, ex.METHODS, seeds=1, cfg=ex.Config(max_steps=5))
     assert ex.summarise(comp, d.target) == {}
+    three = ex.split_by_size(d, 20.0, {"20B+": 20.0}, min_test=1)   # 3 source models: no cross-validation
+    assert any("too few to cross-validate" in n for n in three.notes)
+    comp = ex.compare(d, three, ("benchalign",), seeds=1, cfg=ex.Config(max_steps=5))
+    assert comp.fits["benchalign"][0].step == 0 and "too few" in comp.fits["benchalign"][0].note
     one = ex.split_by_size(d, 1.0, {"1B+": 1.0})                # a single source model: nothing to learn
     assert any("only 1 source model" in n for n in one.notes)
     comp = ex.compare(d, one, ex.METHODS, seeds=1, cfg=ex.Config(max_steps=5))
@@ -130,7 +207,7 @@ def _run_notebook(tmp_path, monkeypatch, parameters):
 
 
 FAST = dict(seeds=1, max_steps=40, patience=40, subset_items=10, source_counts=[4], item_counts=[5],
-            spread_models=4, need_seeds=1, n_boot=50, threads=1)
+            need_seeds=1, n_boot=50, threads=1)
 
 
 def test_notebook_runs_on_pipeline_items_and_degrades(tmp_path, monkeypatch):
@@ -159,9 +236,18 @@ def test_notebook_runs_on_leaderboard_items(tmp_path, monkeypatch, harmony_data)
         for method in ex.METHODS:
             rec = summary["main"][group][method]
             assert {"spearman", "spearman_std", "pair_acc", "pair_acc_std"} <= set(rec)
+            assert {"spearman_seed_std", "spearman_ci", "pair_acc_ci"} <= set(rec)
+            if method != "no_alignment":
+                assert {"spearman_diff_no_alignment", "spearman_diff_no_alignment_ci"} <= set(rec)
     assert summary["cross_paper"]["counts"]["source"] == 32
+    assert "spearman_diff_no_alignment_ci" in summary["cross_paper"]["comparison"]["benchalign"]
+    assert len(summary["protocol"]["chosen_steps"]["benchalign"]) == 1 and summary["protocol"]["curve"]["step"][0] == 0
+    assert set(summary["source_selection"]["70B+"]["4"]) == set(ex.SELECTIONS)
+    assert "19 model names" in summary["data"]["duplicates_line"] and summary["data"]["duplicates"] == "first"
+    assert len(summary["data"]["info"]["duplicated_names"]) == 3
     figs = tmp_path / "published" / "07_benchalign" / "figures"
-    assert {p.name for p in figs.iterdir()} >= {"methods.pdf", "methods.png", "weights.png", "cross_paper_weights.png"}
+    assert {p.name for p in figs.iterdir()} >= {"methods.pdf", "methods.png", "weights.png", "cross_paper_weights.png",
+                                                  "learning_curve.png", "data_needs.png"}
 
 
 def _stages(profile):

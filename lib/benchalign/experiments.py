@@ -3,24 +3,35 @@
 - :func:`split_by_size` -- source models (smaller than ``source_max_b``) and test groups (at least
   ``min_b`` each, e.g. ``{"30B+": 30, "70B+": 70}``); models without a known size are left out.
 - :data:`METHODS` -- the registry of methods: name -> :class:`Method` (a label and one function
-  ``fit(data, train, val, seed, cfg, loss) -> (scores of every model, item weights or None)``).
-  Adding a method is one function and one :func:`register` line; the notebook's tables, figure
-  order and ``numbers.tex`` follow the registry.
-- :func:`compare` -- every method for several seeds (a seed fixes the source train/validation
-  split and the random draws); :func:`summarise` turns the predictions into the
-  ``{group: {method: {...}}}`` comparison with uncertainty (:func:`bootstrap`).
-- :func:`ablation` (ranking losses), :func:`data_needs` (source models, items) and
-  :func:`cross_paper` (direct-evaluation scores -> train-before-test ranking).
+  ``fit(data, source, seeds, cfg, loss) -> [Outcome per seed]``: the scores of every model, the item
+  weights, the cross-validated fit). Adding a method is one function and one :func:`register` line;
+  the notebook's tables, figure order and ``numbers.tex`` follow the registry.
+- The protocol of every method that learns weights (BenchAlign, the subset + BenchAlign
+  combinations, the loss ablation, the data needs, the cross-paper experiment) is
+  :func:`lib.benchalign.rank.fit_many`: k-fold cross-validation over the source models chooses the
+  number of Adam steps (step 0, plain accuracy, is a candidate) by mean validation loss, then one
+  refit on all source models with that choice. A seed fixes the folds (and the random draws of the
+  random and subset methods); the seeds of one method run as one batch.
+- :func:`compare` -- every method for several seeds; :func:`summarise` turns the predictions into
+  the ``{group: {method: {...}}}`` comparison: seed means, the spread over seeds, 95 % bootstrap
+  intervals over the test models, and paired differences to no alignment and to the best single
+  benchmark on the same bootstrap draws (:func:`bootstrap`).
+- :func:`ablation` (ranking losses), :func:`data_needs` (source models chosen at random, spread
+  over the target, or by label-free k-center selection; items) and :func:`cross_paper`
+  (direct-evaluation scores -> train-before-test ranking).
 - :func:`benchalign_report` -- all of notebook 07 in one call.
 
 Training never sees a test model: every fit receives only the rows of source models
-(:func:`_fit_rows` asserts it), and the test groups are disjoint from the source set by
-construction (``size < source_max_b`` versus ``size >= min_b >= source_max_b``).
+(:func:`_cv_fits` passes them and nothing else), and the test groups are disjoint from the source
+set by construction (``size < source_max_b`` versus ``size >= min_b >= source_max_b``). The test
+models are scored once per method and seed, after fitting (:func:`evaluate`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -29,6 +40,8 @@ from scipy.stats import rankdata
 
 from . import baselines, rank
 from .data import ItemData
+
+REFERENCES = ("no_alignment", "best_single")      # paired differences are taken against these
 
 
 class ExperimentError(ValueError):
@@ -40,12 +53,16 @@ class Config:
     """Training settings shared by every BenchAlign fit of an experiment."""
     lr: float = 1e-4
     max_steps: int = 3000
-    patience: int = 500      # the validation loss rises before it falls (module doc of rank)
-    val_fraction: float = 0.2
+    patience: int = 200      # steps without a lower mean validation loss before a run stops
+    folds: int = 5           # k of the k-fold cross-validation over the source models
     floor: float = rank.FLOOR
     subset_items: int = 100
     loss: str = "ranknet"
-    eval_every: int = 10
+    eval_every: int = 10     # the candidate step counts: 0, eval_every, 2 eval_every, ...
+    validation: str = "kfold"   # "kfold": stratified k-fold; "largest": the largest 1/folds of the source models
+
+
+VALIDATIONS = ("kfold", "largest")
 
 
 @dataclass
@@ -96,32 +113,53 @@ def split_by_size(data: ItemData, source_max_b: float, test_groups: dict[str, fl
         groups[name] = idx
     if len(source) < 2:
         notes.append(f"only {len(source)} source model(s): nothing can be learned")
+    elif len(source) < 4:
+        notes.append(f"only {len(source)} source models: too few to cross-validate, the learned methods "
+                     "keep their initial weights")
     return Split(source=source, groups=groups, notes=notes)
 
 
-def train_val(source: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Random train/validation split of the source models (no validation below 6 models)."""
-    perm = np.random.default_rng(seed).permutation(np.asarray(source))
-    n_val = int(round(val_fraction * len(perm))) if len(perm) >= 6 else 0
-    n_val = min(max(n_val, 2 if n_val else 0), len(perm) - 2)
-    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+# --------------------------------------------------------------------------- the protocol
+def largest_fold(data: ItemData, rows: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    """Fold ids for ``validation="largest"``: the largest ``1/folds`` of ``rows`` by size (at least 2
+    models; equal sizes in an order drawn with ``seed``) form the one validation fold (0), the
+    others are only trained on (-1), as the test models are larger than every source model."""
+    size = np.asarray(data.size_b, dtype=np.float64)[rows]
+    order = np.lexsort((np.random.default_rng(30_000 + seed).random(len(rows)), size))
+    fold = np.full(len(rows), -1)
+    fold[order[len(rows) - max(2, int(round(len(rows) / folds))):]] = 0
+    return fold
 
 
-# --------------------------------------------------------------------------- fitting one method
-def _fit_rows(data: ItemData, train, val, cfg: Config, items=None, init=None,
-              loss: str | None = None) -> rank.Fit:
-    X = data.X if items is None else data.X[:, items]
-    return rank.fit(X[train], data.target[train], X[val] if len(val) else None,
-                    data.target[val] if len(val) else None, loss=loss or cfg.loss, lr=cfg.lr,
-                    max_steps=cfg.max_steps, patience=cfg.patience, init=init,
-                    floor=cfg.floor, eval_every=cfg.eval_every)
+def _cv_fits(data: ItemData, tasks: Sequence[rank.Task], cfg: Config, loss: str | None = None) -> list[rank.Fit]:
+    """The cross-validated protocol for ``tasks`` (rows index ``data``), seeing only their rows:
+    ``rank.fit_many`` receives the features and targets of those rows and nothing else."""
+    if cfg.validation not in VALIDATIONS:
+        raise ExperimentError(f"unknown validation {cfg.validation!r}; expected one of {VALIDATIONS}")
+    rows = np.unique(np.concatenate([np.asarray(t.rows, dtype=int) for t in tasks]))
+    where = {r: i for i, r in enumerate(rows)}
+    local = [rank.Task(np.array([where[r] for r in t.rows]), t.seed, t.items, t.init,
+                       largest_fold(data, np.asarray(t.rows, dtype=int), cfg.folds, t.seed)
+                       if cfg.validation == "largest" and len(t.rows) >= 4 else None) for t in tasks]
+    return rank.fit_many(data.X[rows], data.target[rows], local, folds=cfg.folds, loss=loss or cfg.loss,
+                         lr=cfg.lr, max_steps=cfg.max_steps, patience=cfg.patience,
+                         eval_every=cfg.eval_every, floor=cfg.floor)
 
 
 # --------------------------------------------------------------------------- the methods
+@dataclass
+class Outcome:
+    """One method fitted with one seed: scores of every model, item weights over all M items (None
+    for non-linear scorers), and the cross-validated fit (None for methods that learn no weights)."""
+    scores: np.ndarray
+    weights: np.ndarray | None
+    fit: rank.Fit | None = None
+
+
 @dataclass(frozen=True)
 class Method:
-    """One way to score models from items: ``fit(data, train, val, seed, cfg, loss)`` returns the
-    scores of every model and the item weights over all M items (None for non-linear scorers)."""
+    """One way to score models from items: ``fit(data, source, seeds, cfg, loss)`` returns one
+    :class:`Outcome` per seed (``source``: the rows it may learn from)."""
     name: str
     label: str                     # for tables and figures
     fit: Callable
@@ -141,23 +179,23 @@ def register(name: str, label: str, **flags) -> Callable:
     return add
 
 
-def _scored(base: baselines.ItemWeighting, data: ItemData):
+def _scored(base: baselines.ItemWeighting, data: ItemData) -> Outcome:
     """Scores of every model under a baseline, and its weights over all M items."""
     if base.scorer is not None:
-        return base.score(data.X), None
+        return Outcome(base.score(data.X), None)
     full = np.zeros(data.X.shape[1])
     full[base.items] = base.weights
-    return base.score(data.X), full
+    return Outcome(base.score(data.X), full)
 
 
 @register("no_alignment", "No alignment (plain accuracy)", learns=False, headline=True)
-def _no_alignment(data, train, val, seed, cfg, loss=None):
-    return _scored(baselines.no_alignment(data.X.shape[1]), data)
+def _no_alignment(data, source, seeds, cfg, loss=None):
+    return [_scored(baselines.no_alignment(data.X.shape[1]), data) for _ in seeds]
 
 
 @register("random", "Random weights", learns=False, headline=True)
-def _random(data, train, val, seed, cfg, loss=None):
-    return _scored(baselines.random_weights(data.X.shape[1], seed), data)
+def _random(data, source, seeds, cfg, loss=None):
+    return [_scored(baselines.random_weights(data.X.shape[1], seed), data) for seed in seeds]
 
 
 # Subset methods: which items to keep and their weights, chosen on the source models.
@@ -169,23 +207,39 @@ SUBSETS: dict[str, Callable] = {
 }
 
 
-def _subset(name: str, data: ItemData, train, val, seed: int, cfg: Config) -> baselines.ItemWeighting:
-    source = np.concatenate([train, val]).astype(int)
-    return SUBSETS[name](data, data.X[source], data.target[source], seed, cfg)
+_SUBSET_CACHE: dict[tuple, baselines.ItemWeighting] = {}
+
+
+def _subset(name: str, data: ItemData, source, seed: int, cfg: Config) -> baselines.ItemWeighting:
+    """The subset ``name`` chosen on the source rows (remembered by the content of what it reads, so
+    a subset method and its + BenchAlign combination choose it once)."""
+    source = np.asarray(source, dtype=int)
+    X, y = data.X[source], data.target[source]
+    key = (name, seed, cfg.subset_items, hashlib.sha1(X.tobytes() + y.tobytes()).hexdigest(),
+           hashlib.sha1(np.asarray(data.item_benchmark).astype(str).tobytes()).hexdigest())
+    if key not in _SUBSET_CACHE:
+        if len(_SUBSET_CACHE) > 64:
+            _SUBSET_CACHE.clear()
+        _SUBSET_CACHE[key] = SUBSETS[name](data, X, y, seed, cfg)
+    return _SUBSET_CACHE[key]
 
 
 def _subset_method(name: str) -> Callable:
-    return lambda data, train, val, seed, cfg, loss=None: _scored(_subset(name, data, train, val, seed, cfg), data)
+    return lambda data, source, seeds, cfg, loss=None: [_scored(_subset(name, data, source, s, cfg), data)
+                                                         for s in seeds]
+
+
+def _with_fits(data: ItemData, fits: list[rank.Fit]) -> list[Outcome]:
+    return [Outcome(f.scores(data.X), f.weights, f) for f in fits]
 
 
 def _subset_plus_benchalign(name: str) -> Callable:
-    """BenchAlign fitted on the items a subset method keeps, starting from its weights."""
-    def fit(data, train, val, seed, cfg, loss=None):
-        base = _subset(name, data, train, val, seed, cfg)
-        f = _fit_rows(data, train, val, cfg, items=base.items, init=base.weights, loss=loss)
-        full = np.zeros(data.X.shape[1])
-        full[base.items] = f.weights
-        return f.scores(data.X[:, base.items]), full
+    """BenchAlign on the items a subset method keeps, starting from its weights (the subset is
+    chosen once on all source models; the protocol then chooses the steps)."""
+    def fit(data, source, seeds, cfg, loss=None):
+        bases = [_subset(name, data, source, s, cfg) for s in seeds]
+        tasks = [rank.Task(source, s, b.items, b.weights) for s, b in zip(seeds, bases)]
+        return _with_fits(data, _cv_fits(data, tasks, cfg, loss))
     return fit
 
 
@@ -195,9 +249,8 @@ register("tinybenchmarks_like", "TinyBenchmarks-like (anchors)", items=True)(_su
 
 
 @register("benchalign", "BenchAlign", headline=True)
-def _benchalign(data, train, val, seed, cfg, loss=None):
-    f = _fit_rows(data, train, val, cfg, loss=loss)
-    return f.scores(data.X), f.weights
+def _benchalign(data, source, seeds, cfg, loss=None):
+    return _with_fits(data, _cv_fits(data, [rank.Task(source, s) for s in seeds], cfg, loss))
 
 
 for _name in SUBSETS:
@@ -205,12 +258,12 @@ for _name in SUBSETS:
              items=METHODS[_name].items)(_subset_plus_benchalign(_name))
 
 
-def run_method(method: str, data: ItemData, train, val, seed: int, cfg: Config,
-               loss: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Scores of every model under ``method`` fitted on the source rows, and its item weights."""
+def run_method(method: str, data: ItemData, source, seeds: Sequence[int], cfg: Config,
+               loss: str | None = None) -> list[Outcome]:
+    """``method`` fitted on the source rows, once per seed."""
     if method not in METHODS:
         raise ExperimentError(f"unknown method {method!r}; expected one of {list(METHODS)}")
-    return METHODS[method].fit(data, train, val, seed, cfg, loss)
+    return METHODS[method].fit(data, np.asarray(source, dtype=int), list(seeds), cfg, loss)
 
 
 def best_single_choice(data: ItemData, split: Split) -> dict:
@@ -224,6 +277,8 @@ def best_single_choice(data: ItemData, split: Split) -> dict:
 
 
 def evaluate(scores: np.ndarray, y: np.ndarray, groups: dict[str, np.ndarray]) -> dict[str, dict]:
+    """Spearman rho and pairwise accuracy of ``scores`` on each test group (the one place that
+    reads the test models' targets)."""
     return {g: {"spearman": rank.spearman(scores[idx], y[idx]),
                 "pair_acc": rank.pair_accuracy(scores[idx], y[idx])} for g, idx in groups.items()}
 
@@ -234,32 +289,39 @@ class Comparison:
     preds: dict[str, np.ndarray]             # method -> seeds x models scores
     weights: dict[str, list[np.ndarray]]     # method -> per-seed item weights (weighted methods)
     split: Split
+    fits: dict[str, list[rank.Fit]] = field(default_factory=dict)   # method -> per-seed fits (learned)
 
 
 def compare(data: ItemData, split: Split, methods=tuple(METHODS), seeds: int = 5, cfg: Config | None = None,
-            progress: bool = False) -> Comparison:
+            progress=None) -> Comparison:
     """Fit and evaluate every method for seeds 0..seeds-1 (methods that learn from source models
-    are skipped when there are fewer than 2)."""
+    are skipped when there are fewer than 2); ``progress`` (a :class:`lib.progress.Progress`)
+    advances by one per method."""
     cfg = cfg or Config()
     if data.target is None:
         raise ExperimentError("the item data carries no target scores")
-    rows, preds, weights = [], {}, {}
-    it = [(m, s) for m in methods for s in range(seeds)]
-    if progress:
-        from tqdm import tqdm  # plain text bar: no widget dependency in notebooks
-        it = tqdm(it, desc="methods x seeds", mininterval=5)
-    for method, seed in it:
+    rows, preds, weights, fits = [], {}, {}, {}
+    for method in methods:
         if len(split.source) < 2 and METHODS[method].learns:
+            _advance(progress)
             continue                                   # nothing to fit on (the split's notes say so)
-        train, val = train_val(split.source, cfg.val_fraction, seed)
-        sc, w = run_method(method, data, train, val, seed, cfg)
-        preds.setdefault(method, []).append(sc)
-        if w is not None:
-            weights.setdefault(method, []).append(w)
-        for g, res in evaluate(sc, data.target, split.groups).items():
-            rows.append({"method": method, "seed": seed, "group": g, **res})
+        outcomes = run_method(method, data, split.source, range(seeds), cfg)
+        preds[method] = np.array([o.scores for o in outcomes])
+        if outcomes[0].weights is not None:
+            weights[method] = [o.weights for o in outcomes]
+        if outcomes[0].fit is not None:
+            fits[method] = [o.fit for o in outcomes]
+        for seed, o in enumerate(outcomes):
+            for g, res in evaluate(o.scores, data.target, split.groups).items():
+                rows.append({"method": method, "seed": seed, "group": g, **res})
+        _advance(progress)
     df = pd.DataFrame(rows, columns=["method", "seed", "group", "spearman", "pair_acc"])
-    return Comparison(df, {m: np.array(v) for m, v in preds.items()}, weights, split)
+    return Comparison(df, preds, weights, split, fits)
+
+
+def _advance(progress, note: str = "") -> None:
+    if progress is not None:
+        progress.advance(note=note)
 
 
 # --------------------------------------------------------------------------- uncertainty
@@ -272,67 +334,128 @@ def _batched_spearman(S: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(den > 0, (rs * ry).sum(-1) / den, np.nan)
 
 
-def _batched_pair_acc(S: np.ndarray, y: np.ndarray) -> np.ndarray:
-    P = y[:, :, None] > y[:, None, :]
-    D = S[:, :, None] - S[:, None, :]
-    n = P.sum(axis=(1, 2))
-    hit = ((D > 0) & P).sum(axis=(1, 2)) + 0.5 * ((D == 0) & P).sum(axis=(1, 2))
+def _counted_pair_acc(s: np.ndarray, y: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Pairwise accuracy of scores ``s`` (n) against ``y`` (n) on resamples given by how often each
+    model was drawn (``counts``: B x n): ``c^T H c / c^T P c`` with ``P_ij = [y_i > y_j]`` and
+    ``H_ij = P_ij ([s_i > s_j] + [s_i = s_j] / 2)``."""
+    P = (y[:, None] > y[None, :]).astype(np.float64)
+    H = P * ((s[:, None] > s[None, :]) + 0.5 * (s[:, None] == s[None, :]))
+    num = ((counts @ H) * counts).sum(1)
+    den = ((counts @ P) * counts).sum(1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, hit / n, np.nan)
+        return np.where(den > 0, num / den, np.nan)
 
 
-def bootstrap(preds: np.ndarray, y: np.ndarray, idx: np.ndarray, n_boot: int = 1000,
-              seed: int = 0) -> dict[str, np.ndarray]:
-    """Joint draws over seeds and test models: draw b resamples the test models with replacement
-    and takes the predictions of seed ``b mod S``; returns the metric of each draw."""
-    rng = np.random.default_rng(seed)
+def resamples(n: int, n_boot: int, seed: int = 0) -> np.ndarray:
+    """``n_boot`` bootstrap resamples of ``n`` test models (positions, n_boot x n), drawn once and
+    shared by every method, so that differences between methods are paired."""
+    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+
+
+def bootstrap(preds: np.ndarray, y: np.ndarray, idx: np.ndarray, pick: np.ndarray) -> dict[str, np.ndarray]:
+    """Metrics of each seed's predictions (``preds``: seeds x models) on the resampled test models
+    ``idx[pick]`` (``pick`` from :func:`resamples`): ``{metric: seeds x n_boot}``."""
     preds = np.atleast_2d(preds)
-    S = preds.shape[0]
-    pick = rng.integers(0, len(idx), size=(n_boot, len(idx)))
-    rows = idx[pick]                                           # n_boot x n
-    Sb = preds[np.arange(n_boot) % S][np.arange(n_boot)[:, None], rows]
+    rows = idx[pick]                                                   # n_boot x n
+    counts = np.zeros((len(pick), len(idx)))
+    np.add.at(counts, (np.arange(len(pick))[:, None], pick), 1.0)
     yb = y[rows]
-    return {"spearman": _batched_spearman(Sb, yb), "pair_acc": _batched_pair_acc(Sb, yb)}
+    return {"spearman": np.array([_batched_spearman(p[rows], yb) for p in preds]),
+            "pair_acc": np.array([_counted_pair_acc(p[idx], y[idx], counts) for p in preds])}
 
 
 def _clean(x) -> float | None:
     return None if x is None or not np.isfinite(x) else round(float(x), 4)
 
 
+def _seed_mean(v: np.ndarray) -> np.ndarray:
+    """Mean over seeds (axis 0) of each bootstrap draw, ignoring NaN seeds (NaN if all are)."""
+    ok = np.isfinite(v)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(ok.any(0), np.where(ok, v, 0.0).sum(0) / ok.sum(0), np.nan)
+
+
+def _interval(draws: np.ndarray) -> list | None:
+    draws = draws[np.isfinite(draws)]
+    return [_clean(v) for v in np.percentile(draws, [2.5, 97.5])] if len(draws) > 1 else None
+
+
 def summarise(comp: Comparison, y: np.ndarray, n_boot: int = 1000, seed: int = 0) -> dict:
-    """``{group: {method: {...}}}``: seed means (``spearman``, ``pair_acc``), ``*_std`` and ``*_ci``
-    from :func:`bootstrap` draws (test models and seeds jointly), ``*_seed_std`` over seeds only."""
+    """``{group: {method: record}}``. A record holds, for ``metric`` in (spearman, pair_acc):
+
+    - ``metric``: the mean over seeds of the metric on all test models of the group;
+    - ``metric_seed_std``: its standard deviation over seeds (what a different fold assignment,
+      random draw or subset changes);
+    - ``metric_ci``, ``metric_std``: 95 % percentile interval and standard deviation of the seed
+      mean over ``n_boot`` bootstrap resamples of the test models (what a different sample of
+      test models changes);
+    - ``metric_diff_<ref>``, ``metric_diff_<ref>_ci`` for ref in :data:`REFERENCES`: the paired
+      difference to that method (same resamples for both; point = difference of the means) with
+      its 95 % interval;
+
+    and ``n_models``, ``n_seeds``.
+    """
     out: dict[str, dict] = {}
     for g, idx in comp.split.groups.items():
+        pick = resamples(len(idx), n_boot, seed)
+        draws = {m: {k: _seed_mean(v) for k, v in bootstrap(P, y, idx, pick).items()}
+                 for m, P in comp.preds.items()}
         out[g] = {}
-        for method, P in comp.preds.items():
+        for method in comp.preds:
             sub = comp.rows[(comp.rows.method == method) & (comp.rows.group == g)]
-            boot = bootstrap(P, y, idx, n_boot, seed)
             rec = {"n_models": int(len(idx)), "n_seeds": int(len(sub))}
             for metric in ("spearman", "pair_acc"):
-                draws = boot[metric][np.isfinite(boot[metric])]
+                d = draws[method][metric]
+                fin = d[np.isfinite(d)]
                 rec[metric] = _clean(sub[metric].mean())
-                rec[f"{metric}_std"] = _clean(draws.std(ddof=1)) if len(draws) > 1 else None
-                rec[f"{metric}_ci"] = ([_clean(v) for v in np.percentile(draws, [2.5, 97.5])]
-                                       if len(draws) > 1 else None)
+                rec[f"{metric}_std"] = _clean(fin.std(ddof=1)) if len(fin) > 1 else None
+                rec[f"{metric}_ci"] = _interval(d)
                 rec[f"{metric}_seed_std"] = _clean(sub[metric].std(ddof=0)) if len(sub) else None
+                for ref in REFERENCES:
+                    if ref == method or ref not in comp.preds:
+                        continue
+                    other = comp.rows[(comp.rows.method == ref) & (comp.rows.group == g)][metric].mean()
+                    rec[f"{metric}_diff_{ref}"] = _clean(sub[metric].mean() - other)
+                    rec[f"{metric}_diff_{ref}_ci"] = _interval(d - draws[ref][metric])
             out[g][method] = rec
     return out
 
 
 def table(summary_main: dict, metric: str = "spearman") -> pd.DataFrame:
-    """Method x group table of ``metric`` as 'mean ± std [ci]' strings (for display)."""
+    """Method x group table of ``metric`` as 'mean [95 % ci] (seed std)' strings (for display)."""
     cells = {}
     for g, methods in summary_main.items():
         for m, r in methods.items():
             if r.get(metric) is None:
-                cells[(m, g)] = "n/a"
+                cells[(METHODS[m].label if m in METHODS else m, g)] = "n/a"
                 continue
             ci = r.get(f"{metric}_ci")
-            cells[(m, g)] = (f"{r[metric]:.2f} ± {r[f'{metric}_std'] or 0:.2f}"
-                             + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
-    s = pd.Series(cells)
-    return s.unstack() if len(s) else pd.DataFrame()
+            cells[(METHODS[m].label if m in METHODS else m, g)] = (
+                f"{r[metric]:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+                + (f" (seeds ± {r[f'{metric}_seed_std']:.3f})" if r.get(f"{metric}_seed_std") else ""))
+    return _registry_order(cells)
+
+
+def _registry_order(cells: dict) -> pd.DataFrame:
+    """(method label, group) -> text cells as a table, methods in registry order."""
+    s = pd.Series(cells, dtype=object)
+    if not len(s):
+        return pd.DataFrame()
+    df = s.unstack()
+    order = [spec.label for spec in METHODS.values() if spec.label in df.index]
+    return df.reindex(order + [m for m in df.index if m not in order])
+
+
+def paired_table(summary_main: dict, metric: str = "spearman", ref: str = "no_alignment") -> pd.DataFrame:
+    """Method x group table of the paired difference to ``ref`` as 'diff [95 % ci]' strings."""
+    cells = {}
+    for g, methods in summary_main.items():
+        for m, r in methods.items():
+            d, ci = r.get(f"{metric}_diff_{ref}"), r.get(f"{metric}_diff_{ref}_ci")
+            if d is not None:
+                cells[(METHODS[m].label if m in METHODS else m, g)] = (
+                    f"{d:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""))
+    return _registry_order(cells)
 
 
 def weights_by_benchmark(data: ItemData, weights: list[np.ndarray]) -> pd.DataFrame:
@@ -348,63 +471,121 @@ def weights_by_benchmark(data: ItemData, weights: list[np.ndarray]) -> pd.DataFr
     return pd.DataFrame(rows).set_index("benchmark")
 
 
-# --------------------------------------------------------------------------- ablation, data needs
-def ablation(data: ItemData, split: Split, losses=rank.LOSSES, seeds: int = 5,
-             cfg: Config | None = None) -> pd.DataFrame:
-    """BenchAlign with each ranking loss (same splits and settings); rows per loss, seed, group."""
+# --------------------------------------------------------------------------- the protocol, summarised
+def protocol_summary(fits: dict[str, list[rank.Fit]], cfg: Config, curve_method: str = "benchalign") -> dict:
+    """How the protocol chose: per learned method the chosen steps per seed, the folds and the steps
+    run; for ``curve_method`` the learning curves (mean validation and training loss over the folds
+    at every candidate step, per seed)."""
+    out = {"folds": cfg.folds, "candidate_steps": f"0, {cfg.eval_every}, {2 * cfg.eval_every}, ... "
+           f"(at most {cfg.max_steps}; a run stops {cfg.patience} steps after its best)",
+           "lr": cfg.lr, "loss": cfg.loss, "chosen_steps": {}, "folds_used": {}, "steps_run": {}, "notes": {}}
+    for m, fs in fits.items():
+        out["chosen_steps"][m] = [int(f.step) for f in fs]
+        out["folds_used"][m] = sorted({int(f.folds) for f in fs})
+        out["steps_run"][m] = int(max(f.steps_run for f in fs))
+        notes = sorted({f.note for f in fs if f.note})
+        if notes:
+            out["notes"][m] = notes
+    if curve_method in fits and len(fits[curve_method][0].curve):
+        fs = fits[curve_method]
+        n = min(len(f.curve) for f in fs)
+        out["curve"] = {"method": curve_method, "step": [int(s) for s in fs[0].curve[:n, 0]],
+                        "val_loss": [[_clean(v) for v in f.curve[:n, 2]] for f in fs],
+                        "train_loss": [[_clean(v) for v in f.curve[:n, 1]] for f in fs]}
+    return out
+
+
+# --------------------------------------------------------------------------- ablation
+def ablation(data: ItemData, split: Split, losses=rank.LOSSES, seeds: int = 5, cfg: Config | None = None,
+             done: dict[str, list[rank.Fit]] | None = None, progress=None) -> pd.DataFrame:
+    """BenchAlign with each ranking loss (same protocol, folds and settings); rows per loss, seed,
+    group, with the chosen step. ``done`` holds fits already made (e.g. the comparison's BenchAlign
+    for ``cfg.loss``), reused instead of refitted."""
     cfg = cfg or Config()
     rows = []
     for loss in losses:
-        for seed in range(seeds):
-            train, val = train_val(split.source, cfg.val_fraction, seed)
-            f = _fit_rows(data, train, val, cfg, loss=loss)
+        fits = (done or {}).get(loss) or _cv_fits(data, [rank.Task(split.source, s) for s in range(seeds)],
+                                                 cfg, loss)
+        for seed, f in enumerate(fits):
             for g, res in evaluate(f.scores(data.X), data.target, split.groups).items():
-                rows.append({"loss": loss, "seed": seed, "group": g, "best_step": f.best_step, **res})
-    return pd.DataFrame(rows)
+                rows.append({"loss": loss, "seed": seed, "group": g, "step": f.step, **res})
+        _advance(progress, f"ablation {loss}")
+    return pd.DataFrame(rows, columns=["loss", "seed", "group", "step", "spearman", "pair_acc"])
 
 
-def spread_selection(y_source: np.ndarray, k: int) -> np.ndarray:
-    """Positions of ``k`` source models spread evenly over the range of their target ranks."""
-    order = np.argsort(y_source, kind="stable")
+# --------------------------------------------------------------------------- choosing source models
+def spread_selection(data: ItemData, source: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """``k`` source models spread evenly over the range of their target ranks (uses every source
+    model's target label: a selection made after the fact)."""
+    y = data.target[source]
+    order = np.argsort(y, kind="stable")
     pos = np.unique(np.round(np.linspace(0, len(order) - 1, min(k, len(order)))).astype(int))
-    return np.sort(order[pos])
+    return np.sort(source[order[pos]])
 
 
+def random_selection(data: ItemData, source: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """``k`` source models drawn at random (no label needed)."""
+    return np.sort(np.random.default_rng(10_000 + seed).choice(source, size=k, replace=False))
+
+
+def kcenter_selection(data: ItemData, source: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """``k`` source models chosen before any target label is known: greedy k-center (farthest-point)
+    selection on the models' item-response vectors (Euclidean distance), starting from a model drawn
+    with ``seed``; each next model is the one farthest from those already chosen."""
+    X = np.asarray(data.X[source], dtype=np.float64)
+    rng = np.random.default_rng(20_000 + seed)
+    chosen = [int(rng.integers(len(source)))]
+    dist = ((X - X[chosen[0]]) ** 2).sum(1)
+    while len(chosen) < min(k, len(source)):
+        nxt = int(np.argmax(dist))
+        chosen.append(nxt)
+        dist = np.minimum(dist, ((X - X[nxt]) ** 2).sum(1))
+    return np.sort(source[chosen])
+
+
+# kind of data-needs row -> how its source models are chosen (the ones marked label-free need no target)
+SELECTIONS: dict[str, tuple[Callable, bool]] = {
+    "source_random": (random_selection, True),
+    "source_kcenter": (kcenter_selection, True),
+    "source_spread": (spread_selection, False),
+}
+
+
+# --------------------------------------------------------------------------- data needs
 def data_needs(data: ItemData, split: Split, source_counts=(10, 20, 40, 80), item_counts=(50, 100, 200, 400),
-               spread_models: int = 20, seeds: int = 5, cfg: Config | None = None,
-               progress: bool = False) -> pd.DataFrame:
-    """Test rho/pair accuracy against the number of source models (random subsets; a spread
-    selection) and items (random subsets), each next to no alignment on the same items.
-
-    Counts above what the data has are skipped. Rows: kind, n, seed, group, method, metrics.
-    """
+               seeds: int = 5, cfg: Config | None = None, progress=None, kinds=tuple(SELECTIONS)) -> pd.DataFrame:
+    """Test rho/pair accuracy against the number of source models (chosen by each selection of
+    :data:`SELECTIONS`) and of items (random subsets), BenchAlign under the cross-validated protocol
+    next to no alignment on the same items. Counts above what the data has are skipped; the seeds
+    of one (kind, count) run as one batch. Rows: kind, n, seed, group, method, metrics, step."""
     cfg = cfg or Config()
     rows = []
     n_src, M = len(split.source), data.X.shape[1]
-    jobs = [("source_random", n, s) for n in source_counts if 2 <= n <= n_src for s in range(seeds)]
-    if 2 <= spread_models <= n_src:
-        jobs += [("source_spread", spread_models, s) for s in range(seeds)]
-    jobs += [("items", n, s) for n in item_counts if 1 <= n <= M for s in range(seeds)]
-    if progress:
-        from tqdm import tqdm
-        jobs = tqdm(jobs, desc="data needs", mininterval=5)
-    for kind, n, seed in jobs:
-        rng = np.random.default_rng(10_000 + seed)
-        items = None
-        if kind == "source_random":
-            pool = np.sort(rng.choice(split.source, size=n, replace=False))
-        elif kind == "source_spread":
-            pool = split.source[spread_selection(data.target[split.source], n)]
-        else:
-            pool = split.source
-            items = np.sort(rng.choice(M, size=n, replace=False))
-        train, val = train_val(pool, cfg.val_fraction, seed)
-        f = _fit_rows(data, train, val, cfg, items=items)
-        X = data.X if items is None else data.X[:, items]
-        for method, sc in (("benchalign", f.scores(X)), ("no_alignment", X.mean(axis=1))):
-            for g, res in evaluate(sc, data.target, split.groups).items():
-                rows.append({"kind": kind, "n": n, "seed": seed, "group": g, "method": method, **res})
-    return pd.DataFrame(rows, columns=["kind", "n", "seed", "group", "method", "spearman", "pair_acc"])
+    jobs = [(kind, n) for kind in kinds for n in source_counts if 2 <= n <= n_src]
+    jobs += [("items", n) for n in item_counts if 1 <= n <= M]
+    for kind, n in jobs:
+        tasks = []
+        for seed in range(seeds):
+            if kind == "items":
+                rng = np.random.default_rng(10_000 + seed)
+                tasks.append(rank.Task(split.source, seed, np.sort(rng.choice(M, size=n, replace=False))))
+            else:
+                tasks.append(rank.Task(SELECTIONS[kind][0](data, split.source, n, seed), seed))
+        for seed, (t, f) in enumerate(zip(tasks, _cv_fits(data, tasks, cfg))):
+            plain = data.X.mean(axis=1) if t.items is None else data.X[:, t.items].mean(axis=1)
+            for method, sc in (("benchalign", f.scores(data.X)), ("no_alignment", plain)):
+                for g, res in evaluate(sc, data.target, split.groups).items():
+                    rows.append({"kind": kind, "n": n, "seed": seed, "group": g, "method": method,
+                                 "step": f.step if method == "benchalign" else 0, **res})
+        _advance(progress, f"data needs {kind} {n}")
+    return pd.DataFrame(rows, columns=["kind", "n", "seed", "group", "method", "step", "spearman", "pair_acc"])
+
+
+def needs_jobs(split: Split, source_counts, item_counts, n_items: int, kinds=tuple(SELECTIONS)) -> int:
+    """Number of (kind, count) runs :func:`data_needs` makes (for progress reports)."""
+    n_src = len(split.source)
+    return (len(kinds) * sum(2 <= n <= n_src for n in source_counts)
+            + sum(1 <= n <= n_items for n in item_counts))
 
 
 def config_dict(cfg: Config) -> dict:
@@ -419,10 +600,11 @@ def cross_paper(data: ItemData, source_max_b: float, test_min_b: float, seeds: i
                 cfg: Config | None = None, n_boot: int = 1000) -> dict:
     """Can direct-evaluation scores predict the train-before-test ranking of larger models?
 
-    ``data`` comes from :func:`lib.benchalign.data.load_cross_paper` (one feature per benchmark).
-    Returns the split counts, the comparison of :data:`CROSS_METHODS` on the test models, the
-    learned weight per benchmark (seed mean and std) and the rho of train-before-test with direct
-    evaluation averaged over all benchmarks on the test models.
+    ``data`` comes from :func:`lib.benchalign.data.load_cross_paper` (one feature per benchmark, so
+    no alignment is the plain mean of the benchmark scores). Returns the split counts, the
+    comparison of :data:`CROSS_METHODS` on the test models (same protocol and summary as the main
+    comparison, with paired differences to the plain mean), the chosen steps, the learned weight per
+    benchmark (seed mean and std) and the source and test models.
     """
     cfg = cfg or Config()
     group = f"{test_min_b:g}B+"
@@ -434,6 +616,7 @@ def cross_paper(data: ItemData, source_max_b: float, test_min_b: float, seeds: i
         return out
     comp = compare(data, split, CROSS_METHODS, seeds, cfg)
     out["comparison"] = summarise(comp, data.target, n_boot)[group]
+    out["chosen_steps"] = {m: [int(f.step) for f in fs] for m, fs in comp.fits.items()}
     out["best_single"] = best_single_choice(data, split)
     W = np.array(comp.weights["benchalign"])
     out["weights"] = {b: {"mean": round(float(W[:, j].mean()), 5), "std": round(float(W[:, j].std()), 5)}
@@ -445,12 +628,14 @@ def cross_paper(data: ItemData, source_max_b: float, test_min_b: float, seeds: i
 
 # --------------------------------------------------------------------------- summary pieces
 def ablation_summary(df: pd.DataFrame) -> dict:
-    """``{group: {loss: {spearman, spearman_std, pair_acc, pair_acc_std}}}`` (mean and std over seeds)."""
+    """``{group: {loss: {spearman, spearman_std, pair_acc, pair_acc_std, steps}}}`` (mean and std
+    over seeds; the chosen steps per seed)."""
     out: dict = {}
     for (g, loss), sub in df.groupby(["group", "loss"], sort=False):
-        out.setdefault(g, {})[loss] = {k: _clean(v) for k, v in {
+        rec = {k: _clean(v) for k, v in {
             "spearman": sub.spearman.mean(), "spearman_std": sub.spearman.std(ddof=0),
             "pair_acc": sub.pair_acc.mean(), "pair_acc_std": sub.pair_acc.std(ddof=0)}.items()}
+        out.setdefault(g, {})[loss] = {**rec, "steps": [int(s) for s in sub.step]}
     return out
 
 
@@ -460,6 +645,30 @@ def needs_summary(df: pd.DataFrame) -> dict:
     for (g, kind, n, method), sub in df.groupby(["group", "kind", "n", "method"]):
         out.setdefault(g, {}).setdefault(kind, {}).setdefault(str(int(n)), {})[method] = _clean(sub.spearman.mean())
     return out
+
+
+def selection_summary(df: pd.DataFrame) -> dict:
+    """``{group: {n: {kind: {spearman, spearman_seed_std, pair_acc}}}}``: BenchAlign's test metrics
+    for k source models chosen by each selection (random, label-free k-center, spread over the
+    target), side by side."""
+    out: dict = {}
+    sub = df[(df.method == "benchalign") & df.kind.isin(list(SELECTIONS))]
+    for (g, n, kind), s in sub.groupby(["group", "n", "kind"]):
+        out.setdefault(g, {}).setdefault(str(int(n)), {})[kind] = {
+            "spearman": _clean(s.spearman.mean()), "spearman_seed_std": _clean(s.spearman.std(ddof=0)),
+            "pair_acc": _clean(s.pair_acc.mean())}
+    return out
+
+
+def duplicates_line(info: dict) -> str:
+    """One line about duplicated model names in the item files (the full lists stay in ``info``)."""
+    dups = info.get("duplicated_names") or {}
+    names = sorted({n for v in dups.values() for n in v})
+    if not names:
+        return "no duplicated model names"
+    files = sum(bool(v) for v in dups.values())
+    return (f"{len(names)} model names occur more than once in {files} of {len(dups)} item files; "
+            f"duplicates policy {info.get('duplicates')!r} (the names: summary.json data.info.duplicated_names)")
 
 
 def set_threads(n: int) -> None:
@@ -472,52 +681,80 @@ def set_threads(n: int) -> None:
 
 # --------------------------------------------------------------------------- notebook 07 in one call
 def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int = 5, n_boot: int = 1000,
-                      losses=rank.LOSSES, source_counts=(), item_counts=(), spread_models: int = 20,
-                      need_seeds: int = 3, cross_paper_store=None, cross_source_max_b: float = 3.5,
+                      losses=rank.LOSSES, source_counts=(), item_counts=(), need_seeds: int = 3,
+                      cross_paper_store=None, cross_source_max_b: float = 3.5,
                       cross_test_min_b: float = 6.0, progress: bool = True) -> dict:
     """Everything notebook 07 shows: the method comparison on the test groups (``comparison``,
-    ``main``), learned weights by benchmark (``by_bench``), the loss ablation (``ablation``), the
-    data needs (``needs``), the cross-paper experiment (``cross``, on the published store when
-    ``cross_paper_store`` is given), ``tables`` (name -> DataFrame to save), ``notes`` and
-    ``summary`` (the plain numbers of summary.json)."""
+    ``main``), how the protocol chose (``protocol``), learned weights by benchmark (``by_bench``),
+    the loss ablation (``ablation``), the data needs and source selections (``needs``), the
+    cross-paper experiment (``cross``, on the published store when ``cross_paper_store`` is given),
+    ``tables`` (name -> DataFrame to save), ``notes`` and ``summary`` (the plain numbers of
+    summary.json). With ``progress``, a console line reports the units of work done (one unit: a
+    method with all its seeds, a loss, a data-needs count, the cross-paper experiment)."""
+    from ..progress import Progress
     from .data import ItemDataError, load_cross_paper
 
     notes = list(split.notes)
-    comp = compare(items, split, tuple(METHODS), seeds, cfg, progress=progress)
-    main = summarise(comp, items.target, n_boot)
-    by_bench = (weights_by_benchmark(items, comp.weights["benchalign"]) if "benchalign" in comp.weights
-                else pd.DataFrame())
     fittable = bool(split.groups) and len(split.source) >= 2
-    abl = ablation(items, split, losses, seeds, cfg) if fittable else pd.DataFrame()
-    needs = (data_needs(items, split, source_counts, item_counts, spread_models, need_seeds, cfg, progress=progress)
-             if fittable else pd.DataFrame())
-    cross = {"skipped": "cross_paper is off in this profile"}
-    if cross_paper_store is not None:
-        try:
-            cross = cross_paper(load_cross_paper(cross_paper_store), cross_source_max_b, cross_test_min_b,
-                                seeds, cfg, n_boot)
-        except (ItemDataError, ValueError, KeyError) as exc:   # e.g. a store without direct_eval results
-            cross = {"skipped": f"{type(exc).__name__}: {exc}"}
+    n_units = (len(METHODS) + (len(losses) + needs_jobs(split, source_counts, item_counts, items.X.shape[1])
+                               if fittable else 0) + (cross_paper_store is not None))
+    with Progress(n_units, "benchalign") if progress else nullcontext() as bar:
+        comp = compare(items, split, tuple(METHODS), seeds, cfg, progress=bar)
+        main = summarise(comp, items.target, n_boot)
+        by_bench = (weights_by_benchmark(items, comp.weights["benchalign"]) if "benchalign" in comp.weights
+                    else pd.DataFrame())
+        done = {cfg.loss: comp.fits["benchalign"]} if "benchalign" in comp.fits else {}
+        abl = ablation(items, split, losses, seeds, cfg, done, progress=bar) if fittable else pd.DataFrame()
+        needs = (data_needs(items, split, source_counts, item_counts, need_seeds, cfg, progress=bar)
+                 if fittable else pd.DataFrame())
+        cross = {"skipped": "cross_paper is off in this profile"}
+        if cross_paper_store is not None:
+            try:
+                cross = cross_paper(load_cross_paper(cross_paper_store), cross_source_max_b, cross_test_min_b,
+                                    seeds, cfg, n_boot)
+            except (ItemDataError, ValueError, KeyError) as exc:   # e.g. a store without direct_eval results
+                cross = {"skipped": f"{type(exc).__name__}: {exc}"}
+            _advance(bar, "cross-paper")
     if not main:
         notes.append("no test group could be evaluated: too few models for a source/test split")
+    protocol = protocol_summary(comp.fits, cfg)
+    by_note: dict[str, list[str]] = {}
+    for m, ns in protocol["notes"].items():
+        for n in ns:
+            by_note.setdefault(n, []).append(m)
+    notes += [f"{', '.join(ms)}: {n}" for n, ms in by_note.items()]
     tables = {f"comparison_{g.replace('+', 'plus')}": pd.DataFrame(main[g]).T for g in main}
     tables.update({name: df for name, df in (("ablation", abl), ("data_needs", needs),
                                              ("weights_by_benchmark", by_bench)) if len(df)})
     if "comparison" in cross:
         tables["cross_paper"] = pd.DataFrame(cross["comparison"]).T
     summary = {"data": {"models": len(items.models), "items": int(items.X.shape[1]), "features": items.benchmarks,
-                        "target": items.info.get("target"), **split.counts(), "info": items.info},
+                        "target": items.info.get("target"), **split.counts(), "info": items.info,
+                        "duplicates_line": duplicates_line(items.info)},
                "main": main, "best_single": best_single_choice(items, split),
+               "protocol": protocol,
                "ablation": ablation_summary(abl) if len(abl) else {},
                "data_needs": needs_summary(needs) if len(needs) else {},
+               "source_selection": selection_summary(needs) if len(needs) else {},
                "weights_by_benchmark": by_bench.round(5).to_dict(orient="index"),
                "cross_paper": cross, "config": config_dict(cfg), "notes": notes}
-    return {"comparison": comp, "main": main, "by_bench": by_bench, "ablation": abl, "needs": needs,
-            "cross": cross, "tables": tables, "notes": notes, "summary": summary}
+    return {"comparison": comp, "main": main, "protocol": protocol, "by_bench": by_bench, "ablation": abl,
+            "needs": needs, "cross": cross, "tables": tables, "notes": notes, "summary": summary}
 
 
 def headline_numbers(main: dict) -> dict:
-    """``{group_method_metric: value}`` of the headline methods, for numbers.tex."""
-    return {f"{g}_{m}_{k}": v for g, ms in main.items() for m, r in ms.items()
-            if m in METHODS and METHODS[m].headline
-            for k, v in r.items() if k in ("spearman", "pair_acc") and v is not None}
+    """``{group_method_metric: value}`` of the headline methods, for numbers.tex (metrics, their
+    seed spread, and the paired difference to no alignment with its interval)."""
+    out = {}
+    for g, ms in main.items():
+        for m, r in ms.items():
+            if m not in METHODS or not METHODS[m].headline:
+                continue
+            for k in ("spearman", "pair_acc"):
+                for key in (k, f"{k}_seed_std", f"{k}_diff_no_alignment"):
+                    if r.get(key) is not None:
+                        out[f"{g}_{m}_{key}"] = r[key]
+                ci = r.get(f"{k}_diff_no_alignment_ci")
+                if ci:
+                    out[f"{g}_{m}_{k}_diff_no_alignment_lo"], out[f"{g}_{m}_{k}_diff_no_alignment_hi"] = ci
+    return out

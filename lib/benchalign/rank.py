@@ -2,32 +2,62 @@
 
 Score of model i: ``s_i = w~ . x_i`` with ``x_i`` its item correctness and ``w~`` the normalised
 weights (:func:`normalise`). The weights start uniform (``w~ = 1/M``: plain accuracy, i.e. "no
-alignment") and are trained full-batch with Adam (learning rate 1e-4, no weight decay) on one of
-the ranking losses of :data:`LOSSES`, with early stopping on a validation split of the source
-models (the weights of the best validation loss are kept).
+alignment") or at given initial weights, and are trained full-batch with Adam (learning rate 1e-4,
+no weight decay) on one of the ranking losses of :data:`LOSSES`.
 
-Normalisation. ``w~ = w / d`` with ``d = sign(Σw) · max(|Σw|, floor · Σ|w|)``. While the positive
-weights dominate, ``d = Σw`` and ``w~`` sums to one, so the score is a weighted accuracy (exactly
-so when all weights are non-negative). Weights may turn negative; when they cancel and ``Σw``
-nears zero the denominator falls back to ``floor · Σ|w|`` (default floor 0.1), so ``|s_i| <=
-1/floor`` stays bounded and the score never blows up or flips sign discontinuously except through
-``Σw = 0`` itself (where the sign is taken as +). ``Σ|w| = 0`` cannot happen in practice (it is
-guarded by a tiny epsilon). The scores are invariant to rescaling ``w``.
+Normalisation. ``w~ = w / d`` with ``d = sqrt(((Σw)^2 + floor^2 (Σ|w|)^2) / (1 + floor^2))`` (default
+floor 0.1). Three properties matter:
+
+- *No sign flips.* ``d > 0`` for every ``w``, so the ranking ``X w~`` is the ranking of ``X w``: it
+  moves continuously with ``w`` and never inverts because ``Σw`` changes sign. (A denominator with
+  the sign of ``Σw``, as in ``sign(Σw) max(|Σw|, floor Σ|w|)``, inverts the whole ranking each time
+  ``Σw`` crosses zero; Adam's steps of about ``lr`` per weight are large next to the uniform start
+  ``1/M``, and on the leaderboard items ``Σw`` crosses zero within 15 steps.)
+- *Weighted accuracy, bounded scores.* With non-negative weights ``Σ|w| = Σw`` and ``d = Σw``
+  exactly, so the score is a weighted accuracy (uniform weights: plain accuracy). When weights
+  cancel, ``d >= floor Σ|w| / sqrt(1 + floor^2)``, so ``|s_i| <= sqrt(1 + floor^2) / floor`` (about
+  10) and the pairwise losses cannot be driven down by inflating the scale of ``w``.
+- *Smooth in Σw.* ``d`` is differentiable in ``Σw`` (a root of a sum of squares, not a maximum).
+  The maximum ``max(|Σw|, floor Σ|w|)`` is sign-free too, but has a kink where the two meet; on the
+  leaderboard items Adam then bounces across the kink (the training loss rises from 0.39 to 0.44
+  between steps 50 and 65 at lr 1e-4) and the test rho jumps by 0.05 between steps 10 apart, which
+  makes any choice of a step count a lottery. With this ``d`` the
+  training loss falls steadily (docs/design.md has the measurements).
+
+The scores are invariant to rescaling ``w`` by a positive factor.
 
 Exact full-batch loss without the K^2 x M pair differences. With ``s = X w~`` every pairwise loss
 below is a function of the K x K matrix of score differences ``s_i - s_j``; its gradient with
 respect to ``w~`` is ``X^T c`` for the K-vector ``c = dL/ds``. For the linear RankNet
 ``L = Σ_{y_i > y_j} log(1 + exp(-(s_i - s_j)))``, ``c_i = Σ_j A_ji - Σ_j A_ij`` with
 ``A_ij = [y_i > y_j] σ(-(s_i - s_j))`` (:func:`ranknet_loss_grad`). One step costs O(K M + K^2)
-time; :class:`_RankNet` computes the loss and ``c`` in blocks of rows, in descending target order
+time; :meth:`Pairs.pairwise` computes the loss and ``c`` in blocks of rows, in descending target order
 (model i is preferred only to models after it, so half the pairs are visited), so the memory is
-O(K M + block K): neither a K x K matrix nor a K^2 x M tensor is formed. Losses are averaged over
+O(K M + block K C) for C fits at once: neither a K x K matrix nor a K^2 x M tensor is formed. Losses are averaged over
 the preferred pairs (a constant factor that makes learning rates comparable across numbers of
 models).
+
+Many fits at once. :func:`descend` trains C weight vectors side by side (a C x M parameter, one
+*column* per fit, each with its own training rows, validation rows, items and start): the losses of
+the columns are summed, so each column receives exactly the gradient of its own loss, and Adam acts
+element-wise, so every column follows exactly the path it would follow alone; the scores of all
+columns come from one matrix product ``X W~^T``.
+
+The protocol (:func:`fit_many`, :func:`fit`), chosen on the source models only: k-fold
+cross-validation over the source models (folds stratified by target rank, :func:`kfold`) records
+the validation loss of every fold at step 0 and every ``eval_every`` steps; the number of steps with
+the lowest mean validation loss over the folds is chosen, and the weights are those of one refit on
+all source models after exactly that many steps. The refit is one more column of the same run, so
+its weights at the chosen step are kept as the run passes it (Adam is deterministic and full-batch:
+the same as refitting afterwards). Step 0 (the initial weights, i.e. plain accuracy) is a
+candidate, so the protocol falls back to no alignment when alignment does not lower the validation
+loss. A run stops when every fit has gone ``patience`` steps without a lower mean validation loss,
+or at ``max_steps``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,8 +65,11 @@ import torch
 import torch.nn.functional as F
 
 LOSSES = ("ranknet", "lambdarank", "ndcg_loss2", "pointwise")
+PAIRWISE = LOSSES[:3]             # weighted means over preferred pairs (one blockwise kernel)
 FLOOR = 0.1
 _EPS = 1e-12
+_BLOCK_ELEMENTS = 1 << 22        # block of the pairwise losses: rows x models x columns <= 4M entries
+_KEEP_ELEMENTS = 1 << 27         # pair indicators (bool) kept between steps up to 128M entries (128 MB)
 
 
 class RankError(ValueError):
@@ -45,14 +78,16 @@ class RankError(ValueError):
 
 # --------------------------------------------------------------------------- scores
 def normalise(w, floor: float = FLOOR):
-    """``w~ = w / d``, ``d = sign(Σw) max(|Σw|, floor Σ|w|)`` (numpy or torch; see module doc)."""
+    """``w~ = w / d`` with ``d = sqrt(((Σw)^2 + floor^2 (Σ|w|)^2) / (1 + floor^2)) > 0`` along the last
+    axis (numpy or torch; the rows of a 2-d array are separate weightings; see the module doc)."""
     if isinstance(w, torch.Tensor):
-        total, l1 = w.sum(), w.abs().sum().clamp_min(_EPS)
-        sign = torch.where(total < 0, -1.0, 1.0).to(w.dtype)
-        return w / (sign * torch.maximum(total.abs(), floor * l1))
+        total = w.sum(-1, keepdim=True)
+        l1 = w.abs().sum(-1, keepdim=True).clamp_min(_EPS)
+        return w / torch.sqrt((total ** 2 + (floor * l1) ** 2) / (1.0 + floor ** 2))
     w = np.asarray(w, dtype=np.float64)
-    total, l1 = w.sum(), max(np.abs(w).sum(), _EPS)
-    return w / ((-1.0 if total < 0 else 1.0) * max(abs(total), floor * l1))
+    total = w.sum(-1, keepdims=True)
+    l1 = np.maximum(np.abs(w).sum(-1, keepdims=True), _EPS)
+    return w / np.sqrt((total ** 2 + (floor * l1) ** 2) / (1.0 + floor ** 2))
 
 
 def scores(X, w, floor: float = FLOOR) -> np.ndarray:
@@ -73,7 +108,7 @@ def ranknet_loss_grad(X, w, y, floor: float = FLOOR) -> tuple[float, np.ndarray]
     """Mean linear-RankNet loss over preferred pairs and its exact gradient w.r.t. ``w`` (numpy).
 
     Never forms the K^2 x M pair differences: ``dL/dw~ = X^T c`` (module doc), then the chain rule
-    through :func:`normalise` (with ``d`` locally ``Σw`` or ``floor Σ|w|``).
+    through :func:`normalise`: ``dd/dw_j = (Σw + floor^2 Σ|w| sign(w_j)) / ((1 + floor^2) d)``.
     """
     X = np.asarray(X, dtype=np.float64)
     w = np.asarray(w, dtype=np.float64)
@@ -89,11 +124,8 @@ def ranknet_loss_grad(X, w, y, floor: float = FLOOR) -> tuple[float, np.ndarray]
     c = (A.sum(axis=0) - A.sum(axis=1)) / n_pairs
     g = X.T @ c                                  # dL/dw~
     total, l1 = w.sum(), max(np.abs(w).sum(), _EPS)
-    sign = -1.0 if total < 0 else 1.0
-    if abs(total) >= floor * l1:
-        d, dd = sign * abs(total), np.ones_like(w)          # d = Σw
-    else:
-        d, dd = sign * floor * l1, sign * floor * np.sign(w)  # d = ±floor Σ|w|
+    d = np.sqrt((total ** 2 + (floor * l1) ** 2) / (1.0 + floor ** 2))
+    dd = (total + floor ** 2 * l1 * np.sign(w)) / ((1.0 + floor ** 2) * d)
     return float(loss), g / d - (g @ w) / d**2 * dd
 
 
@@ -101,25 +133,9 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return np.exp(-np.logaddexp(0.0, -z))
 
 
-# --------------------------------------------------------------------------- losses on s (torch)
-def _gains(y: torch.Tensor) -> torch.Tensor:
-    """Graded relevance for the NDCG losses: ``2^rel - 1`` with rel = target min-max scaled."""
-    span = (y.max() - y.min()).clamp_min(_EPS)
-    return torch.pow(2.0, (y - y.min()) / span) - 1.0
-
-
-def _ranks(s: torch.Tensor) -> torch.Tensor:
-    """1-based rank of each model by current score, best first (no gradient)."""
-    order = torch.argsort(s.detach(), descending=True)
-    r = torch.empty_like(order)
-    r[order] = torch.arange(1, len(s) + 1, device=s.device)
-    return r.to(s.dtype)
-
-
+# --------------------------------------------------------------------------- losses of many columns
 class Target:
-    """A target ranking prepared for the losses: scores ``y``, their descending order, the number of
-    preferred pairs, and (only for the NDCG-weighted losses, built on first use) the dense K x K
-    preference matrix."""
+    """A target ranking prepared for the losses: scores ``y`` and their descending order."""
 
     def __init__(self, y, dtype=torch.float64):
         y_np = np.asarray(y, dtype=np.float64)
@@ -127,91 +143,180 @@ class Target:
             raise RankError("target scores contain NaN or infinite values")
         self.y = torch.as_tensor(y_np, dtype=dtype)
         self.order = torch.argsort(self.y, descending=True, stable=True)
-        ys = np.sort(y_np)
-        # pairs with y_i > y_j: for each model, the number of models strictly below it
-        self.n_pairs = int(np.searchsorted(ys, y_np, side="left").sum())
-        self._P: torch.Tensor | None = None
-
-    @property
-    def P(self) -> torch.Tensor:
-        if self._P is None:
-            self._P = (self.y[:, None] > self.y[None, :]).to(self.y.dtype)
-        return self._P
+        self.y_sorted = self.y[self.order]
 
 
-class _RankNet(torch.autograd.Function):
-    """Sum of ``softplus(-(s_i - s_j))`` over the pairs with ``y_i > y_j``, and ``c = dL/ds``.
+class Pairs:
+    """The preferred pairs ``y_i > y_j`` among the rows of each column of ``mask`` (K x C, bool),
+    prepared once for many evaluations of the pairwise losses: their number per column
+    (``n_pairs``), the graded gains of the NDCG-weighted losses, and blocks of rows of the
+    descending target order, each block against the models after it, so half of the K x K pairs
+    are visited. The NDCG-weighted losses use bool pair indicators per block (kept when they fit in
+    ``_KEEP_ELEMENTS`` entries, else rebuilt at each use); RankNet needs none (:meth:`_ranknet`).
+    One work buffer of a block's size is reused by every block and step."""
 
-    Models are visited in descending target order, so model i is preferred only to models after
-    it; blocks of ``block`` rows against the models after them give the loss and ``c`` with
-    O(K^2) time and O(block K) extra memory (no K x K matrix, no K^2 x M tensor).
-    """
+    def __init__(self, target: Target, mask, dtype=torch.float32):
+        self.target = target
+        self.mask = mask if isinstance(mask, torch.Tensor) else torch.as_tensor(np.asarray(mask, dtype=bool))
+        K, C = self.mask.shape
+        m = self.mask.to(torch.float64)
+        below = (target.y[:, None] > target.y[None, :]).to(torch.float64) @ m        # K x C
+        self.n_pairs = (m * below).sum(0).to(dtype)
+        self.sorted_mask = self.mask[target.order]
+        y = target.y_sorted.to(torch.float64)[:, None]
+        # gains 2^rel - 1, rel = target min-max scaled over each column's rows (sorted order, K x C)
+        lo = torch.where(self.sorted_mask, y, torch.inf).amin(0, keepdim=True)
+        hi = torch.where(self.sorted_mask, y, -torch.inf).amax(0, keepdim=True)
+        self.gains = (torch.pow(2.0, (y - lo) / (hi - lo).clamp_min(_EPS)) - 1.0).nan_to_num(0.0).to(dtype)
+        self.block = int(np.clip(_BLOCK_ELEMENTS // max(K * C, 1), 1, max(16, -(-K // 8))))
+        self._keep = K * K * C / 2 <= _KEEP_ELEMENTS        # build on first use by an NDCG-weighted loss
+        self.blocks = [(lo_, min(K, lo_ + self.block), None) for lo_ in range(0, K, self.block)]
+        # RankNet's fast path: in descending target order, model i is preferred to model j exactly
+        # when j >= first[i], the first position after i's group of tied targets; the pairs it
+        # excludes within a block's columns lo: lie in a band of columns lo:band_hi
+        ys = target.y_sorted.numpy()
+        first = np.searchsorted(-ys, -ys, side="right")
+        self.bands = []
+        for lo_, hi_, _ in self.blocks:
+            band = int(first[lo_:hi_].max()) - lo_
+            cols = np.arange(lo_, lo_ + band)
+            self.bands.append((band, torch.as_tensor(cols[None, :] < first[lo_:hi_, None])[:, :, None]))
+        self._buffer: torch.Tensor | None = None
 
-    @staticmethod
-    def forward(ctx, s, y, order, block):
-        ss, ys = s[order], y[order]
-        K = s.shape[0]
-        total = s.new_zeros(())
-        c = torch.zeros_like(s)
-        for lo in range(0, K, block):
-            hi = min(K, lo + block)
-            D = ss[lo:hi, None] - ss[None, lo:]
-            pref = (ys[lo:hi, None] > ys[None, lo:]).to(s.dtype)
-            total += (F.softplus(-D) * pref).sum()
-            A = torch.sigmoid(-D) * pref                 # -dL/dD_ij
+    def _indicator(self, lo: int, hi: int) -> torch.Tensor:
+        ys, m = self.target.y_sorted, self.sorted_mask
+        return (ys[lo:hi, None] > ys[None, lo:])[:, :, None] & m[lo:hi, None, :] & m[None, lo:, :]   # b x (K-lo) x C
+
+    def ranks(self, S_sorted: torch.Tensor) -> torch.Tensor:
+        """1-based rank of each model by score among its column's rows, best first (sorted order,
+        K x C; rows outside a column rank after them)."""
+        order = torch.argsort(torch.where(self.sorted_mask, S_sorted, -torch.inf), dim=0, descending=True)
+        r = torch.empty_like(order)
+        r.scatter_(0, order, torch.arange(1, len(S_sorted) + 1).unsqueeze(1).expand_as(order))
+        return r.to(S_sorted.dtype)
+
+    def pairwise(self, S_sorted: torch.Tensor, loss: str, value: bool = True, grad: bool = True
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For a pairwise ``loss`` (ranknet, lambdarank, ndcg_loss2): per column the weighted sum of
+        ``softplus(-(s_i - s_j))`` over the preferred pairs (zeros unless ``value``), its gradient
+        ``c`` w.r.t. the scores (K x C; pair weights held constant; zeros unless ``grad``) and the sum
+        of the pair weights (the normaliser), all in descending target order, without autograd."""
+        K, C = S_sorted.shape
+        total = S_sorted.new_zeros(C)
+        norm = self.n_pairs.to(S_sorted.dtype) if loss == "ranknet" else S_sorted.new_zeros(C)
+        c = torch.zeros_like(S_sorted)
+        if self._buffer is None or self._buffer.dtype != S_sorted.dtype:
+            self._buffer = torch.empty(self.block * K * C, dtype=S_sorted.dtype)
+        if loss == "ranknet":
+            return self._ranknet(S_sorted, value, grad) + (norm,)
+        G = self.gains.to(S_sorted.dtype)
+        r = self.ranks(S_sorted)
+        disc = 1.0 / torch.log2(1.0 + r)
+        if self._keep and self.blocks and self.blocks[0][2] is None:
+            self.blocks = [(lo, hi, self._indicator(lo, hi)) for lo, hi, _ in self.blocks]
+        for lo, hi, P in self.blocks:
+            if P is None:
+                P = self._indicator(lo, hi)
+            if loss == "lambdarank":         # |ΔNDCG| of swapping i and j
+                P = P * (G[lo:hi, None, :] - G[None, lo:, :]).abs() * (disc[lo:hi, None, :] - disc[None, lo:, :]).abs()
+            elif loss == "ndcg_loss2":       # |1/D(k) - 1/D(k+1)| |G_i - G_j|, k = |r_i - r_j|, in log base 2
+                k = (r[lo:hi, None, :] - r[None, lo:, :]).abs()
+                delta = (1.0 / torch.log2(1.0 + k.clamp_min(1.0)) - 1.0 / torch.log2(2.0 + k)).abs()
+                P = P * (G[lo:hi, None, :] - G[None, lo:, :]).abs() * delta / np.log(2.0)
+            norm += P.sum((0, 1))
+            A = self._buffer[:(hi - lo) * (K - lo) * C].view(hi - lo, K - lo, C)
+            torch.sub(S_sorted[None, lo:, :], S_sorted[lo:hi, None, :], out=A)      # -(s_i - s_j)
+            if value:
+                total += (F.softplus(A) * P).sum((0, 1))
+            if grad:
+                A.sigmoid_().mul_(P)                                                # -dL/dD_ij
+                c[lo:hi] -= A.sum(dim=1)
+                c[lo:] += A.sum(dim=0)
+        return total, c, norm
+
+    def _ranknet(self, S_sorted: torch.Tensor, value: bool, grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """RankNet without a pass over pair indicators: a model outside a column gets score +inf
+        where it would be preferred and -inf where it would be the other model, so every one of its
+        terms ``σ(s_j - s_i)`` and ``softplus(s_j - s_i)`` is exactly 0; only the narrow band of
+        tied or earlier models next to each block's diagonal is set to -inf explicitly."""
+        K, C = S_sorted.shape
+        total = S_sorted.new_zeros(C)
+        c = torch.zeros_like(S_sorted)
+        S_i = torch.where(self.sorted_mask, S_sorted, torch.inf)
+        S_j = torch.where(self.sorted_mask, S_sorted, -torch.inf)
+        for (lo, hi, _), (band, excluded) in zip(self.blocks, self.bands):
+            A = self._buffer[:(hi - lo) * (K - lo) * C].view(hi - lo, K - lo, C)
+            torch.sub(S_j[None, lo:, :], S_i[lo:hi, None, :], out=A)              # -(s_i - s_j)
+            A[:, :band].masked_fill_(excluded, -torch.inf)                       # y_i <= y_j: no pair
+            if value:
+                total += F.softplus(A).sum((0, 1))
+            if not grad:
+                continue
+            A.sigmoid_()                                                         # -dL/dD_ij
             c[lo:hi] -= A.sum(dim=1)
             c[lo:] += A.sum(dim=0)
-        grad = torch.empty_like(c)
-        grad[order] = c
-        ctx.save_for_backward(grad)
-        return total
+        return total, c
+
+
+class _Pairwise(torch.autograd.Function):
+    """Per column, the weighted mean of ``softplus(-(s_i - s_j))`` over its preferred pairs
+    (:meth:`Pairs.pairwise`): O(K^2 C) time and O(block K C) extra memory, no K^2 x M tensor."""
+
+    @staticmethod
+    def forward(ctx, S, pairs, loss):
+        order = pairs.target.order
+        total, c_sorted, norm = pairs.pairwise(S[order], loss)
+        norm = norm.clamp_min(_EPS)
+        c = torch.empty_like(c_sorted)
+        c[order] = c_sorted / norm
+        ctx.save_for_backward(c)
+        return total / norm
 
     @staticmethod
     def backward(ctx, g):
         (c,) = ctx.saved_tensors
-        return g * c, None, None, None
+        return c * g[None, :], None, None
 
 
-def pair_loss(s: torch.Tensor, target: Target, loss: str, block: int = 64) -> torch.Tensor:
-    """The ranking loss ``loss`` of scores ``s`` against ``target``.
+def batch_loss(S: torch.Tensor, pairs: Pairs, loss: str) -> torch.Tensor:
+    """The ranking loss ``loss`` of each column of scores ``S`` (K x C) over the column's rows
+    (:class:`Pairs`); a column without a preferred pair gets NaN.
 
-    - ``ranknet``: mean over preferred pairs of ``log(1 + exp(-(s_i - s_j)))`` (blockwise, exact;
-      see :class:`_RankNet`);
+    - ``ranknet``: mean over preferred pairs of ``log(1 + exp(-(s_i - s_j)))``;
     - ``lambdarank``: the same pairs weighted by |ΔNDCG| of swapping i and j in the current
-      ranking (weights held constant, Burges 2010);
+      ranking (weights held constant, Burges 2010), gains ``2^rel - 1`` with rel = target min-max
+      scaled, discount ``1/log2(1 + rank)``;
     - ``ndcg_loss2``: LambdaLoss's NDCG-Loss2 (Wang et al. 2018): pairs weighted by
       ``|1/D(|r_i-r_j|) - 1/D(|r_i-r_j|+1)| · |G_i - G_j|``, ``D(k) = log2(1+k)``, log base 2;
     - ``pointwise``: least-squares regression of the standardised target on the standardised
       score (free intercept and slope; equals ``2 (1 - Pearson r)``).
 
-    The NDCG-weighted losses hold a K x K matrix (fine for thousands of models).
+    The pairwise losses are weighted means over the preferred pairs, computed blockwise
+    (:class:`_Pairwise`); none forms a K^2 x M tensor.
     """
-    y = target.y.to(s.dtype)
-    if loss == "ranknet":
-        return _RankNet.apply(s, y, target.order, block) / max(target.n_pairs, 1)
-    if loss == "pointwise":
-        zs = (s - s.mean()) / s.std(unbiased=False).clamp_min(1e-8)
-        zy = (y - y.mean()) / y.std(unbiased=False).clamp_min(1e-8)
-        return ((zs - zy) ** 2).mean()
-    if loss not in ("lambdarank", "ndcg_loss2"):
+    n_pairs = pairs.n_pairs.to(S.dtype)
+    nan = torch.full_like(n_pairs, torch.nan)
+    if loss in ("ranknet", "lambdarank", "ndcg_loss2"):
+        return torch.where(n_pairs > 0, _Pairwise.apply(S, pairs, loss), nan)
+    if loss != "pointwise":
         raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
-    P = target.P.to(s.dtype)
-    terms = F.softplus(-(s[:, None] - s[None, :]))
-    with torch.no_grad():
-        G, r = _gains(y), _ranks(s)
-        dG = (G[:, None] - G[None, :]).abs()
-        if loss == "lambdarank":
-            disc = 1.0 / torch.log2(1.0 + r)
-            weight = P * dG * (disc[:, None] - disc[None, :]).abs()
-        else:
-            k = (r[:, None] - r[None, :]).abs()
-            delta = (1.0 / torch.log2(1.0 + k.clamp_min(1.0)) - 1.0 / torch.log2(2.0 + k)).abs()
-            weight = P * dG * delta / np.log(2.0)      # log2(1 + e^-x) = softplus(-x) / ln 2
-    return (weight * terms).sum() / weight.sum().clamp_min(_EPS)
+    s, mf = S.T, pairs.mask.T.to(S.dtype)                                  # C x K
+    y = pairs.target.y.to(S.dtype).expand_as(s)
+    n = mf.sum(1, keepdim=True).clamp_min(1.0)
 
+    def z(v):
+        mean = (v * mf).sum(1, keepdim=True) / n
+        sd = ((((v - mean) * mf) ** 2).sum(1, keepdim=True) / n).sqrt().clamp_min(1e-8)
+        return (v - mean) / sd
+    return torch.where(n_pairs > 0, (((z(s) - z(y)) ** 2) * mf).sum(1) / n[:, 0], nan)
+
+
+def pair_loss(s: torch.Tensor, target: Target, loss: str) -> torch.Tensor:
+    """The ranking loss of one score vector ``s`` over all its models (see :func:`batch_loss`)."""
+    return batch_loss(s[:, None], Pairs(target, torch.ones(len(s), 1, dtype=torch.bool), s.dtype), loss)[0]
 
 def loss_and_grad(X, w, y, loss: str = "ranknet", floor: float = FLOOR) -> tuple[float, np.ndarray]:
-    """Loss and gradient w.r.t. ``w`` exactly as :func:`fit` computes them (torch autograd on s)."""
+    """Loss and gradient w.r.t. ``w`` exactly as the fits compute them (torch autograd on s)."""
     Xt = torch.as_tensor(np.asarray(X), dtype=torch.float64)
     wt = torch.tensor(np.asarray(w, dtype=np.float64), requires_grad=True)
     value = pair_loss(Xt @ normalise(wt, floor), Target(y), loss)
@@ -241,74 +346,231 @@ def spearman(s, y) -> float:
     return float(spearmanr(s, y).statistic)
 
 
-# --------------------------------------------------------------------------- training
+# --------------------------------------------------------------------------- many columns, one run
+@dataclass
+class Checkpoint:
+    """The state of a :func:`descend` run after ``step`` Adam steps: per column the training loss,
+    the validation loss (NaN without validation rows or pairs), and the weights."""
+    step: int
+    train: np.ndarray                  # C
+    val: np.ndarray                    # C
+    raw: torch.Tensor                  # C x M unnormalised weights (items outside a column are 0)
+    floor: float
+
+    def weights(self, columns=slice(None)) -> np.ndarray:
+        """Normalised weights of the selected columns (numpy float64)."""
+        return normalise(self.raw[columns].detach().double(), self.floor).numpy()
+
+
+def descend(X, y, train_mask, val_mask=None, *, item_mask=None, init=None, loss: str = "ranknet",
+            lr: float = 1e-4, floor: float = FLOOR, eval_every: int = 10,
+            dtype=torch.float32) -> Iterator[Checkpoint]:
+    """Adam on C columns side by side (module doc); yields a :class:`Checkpoint` at step 0 and
+    every ``eval_every`` steps, for as long as the caller iterates.
+
+    ``train_mask`` / ``val_mask`` are K x C booleans (rows of ``X`` each column trains / validates
+    on); ``item_mask`` (C x M) the items a column may weight (others stay exactly 0); ``init`` (C x M
+    or M) the starting weights (uniform over the column's items by default), rescaled to Σ|w| = 1.
+    """
+    if loss not in LOSSES:
+        raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+    Xt = torch.as_tensor(np.asarray(X), dtype=dtype)
+    K, M = Xt.shape
+    train = torch.as_tensor(np.asarray(train_mask, dtype=bool))
+    C = train.shape[1]
+    val = None if val_mask is None else torch.as_tensor(np.asarray(val_mask, dtype=bool))
+    items = (torch.ones(C, M, dtype=dtype) if item_mask is None
+             else torch.as_tensor(np.asarray(item_mask, dtype=bool)).to(dtype))
+    w0 = (np.ones((C, M)) if init is None else np.broadcast_to(np.asarray(init, dtype=np.float64), (C, M)))
+    w0 = w0 * items.double().numpy()
+    l1 = np.abs(w0).sum(1, keepdims=True)
+    if (l1 == 0).any():
+        raise RankError("a column starts with all weights 0 (empty item set or zero init)")
+    W = torch.tensor(w0 / l1, dtype=dtype, requires_grad=True)
+    target = Target(y, dtype)
+    train_pairs = Pairs(target, train, dtype)
+    val_pairs = None if val is None else Pairs(target, val, dtype)
+    opt = torch.optim.Adam([W], lr=lr, weight_decay=0.0)
+    step = 0
+    while True:
+        opt.zero_grad(set_to_none=True)
+        S = Xt @ normalise(W * items, floor).T                            # K x C
+        checkpoint = step % eval_every == 0
+        if loss in PAIRWISE:        # the gradient c of the summed column means, no autograd graph
+            with torch.no_grad():
+                total, c_sorted, norm = train_pairs.pairwise(S[target.order], loss, value=checkpoint)
+                norm = norm.clamp_min(_EPS)
+                grad_S = torch.empty_like(c_sorted)
+                grad_S[target.order] = c_sorted / norm
+                per_column = torch.where(train_pairs.n_pairs > 0, total / norm, torch.nan)
+        else:
+            per_column = batch_loss(S, train_pairs, loss)
+        if checkpoint:
+            with torch.no_grad():
+                v = np.full(C, np.nan) if val_pairs is None else _value(S.detach(), val_pairs, loss)
+            yield Checkpoint(step, per_column.detach().double().numpy(), v, (W * items).detach(), floor)
+        if loss in PAIRWISE:
+            S.backward(grad_S)
+        else:
+            torch.nan_to_num(per_column, nan=0.0).sum().backward()
+        opt.step()
+        step += 1
+
+
+def _value(S: torch.Tensor, pairs: Pairs, loss: str) -> np.ndarray:
+    """Loss of each column (NaN without pairs), without the gradient pass of the pairwise losses."""
+    if loss not in PAIRWISE:
+        return batch_loss(S, pairs, loss).double().numpy()
+    total, _, norm = pairs.pairwise(S[pairs.target.order], loss, value=True, grad=False)
+    return torch.where(pairs.n_pairs > 0, total / norm.clamp_min(_EPS), torch.nan).double().numpy()
+
+
+def kfold(y, k: int, seed: int) -> np.ndarray:
+    """Fold (0..k-1) of each model, stratified by target rank: the models sorted by target (ties
+    in random order) are taken k at a time and each group is dealt to the folds in random order, so
+    every fold spans the target range."""
+    rng = np.random.default_rng(seed)
+    y = np.asarray(y, dtype=np.float64)
+    perm = rng.permutation(len(y))
+    order = perm[np.argsort(y[perm], kind="stable")]
+    fold = np.empty(len(y), dtype=int)
+    for lo in range(0, len(y), k):
+        chunk = order[lo:lo + k]
+        fold[chunk] = rng.permutation(k)[:len(chunk)]
+    return fold
+
+
+@dataclass
+class Task:
+    """One cross-validated fit: the rows of ``X`` to learn from (the source models), the seed of
+    its folds, the items it may weight (all by default) and its starting weights over them.
+    ``folds`` (one id per row; -1 = never validated on) replaces the stratified :func:`kfold`."""
+    rows: np.ndarray
+    seed: int = 0
+    items: np.ndarray | None = None
+    init: np.ndarray | None = None
+    folds: np.ndarray | None = None
+
+
 @dataclass
 class Fit:
-    """A trained weighting: ``weights`` are normalised (``scores = X @ weights``)."""
+    """The result of the protocol for one task: ``weights`` (normalised, over all columns of ``X``,
+    0 outside the task's items; ``scores = X @ weights``) of the refit on all its rows after ``step``
+    Adam steps, the step chosen by cross-validation, and the learning curve it was chosen on."""
     weights: np.ndarray
     loss: str
-    best_step: int
-    steps: int
-    val_loss: float
-    history: list[tuple[int, float, float]] = field(default_factory=list)   # (step, train, val)
+    step: int                          # chosen number of steps (0: the initial weights)
+    steps_run: int                     # steps the run went before it stopped
+    folds: int                         # folds used (0: too few models to cross-validate)
+    curve: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))   # step, mean train, mean val
+    fold_val: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # val loss per step and fold
+    note: str = ""
 
     def scores(self, X) -> np.ndarray:
         return np.asarray(X, dtype=np.float64) @ self.weights
 
 
-def fit(X_train, y_train, X_val=None, y_val=None, *, loss: str = "ranknet", lr: float = 1e-4,
-        max_steps: int = 3000, patience: int = 500, init=None, floor: float = FLOOR,
-        eval_every: int = 10, dtype=torch.float32) -> Fit:
-    """Train BenchAlign weights on the training models; early stopping on the validation models.
+def fit_many(X, y, tasks: Sequence[Task], *, folds: int = 5, loss: str = "ranknet", lr: float = 1e-4,
+             max_steps: int = 3000, patience: int = 200, eval_every: int = 10, floor: float = FLOOR,
+             dtype=torch.float32) -> list[Fit]:
+    """The cross-validated protocol (module doc) for several tasks in one run of :func:`descend`.
 
-    ``init`` are the starting (unnormalised) weights, uniform by default. Without validation
-    models (or with fewer than 2 distinct target values there) the training loss stands in for the
-    validation loss. The procedure has no randomness: the same data give the same weights.
+    ``X`` and ``y`` hold only what the fits may see (the source models): each task uses its
+    ``rows``; it gets ``min(folds, n // 2)`` stratified folds (at least 2 validation models each)
+    or the folds it names; a task of fewer than 4 models cannot be cross-validated and keeps its
+    initial weights (step 0, with a note). The procedure is deterministic given the tasks' seeds.
     """
+    X = np.asarray(X)
+    y = np.asarray(y, dtype=np.float64)
+    K, M = X.shape
     if loss not in LOSSES:
         raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
-    X_train = np.asarray(X_train)
-    K, M = X_train.shape
-    if K < 2 or M < 1:
-        raise RankError(f"need at least 2 training models and 1 item, got {K} x {M}")
-    if len(y_train) != K:
-        raise RankError(f"{K} training models but {len(y_train)} target scores")
-    if not np.isfinite(X_train).all():
-        raise RankError("training features contain NaN or infinite values")
-    Xt = torch.as_tensor(X_train, dtype=dtype)
-    Tt = Target(y_train, dtype)
-    if Tt.n_pairs == 0:
-        raise RankError("the target ranks no pair of training models (all target scores equal)")
-    use_val = X_val is not None and len(X_val) >= 2 and np.ptp(np.asarray(y_val, dtype=float)) > 0
-    if use_val:
-        Xv = torch.as_tensor(np.asarray(X_val), dtype=dtype)
-        Tv = Target(y_val, dtype)
-    w0 = np.full(M, 1.0 / M) if init is None else np.asarray(init, dtype=np.float64)
-    if w0.shape != (M,):
-        raise RankError(f"init has shape {w0.shape}, expected ({M},)")
-    w = torch.tensor(w0 / max(np.abs(w0).sum(), _EPS), dtype=dtype, requires_grad=True)
-    opt = torch.optim.Adam([w], lr=lr, weight_decay=0.0)
+    if len(y) != K:
+        raise RankError(f"{K} models but {len(y)} target scores")
+    if not np.isfinite(X).all():
+        raise RankError("features contain NaN or infinite values")
+    if not tasks:
+        return []
+    plans = []                     # per task: its fold columns and its refit column
+    columns: dict[bytes, int] = {}  # identical columns (e.g. the refit of several seeds) run once
+    cols_train, cols_val, cols_items, cols_init = [], [], [], []
 
-    def val_loss() -> float:
-        with torch.no_grad():
-            wn = normalise(w, floor)
-            if use_val:
-                return float(pair_loss(Xv @ wn, Tv, loss))
-            return float(pair_loss(Xt @ wn, Tt, loss))
+    def column(tr, va, items, init) -> int:
+        key = b"".join(a.tobytes() for a in (tr, va, items, init))
+        if key not in columns:
+            columns[key] = len(cols_train)
+            cols_train.append(tr), cols_val.append(va), cols_items.append(items), cols_init.append(init)
+        return columns[key]
 
-    best = (val_loss(), 0, normalise(w.detach(), floor).double().numpy().copy())
-    history = [(0, best[0], best[0])]
+    for t in tasks:
+        rows = np.asarray(t.rows, dtype=int)
+        if len(np.unique(rows)) != len(rows):
+            raise RankError("a task lists a model twice")
+        if len(rows) < 2:
+            raise RankError(f"need at least 2 models to learn from, got {len(rows)}")
+        if not np.isfinite(y[rows]).all():
+            raise RankError("target scores contain NaN or infinite values")
+        if np.ptp(y[rows]) == 0:
+            raise RankError("the target ranks no pair of models (all target scores equal)")
+        items = np.zeros(M, dtype=bool)
+        items[np.arange(M) if t.items is None else np.asarray(t.items, dtype=int)] = True
+        init = np.zeros(M)
+        init[items] = 1.0 if t.init is None else np.asarray(t.init, dtype=np.float64)
+        if not np.isfinite(init).all() or np.abs(init).sum() == 0:
+            raise RankError("initial weights must be finite and not all 0")
+        if t.folds is not None:
+            fold = np.asarray(t.folds, dtype=int)
+            if fold.shape != rows.shape:
+                raise RankError(f"{len(fold)} fold ids for {len(rows)} models")
+            ids = sorted(set(fold.tolist()) - {-1})
+            fold = np.array([ids.index(f) if f >= 0 else -1 for f in fold], dtype=int)
+            k = len(ids) if all((fold == j).sum() >= 2 and (fold != j).sum() >= 2 for j in range(len(ids))) else 0
+        else:
+            k = min(folds, len(rows) // 2)
+            k = k if k >= 2 else 0
+            fold = kfold(y[rows], k, t.seed) if k else np.zeros(len(rows), dtype=int)
+        fold_cols = []
+        for j in range(k):
+            tr, va = np.zeros(K, dtype=bool), np.zeros(K, dtype=bool)
+            tr[rows[fold != j]], va[rows[fold == j]] = True, True
+            fold_cols.append(column(tr, va, items, init))
+        full = np.zeros(K, dtype=bool)
+        full[rows] = True
+        plans.append({"folds": fold_cols, "refit": column(full, np.zeros(K, dtype=bool), items, init), "k": k,
+                      "best": (np.inf, 0), "weights": None, "curve": [], "fold_val": [], "done": not k})
+    run = descend(X, y, np.array(cols_train).T, np.array(cols_val).T, item_mask=np.array(cols_items),
+                  init=np.array(cols_init), loss=loss, lr=lr, floor=floor, eval_every=eval_every, dtype=dtype)
     step = 0
-    for step in range(1, max_steps + 1):
-        opt.zero_grad(set_to_none=True)
-        train = pair_loss(Xt @ normalise(w, floor), Tt, loss)
-        train.backward()
-        opt.step()
-        if step % eval_every == 0 or step == max_steps:
-            v = val_loss()
-            history.append((step, float(train.detach()), v))
-            if v < best[0] - 1e-7:
-                best = (v, step, normalise(w.detach(), floor).double().numpy().copy())
-            elif step - best[1] >= patience:
-                break
-    return Fit(weights=best[2], loss=loss, best_step=best[1], steps=step, val_loss=best[0], history=history)
+    for cp in run:
+        step = cp.step
+        for p in plans:
+            if p["weights"] is None:                                      # step 0: the initial weights
+                p["weights"] = cp.weights(p["refit"])
+            if p["done"]:
+                continue
+            fv = cp.val[p["folds"]]
+            mean_val = float(np.nanmean(fv)) if np.isfinite(fv).any() else np.nan
+            p["curve"].append((cp.step, float(np.nanmean(cp.train[p["folds"]])), mean_val))
+            p["fold_val"].append(fv)
+            if np.isfinite(mean_val) and mean_val < p["best"][0] - 1e-7:
+                p["best"] = (mean_val, cp.step)
+                p["weights"] = cp.weights(p["refit"])
+            elif cp.step - p["best"][1] >= patience:
+                p["done"] = True
+        if step >= max_steps or all(p["done"] for p in plans):
+            break
+    run.close()
+    out = []
+    for t, p in zip(tasks, plans):
+        note = "" if p["k"] else f"{len(t.rows)} models: too few to cross-validate, initial weights kept"
+        if p["k"] and not np.isfinite(p["best"][0]):
+            note = "no validation fold ranks a pair of models: initial weights kept"
+        out.append(Fit(weights=p["weights"], loss=loss, step=p["best"][1], steps_run=step, folds=p["k"],
+                       curve=np.array(p["curve"]).reshape(-1, 3), fold_val=np.array(p["fold_val"]).reshape(
+                           len(p["fold_val"]), p["k"]), note=note))
+    return out
+
+
+def fit(X, y, *, seed: int = 0, items=None, init=None, **kwargs) -> Fit:
+    """The cross-validated protocol on all rows of ``X`` (see :func:`fit_many` for the settings)."""
+    return fit_many(X, y, [Task(np.arange(len(X)), seed, items, init)], **kwargs)[0]
