@@ -1,9 +1,10 @@
 """How much fine-tuning does it take before benchmarks agree? Agreement along the validation curves.
 
-Stage 02 records, for every (model, benchmark, learning rate), the validation score after each
-epoch (:func:`lib.pipeline.jobs.curves_frame`). **Only validation scores exist per epoch**: the test
-split is scored once, at the checkpoint chosen on validation. So the curves rank models by
-validation score:
+Stage 02 records, for every (model, benchmark, learning rate), the validation value the recipe
+chooses on after each epoch (:func:`lib.pipeline.jobs.curves_frame`): the benchmark's score when it
+selects on the metric, the validation loss when it selects on the loss as the paper did (then lower
+loss ranks higher). **Only validation values exist per epoch**: the test split is scored once, at
+the checkpoint chosen on validation. So the curves rank models by that validation value:
 
 - ``lr=<value>``: the model x benchmark matrix of validation scores after ``epoch`` epochs at one
   learning rate;
@@ -47,11 +48,16 @@ def read_curves(work: str | Path, models: list[str], benchmarks: list[str]) -> p
 
 
 def curve_matrices(curves: pd.DataFrame, benchmarks: list[str]) -> dict[tuple[str, int], pd.DataFrame]:
-    """``{(curve, epoch): model x benchmark validation-score matrix}`` for every lr and for BEST."""
+    """``{(curve, epoch): model x benchmark validation matrix}`` for every lr and for BEST (higher is
+    better: a validation loss is negated)."""
     out = {}
     if curves.empty:
         return out
-    cur = curves[curves["benchmark"].isin(benchmarks)]
+    cur = curves[curves["benchmark"].isin(benchmarks)].copy()
+    if "val_loss" in cur and pd.to_numeric(cur.get("val_score"), errors="coerce").isna().all():
+        cur["val_score"] = -pd.to_numeric(cur["val_loss"], errors="coerce")
+    cur["val_score"] = pd.to_numeric(cur["val_score"], errors="coerce")
+    cur = cur.dropna(subset=["val_score"])
     for lr, g in cur.groupby("lr"):
         for epoch, e in g.groupby("epoch"):
             out[(f"lr={lr:g}", int(epoch))] = e.pivot_table(index="model", columns="benchmark", values="val_score",
@@ -67,9 +73,9 @@ def budget_table(curves: pd.DataFrame, benchmarks: list[str], n_boot: int = unce
                  level: float = uncertainty.LEVEL, min_models: int = 3) -> pd.DataFrame:
     """Mean tau over benchmark pairs per (curve, epoch) with its interval (columns :data:`COLUMNS`)."""
     mats = curve_matrices(curves, benchmarks)
-    if not mats:
+    models = sorted(set().union(*(m.index for m in mats.values()))) if mats else []
+    if not models:
         return pd.DataFrame(columns=COLUMNS)
-    models = sorted(set().union(*(m.index for m in mats.values())))
     k = len(benchmarks)
     pairs = [(a, b) for a in range(k) for b in range(a + 1, k)]
     x = np.hstack([m.reindex(models).to_numpy(float) for m in mats.values()])
