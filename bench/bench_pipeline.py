@@ -48,7 +48,8 @@ def run_profile(profile: str) -> dict:
     return {"wall_seconds": wall, "stages": {k: round(v["seconds"], 1) for k, v in log["stages"].items()}}
 
 
-RECIPE = dict(lrs=(3e-3,), epochs=3, lora_r=8, lora_alpha=32, lora_dropout=0.1, batch_size=16, micro_batch_size=0,
+RECIPE = dict(lrs=(3e-3,), epochs=3, lora_r=8, lora_alpha=32, lora_dropout=0.1, lora_modules="default",
+              batch_size=16, micro_batch_size=0,
               gradient_checkpointing=False, max_length=256, truncate="end", weight_decay=0.0, seed=0, loss_on="target",
               end_of_text="generative", list_targets="join", task_description=False, select_on="metric")
 

@@ -19,9 +19,10 @@ from lib.pipeline import finetune as ft
 from lib.pipeline import tasks as tk
 from lib.pipeline.locks import UnitBusy, UnitLock
 
-RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, batch_size=8, micro_batch_size=0,
-              gradient_checkpointing=False, max_length=64, truncate="end", weight_decay=0.01, seed=0, loss_on="all",
-              end_of_text="every", list_targets="join", task_description=False, select_on="loss")
+RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, lora_modules="default",
+              batch_size=8, micro_batch_size=0, gradient_checkpointing=False, max_length=64, truncate="end",
+              weight_decay=0.01, seed=0, loss_on="all", end_of_text="every", list_targets="join",
+              task_description=False, select_on="loss")
 
 
 def _mc(n, tag=""):

@@ -12,7 +12,8 @@ from lib.pipeline import localtasks, tiny, training
 from lib.pipeline import tasks as tk
 
 TEXTS = [f"q{i}: what does animal {i} say ? it says {w} ." for i, w in enumerate(["moo", "woof", "baa"] * 20)]
-PAPER = dict(lrs=(1e-3,), epochs=1, lora_r=8, lora_alpha=32, lora_dropout=0.1, batch_size=8, micro_batch_size=0,
+PAPER = dict(lrs=(1e-3,), epochs=1, lora_r=8, lora_alpha=32, lora_dropout=0.1, lora_modules="default",
+             batch_size=8, micro_batch_size=0,
              gradient_checkpointing=False, max_length=64, truncate="end", weight_decay=0.01, seed=0, loss_on="all",
              end_of_text="every", list_targets="join", task_description=False, select_on="loss")
 

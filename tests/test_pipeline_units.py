@@ -16,8 +16,8 @@ from lib.store import DIRECT, TBT
 SOUNDS = {"cow": "moo", "dog": "woof", "cat": "meow", "duck": "quack", "sheep": "baa", "pig": "oink",
           "horse": "neigh", "owl": "hoot", "snake": "hiss", "bee": "buzz", "frog": "croak", "crow": "caw"}
 TEXTS = [f"the {a} says {s} . the {a} walks to the farm ." for a, s in SOUNDS.items()] * 8
-RECIPE = dict(lrs=(1e-5, 2e-5, 5e-5), epochs=5, lora_r=8, lora_alpha=32, lora_dropout=0.1, batch_size=8,
-              micro_batch_size=0, gradient_checkpointing=False, max_length=1024, truncate="end",
+RECIPE = dict(lrs=(1e-5, 2e-5, 5e-5), epochs=5, lora_r=8, lora_alpha=32, lora_dropout=0.1, lora_modules="default",
+              batch_size=8, micro_batch_size=0, gradient_checkpointing=False, max_length=1024, truncate="end",
               weight_decay=0.01, seed=0, loss_on="all", end_of_text="every", list_targets="join",
               task_description=False, select_on="loss")
 
@@ -239,8 +239,9 @@ def test_paper_profile_names_the_papers_recipe():
     prof = params.load_profile("paper")
     s1, s2, s3 = (prof.params(s) for s in ("01_select_benchmarks", "02_finetune", "03_direct_eval"))
     recipe = ft.Recipe.from_params(s2)
-    assert recipe.key() == {"lrs": [1e-5, 2e-5, 5e-5], "epochs": 5, "lora_r": 8, "lora_alpha": 32, "lora_dropout": 0.1,
-                            "batch_size": 8, "max_length": 1024, "truncate": "end", "weight_decay": 0.01, "seed": 0,
+    assert recipe.key() == {"lrs": [1e-5, 2e-5, 5e-5], "epochs": 5, "lora_r": 8, "lora_alpha": 32,
+                            "lora_dropout": 0.1, "lora_modules": "default", "batch_size": 8, "max_length": 1024,
+                            "truncate": "end", "weight_decay": 0.01, "seed": 0,
                             "loss_on": "all", "end_of_text": "every", "list_targets": "join",
                             "task_description": False, "select_on": "loss"}
     for stage in (s2, s3):
@@ -254,11 +255,11 @@ def test_paper_profile_names_the_papers_recipe():
     recipe_fields = set(ft.Recipe.__dataclass_fields__) | {"dtype", "add_bos_token", "max_gen_toks"}
     assert not recipe_fields & set(prof.overrides("02_finetune")) and not recipe_fields & set(prof.overrides(
         "03_direct_eval"))
-    # mini and smoke depart, saying so
+    # mini and smoke depart where tiny models need it, saying so (params/mini.yaml)
     for name in ("mini", "smoke"):
         other = ft.Recipe.from_params(params.load_profile(name).params("02_finetune"))
-        assert (other.loss_on, other.end_of_text, other.weight_decay, other.select_on) == \
-            ("target", "generative", 0.0, "metric")
+        assert (other.loss_on, other.lora_modules, other.lora_r, other.end_of_text, other.select_on) == \
+            ("target", "all", 16, "every", "loss")
 
 
 @pytest.mark.slow

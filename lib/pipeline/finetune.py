@@ -39,6 +39,7 @@ CHOICES = {
     "list_targets": ("join", "first"),        # a list of gold answers (nq_open): all, space-joined, or the first
     "truncate": ("end", "start"),             # an overlong example loses its end (TRL) or its start
     "select_on": ("loss", "metric"),          # the best epoch: lowest validation loss or best lm-eval metric
+    "lora_modules": ("default", "all"),       # peft's default modules (the paper) or every linear layer
 }
 # fields that change how a unit runs but not what it computes (not part of a result's configuration)
 EXECUTION_FIELDS = ("micro_batch_size", "gradient_checkpointing")
@@ -58,6 +59,7 @@ class Recipe:
     lora_r: int
     lora_alpha: int
     lora_dropout: float
+    lora_modules: str
     batch_size: int
     micro_batch_size: int
     gradient_checkpointing: bool
@@ -114,12 +116,15 @@ def lr_name(lr: float) -> str:
     return f"lr={lr:g}"
 
 
-def lora_targets(model) -> list[str] | None:
-    """The modules LoRA adapts: peft's default for the model's architecture (what the paper used;
-    for llama, qwen2 and gemma the query and value projections, gpt2 ``c_attn``, gpt_neox
-    ``query_key_value``)."""
+def lora_targets(model, modules: str = "default") -> list[str] | str | None:
+    """The modules LoRA adapts: ``default``, peft's default for the model's architecture (what the
+    paper used; for llama, qwen2 and gemma the query and value projections, gpt2 ``c_attn``, gpt_neox
+    ``query_key_value``), or ``all``, every linear layer of the blocks (peft's ``all-linear``: tiny
+    models learn a benchmark's answer format poorly through the attention projections alone)."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
 
+    if modules == "all":
+        return "all-linear"
     return DEFAULTS.get(getattr(model.config, "model_type", ""))
 
 
@@ -250,7 +255,7 @@ def lora(base, recipe: Recipe):
 
     torch.manual_seed(recipe.seed)
     config = LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, lora_dropout=recipe.lora_dropout,
-                        target_modules=lora_targets(base), task_type="CAUSAL_LM")
+                        target_modules=lora_targets(base, recipe.lora_modules), task_type="CAUSAL_LM")
     was_checkpointing = getattr(base, "is_activation_checkpointing", False)
     if recipe.gradient_checkpointing and not was_checkpointing:
         base.activation_checkpointing_enable({"use_reentrant": False})
