@@ -8,7 +8,7 @@ import pytest
 
 from lib.miniworld import world as mw
 
-SMALL = dict(n_creatures=40, n_corpus_docs=500, train=60, validation=20, test=30,
+SMALL = dict(n_creatures=40, n_corpus_docs=500, train=60, validation=20, test=30, reading_train=60,
              corpus_train=20, corpus_validation=5, corpus_test=5)
 
 
@@ -40,7 +40,7 @@ def test_build_is_cached_and_rebuilt_when_config_changes(tmp_path):
 
 
 def test_six_benchmarks_in_the_papers_formats(small_world):
-    assert len(small_world.benchmarks) >= 6
+    assert set(small_world.benchmarks) == set(mw.BENCHMARKS)
     kinds = {mw.BENCHMARKS[n].kind for n in small_world.benchmarks}
     metrics = {mw.BENCHMARKS[n].metric for n in small_world.benchmarks}
     assert kinds == {"multiple_choice", "generate_until"}
@@ -49,11 +49,9 @@ def test_six_benchmarks_in_the_papers_formats(small_world):
         assert set(splits) == {"train", "validation", "test"}
         for recs in splits.values():
             assert recs
-    # generative answers are the arithmetic result of the question
-    for rec in small_world.benchmarks["mw_arith"]["test"]:
-        words = rec["question"].split()
-        a, b = int(words[words.index("has") + 1]), int(words[words.index("and") + 2])
-        assert int(rec["answer"]) == (a + b if "finds" in words else a - b)
+    for name in ("mw_facts", "mw_quiz", "mw_reading", "mw_scripts"):   # the gold answer in every position
+        labels = {r["label"] for r in small_world.benchmarks[name]["test"]}
+        assert labels == {0, 1, 2, 3}, name
 
 
 def test_splits_never_overlap(small_world):
@@ -81,24 +79,58 @@ def test_corpus_never_holds_the_benchmark_format(small_world):
     assert not held_out & set(docs)
 
 
+def _creature(text: str, kb: dict) -> str:
+    return next(w for w in text.replace("\n", " ").split() if w in kb)
+
+
 def test_gold_answers_agree_with_the_knowledge_base(small_world):
     kb = {c.name: c for c in small_world.creatures}
-    for rec in small_world.benchmarks["mw_facts"]["train"]:
-        name = rec["query"].split("the ")[1].split()[0]
-        answer = rec["choices"][rec["label"]]
-        c = kb[name]
-        assert answer in (f"the {name} lives in the {c.habitat}", f"the {name} eats {c.food}",
-                          f"the {name} is {c.color}")
+    b = small_world.benchmarks
+    for rec in b["mw_facts"]["train"]:
+        c = kb[_creature(rec["query"], kb)]
+        assert rec["choices"][rec["label"]] in {mw.STATEMENTS[a].format(name=c.name, v=getattr(c, a))
+                                                for a in mw.VALUES}
         assert len(set(rec["choices"])) == 4
-    for rec in small_world.benchmarks["mw_reading"]["test"]:       # the answer is in the passage,
-        passage = rec["query"].split("\n")[0]                       # about a creature the KB lacks
+    for rec in b["mw_recall"]["test"]:
+        c = kb[_creature(rec["question"], kb)]
+        assert rec["answer"] in {getattr(c, a) for a in mw.VALUES}
+    for rec in b["mw_quiz"]["test"]:
+        c = kb[_creature(rec["query"], kb)]
+        assert rec["choices"][rec["label"]] in {getattr(c, a) for a in mw.VALUES} and len(set(rec["choices"])) == 4
+    for rec in b["mw_cloze"]["test"]:                         # a corpus sentence cut before its value
+        c = kb[_creature(rec["question"], kb)]
+        attr = next(a for a, prefix in mw.CLOZE.items() if prefix.format(name=c.name) == rec["question"])
+        assert rec["answer"] == getattr(c, attr) and "Question" not in rec["question"]
+    for rec in b["mw_scripts"]["test"]:                      # the answer names the creature's own value,
+        c = kb[_creature(rec["query"], kb)]                   # which the context does not give away
+        answer = rec["choices"][rec["label"]]
+        value = next(v for v in (c.food, c.habitat) if v in answer.split())
+        assert value not in rec["query"].split() and len(set(rec["choices"])) == 4
+    for rec in b["mw_reading"]["test"]:                      # the answer is in the passage,
+        passage = rec["query"].split("\n")[0]                # about a creature the KB lacks
         assert rec["choices"][rec["label"]].removeprefix("in the ") in passage.split()
         assert passage.split()[1] not in kb
-    for rec in small_world.benchmarks["mw_grammar"]["test"]:       # minimal pairs: one good sentence
-        good = rec["choices"][rec["label"]]
-        assert any(good == s for c in small_world.creatures for a in mw.FACT_TEMPLATES
-                   for s in [t.format(name=c.name, habitat=c.habitat, food=c.food, color=c.color)
-                             for t in mw.FACT_TEMPLATES[a]])
+
+
+def test_no_test_answer_is_given_in_training_items(small_world):
+    """Units (creature and attribute; creature and routine) never straddle two splits."""
+    kb = {c.name: c for c in small_world.creatures}
+    b = small_world.benchmarks
+
+    def attribute(text: str) -> str:
+        return next(a for a, q in mw.QUESTIONS.items() if q.split("{name}")[0] in text and
+                    q.split("{name}")[1].strip(" ?") in text) if "Question" in text else \
+            next(a for a, p in mw.CLOZE.items() if p.split("{name}")[0] in text and p.split("{name}")[1] in text)
+
+    for name, field in (("mw_facts", "query"), ("mw_recall", "question"), ("mw_quiz", "query"),
+                        ("mw_cloze", "question")):
+        units = {s: [(_creature(r[field], kb), attribute(r[field])) for r in recs] for s, recs in b[name].items()}
+        assert not set(units["test"]) & (set(units["train"]) | set(units["validation"])), name
+        assert len(set(units["test"])) == len(units["test"]), name               # one item per unit
+    routine = lambda q: next(r for r, o in mw.OPENINGS.items() if q.removeprefix("Story: ").startswith(o))  # noqa: E731
+    scripts = {s: {(_creature(r["query"], kb), routine(r["query"])) for r in recs}
+               for s, recs in b["mw_scripts"].items()}
+    assert not scripts["test"] & (scripts["train"] | scripts["validation"])
 
 
 def test_tasks_load_in_lm_eval(tmp_path):
@@ -106,12 +138,12 @@ def test_tasks_load_in_lm_eval(tmp_path):
 
     manifest = mw.build(tmp_path, mw.WorldConfig(seed=0, **SMALL))
     tm = TaskManager(include_path=manifest["task_dir"], include_defaults=False)
-    tasks = tm.load(["mw_facts", "mw_arith", "mw_wiki"])["tasks"]
+    tasks = tm.load(["mw_facts", "mw_recall", "mw_wiki"])["tasks"]
     facts = tasks["mw_facts"]
     assert facts.has_training_docs() and facts.has_validation_docs() and facts.has_test_docs()
     doc = facts.test_docs()[0]
     assert facts.doc_to_text(doc).startswith("Question:")
-    assert len(list(tasks["mw_arith"].test_docs())) == manifest["benchmarks"]["mw_arith"]["test"]
+    assert len(list(tasks["mw_recall"].test_docs())) == manifest["benchmarks"]["mw_recall"]["test"]
     assert json.loads((tmp_path / "tasks" / "mw_wiki" / "train.jsonl").read_text().splitlines()[0])["text"]
 
 

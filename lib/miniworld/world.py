@@ -6,41 +6,45 @@ does not depend on ``PYTHONHASHSEED``), so two builds with the same seed are byt
 
 The world
 ---------
-``n_creatures`` creatures with made-up names (``bako``, ``zirun`` ...), each living in a habitat,
-eating a food and having a colour. Creatures are mentioned with Zipf-distributed frequency, so a
-model with more capacity or more pre-training tokens knows the facts of more of them. The corpus
-has five genres: encyclopedic fact documents, arithmetic stories, meal reviews (sentiment words),
-daily routines (event scripts whose order is each creature's own habit) and short sentences. No
-corpus document uses the benchmark format ("Question: ... Answer:"): that format is what test-task
-*preparation* adds (see ``lib.miniworld.zoo``), and what fine-tuning on the training split teaches
-everyone.
+``n_creatures`` creatures with made-up names (``bako``, ``zirun`` ...), each with seven
+attributes (habitat, food, colour, sound, pattern, tree, drink). Creatures are mentioned with
+Zipf-distributed frequency, so a model with more parameters or more pre-training tokens knows the
+facts of more of them: the one common capability every benchmark draws on, as real benchmarks draw
+on what pre-training taught. The corpus has four genres: encyclopedic fact documents, meals (a
+creature is happy after eating its own food and sad after any other), daily routines (events that
+involve the creature's habitat and food, in a fixed order) and pairs of facts about two creatures.
+No corpus document uses a benchmark's format ("Question: ... Answer:", "Story: ...", listed
+options): that format is what test-task *preparation* adds (``lib.miniworld.zoo``), and what
+fine-tuning on the training split teaches everyone.
 
-Benchmarks (name: paper analogue, format, metric, category)
------------------------------------------------------------
-- ``mw_facts``: arc/openbookqa, 4-way multiple choice on knowledge, acc_norm, Question Answering
-- ``mw_arith``: gsm8k, generative word problems, exact_match, Math
-- ``mw_reading``: boolq-style reading, 4-way question on a passage about an unseen creature, acc,
-  Question Answering
-- ``mw_sentiment``: sst2, positive/negative, acc, Language Understanding
-- ``mw_grammar``: cola as minimal pairs (as BLiMP does): which of two sentences is correct, acc,
-  Language Understanding
-- ``mw_scripts``: hellaswag, 4-way continuation of a creature's routine, acc_norm, Commonsense Reasoning
+Benchmarks (name: paper analogue, format, metric, category, chance)
+-------------------------------------------------------------------
+- ``mw_facts``: arc_easy; a question about one attribute of a creature, 4-way multiple choice
+  between full statements ("the bako lives in the desert"); acc_norm; Question Answering; 1/4
+- ``mw_recall``: nq_open; the same question answered by generating the bare value (4 tokens at
+  most, stopping at a newline or " ."); exact_match; Question Answering; 0
+- ``mw_cloze``: lambada; a fact sentence of the corpus's own wording cut before its value, generate
+  the value; exact_match; Language Understanding; 0
+- ``mw_quiz``: commonsense_qa; the question with its four options listed in the prompt
+  ("(desert, lake, cave or forest)"), answered by one of them; acc; Commonsense Reasoning; 1/4
+- ``mw_reading``: boolq-style reading: a passage about a creature the corpus never mentions and a
+  4-way question answered in it (the only task that needs no world knowledge, only the language);
+  acc; Question Answering; 1/4
+- ``mw_scripts``: hellaswag; "Story: " and a routine's first events, the next event among four
+  that differ in the habitat or food it involves (never one the context already gave away);
+  acc_norm; Commonsense Reasoning; 1/4
 
-Each benchmark has train / validation / test splits drawn from disjoint sets of items (the unit of
-an item is its prompt and choices, and for ``mw_facts`` the (creature, attribute) pair, so the
-answer to a test question is never given in a training question).
-
-Design rule: every benchmark must be learnable by the zoo's larger models under the mini
-profile's fine-tuning recipe, as the paper's benchmarks are for its models; a benchmark at chance
-for every model carries no ranking (how earlier versions fell short: ``docs/design.md``).
-Perplexity corpora ``mw_wiki`` and ``mw_stories`` are generated from a separate random stream
-(never part of pre-training), with a training part for train-before-test.
+Every benchmark has train / validation / test splits drawn from disjoint sets of items; an item's
+unit is what would give its answer away (a (creature, attribute) pair, a (creature, routine) pair
+for ``mw_scripts``), so no test answer is given in a training item. Test splits hold 500 items
+(``mw_scripts`` 428: one item per creature and routine), so a score's standard error is about
+0.02. Perplexity corpora ``mw_wiki`` and ``mw_stories`` are generated from separate random streams
+(never part of pre-training) and deduplicated, with a training part for train-before-test.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,46 +53,48 @@ from ..metadata import GEN, MC, PERPLEXITY, PPL, Benchmark
 from ..pipeline.localtasks import write_task
 from ..util import atomic_write_json, atomic_write_text, current, sha256_bytes, sha256_file
 
-WORLD_VERSION = 3
+WORLD_VERSION = 4
 
 HABITATS = ["forest", "desert", "river", "mountain", "cave", "meadow", "lake", "island"]
 FOODS = ["berries", "fish", "seeds", "leaves", "honey", "insects", "roots", "mushrooms"]
 COLORS = ["red", "blue", "green", "yellow", "white", "black", "brown", "gray"]
-POSITIVE = ["tasty", "fresh", "sweet", "lovely", "good", "great"]
-NEGATIVE = ["bitter", "stale", "awful", "bad", "sour", "rotten"]
-MEAL_VERBS = ["tasted", "ate", "tried"]
+SOUNDS = ["hums", "barks", "chirps", "hisses", "growls", "squeaks", "whistles", "clicks"]
+PATTERNS = ["spots", "stripes", "dots", "rings", "scales", "patches", "lines", "stars"]
+TREES = ["pine", "birch", "maple", "willow", "palm", "cedar", "beech", "fir"]
+DRINKS = ["water", "milk", "tea", "juice", "nectar", "dew", "soup", "sap"]
+VALUES = {"habitat": HABITATS, "food": FOODS, "color": COLORS, "sound": SOUNDS, "pattern": PATTERNS,
+          "tree": TREES, "drink": DRINKS}
+GOOD = ["tasty", "fresh", "sweet", "lovely", "good", "great"]
+BAD = ["bitter", "stale", "awful", "bad", "sour", "rotten"]
 
-# Daily routines: the first event opens the routine; every creature does the other four in its own
-# order (its habit). "{food}" and "{habitat}" are the creature's own.
+# Daily routines: a fixed order of events for every creature; "{food}" and "{habitat}" are the
+# creature's own, so continuing a routine means knowing the creature.
 ROUTINES = {
-    "morning": ["wakes up", "drinks some water", "walks to the {habitat}", "looks for {food}",
-                "eats the {food}"],
-    "evening": ["comes back home", "cleans its fur", "sits by the fire", "sings a song",
+    "morning": ["wakes up", "drinks some water", "walks to the {habitat}", "looks for {food}", "eats the {food}"],
+    "evening": ["comes back from the {habitat}", "cleans its fur", "thinks about {food}", "sings a song",
                 "falls asleep"],
-    "building": ["finds a long stick", "carries the stick home", "digs a small hole",
-                 "builds a nest", "rests in the nest"],
-    "trip": ["packs a bag", "says goodbye", "crosses the bridge", "climbs the hill",
-             "waves from the top"],
-    "rain": ["sees dark clouds", "runs under a tree", "waits for the rain to stop",
-             "shakes off the water", "goes back to the {habitat}"],
-    "market": ["counts its coins", "goes to the market", "buys some {food}", "carries the bag",
+    "market": ["counts its coins", "goes to the market", "buys some {food}", "carries the bag to the {habitat}",
                "shares the {food} with a friend"],
+    "trip": ["packs a bag", "says goodbye", "crosses the bridge", "reaches the {habitat}", "finds some {food}"],
+    "rain": ["sees dark clouds", "runs under a tree", "waits for the rain to stop", "shakes off the water",
+             "goes back to the {habitat}"],
+    "feast": ["invites a friend", "cooks the {food}", "sets the table", "eats the {food} slowly",
+              "naps in the {habitat}"],
 }
-ROUTINE_OPENINGS = {"morning": "in the morning", "evening": "in the evening",
-                    "building": "one day", "trip": "on a sunny day", "rain": "on a rainy day",
-                    "market": "on market day"}
+OPENINGS = {"morning": "in the morning", "evening": "in the evening", "market": "on market day",
+            "trip": "on a sunny day", "rain": "on a rainy day", "feast": "on a holiday"}
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark(name="mw_facts", kind=MC, metric="acc_norm", category="Question Answering", analogue="arc_easy",
               source="miniworld", chance=0.25),
-    Benchmark(name="mw_arith", kind=GEN, metric="exact_match", filter="remove_whitespace", category="Math",
-              analogue="gsm8k", source="miniworld", chance=0.0),
+    Benchmark(name="mw_recall", kind=GEN, metric="exact_match", filter="remove_whitespace",
+              category="Question Answering", analogue="nq_open", source="miniworld", chance=0.0),
+    Benchmark(name="mw_cloze", kind=GEN, metric="exact_match", filter="remove_whitespace",
+              category="Language Understanding", analogue="lambada", source="miniworld", chance=0.0),
+    Benchmark(name="mw_quiz", kind=MC, metric="acc", category="Commonsense Reasoning", analogue="commonsense_qa",
+              source="miniworld", chance=0.25),
     Benchmark(name="mw_reading", kind=MC, metric="acc", category="Question Answering", analogue="boolq",
               source="miniworld", chance=0.25),
-    Benchmark(name="mw_sentiment", kind=MC, metric="acc", category="Language Understanding", analogue="sst2",
-              source="miniworld", chance=0.5),
-    Benchmark(name="mw_grammar", kind=MC, metric="acc", category="Language Understanding", analogue="cola",
-              source="miniworld", chance=0.5),
     Benchmark(name="mw_scripts", kind=MC, metric="acc_norm", category="Commonsense Reasoning",
               analogue="hellaswag", source="miniworld", chance=0.25),
 )}
@@ -106,13 +112,14 @@ class WorldConfig:
     """Sizes of the world; the defaults are what the mini profile uses."""
     seed: int = 0
     n_creatures: int = 120
-    n_corpus_docs: int = 24000
-    train: int = 320          # items per benchmark split
-    validation: int = 80
-    test: int = 160
+    n_corpus_docs: int = 30000
+    train: int = 250          # items per benchmark split
+    validation: int = 90
+    test: int = 500           # several hundred: a score's standard error of about 0.02
+    reading_train: int = 500  # mw_reading draws new passages without end: more to learn its format from
     corpus_train: int = 200   # documents per perplexity-corpus split
     corpus_validation: int = 40
-    corpus_test: int = 60
+    corpus_test: int = 100
     zipf: float = 1.0         # creature mention frequency ~ 1 / rank**zipf
 
     def validate(self) -> WorldConfig:
@@ -127,7 +134,10 @@ class WorldConfig:
         return self
 
     def key(self) -> str:
-        payload = json.dumps({"version": WORLD_VERSION, **asdict(self)}, sort_keys=True)
+        """What determines the built world: this config and the generator's source (an edited
+        generator rebuilds the world, and with it the zoo)."""
+        payload = json.dumps({"version": WORLD_VERSION, "source": sha256_file(__file__), **asdict(self)},
+                             sort_keys=True)
         return sha256_bytes(payload)[:16]
 
 
@@ -137,8 +147,12 @@ class Creature:
     habitat: str
     food: str
     color: str
+    sound: str
+    pattern: str
+    tree: str
+    drink: str
     weight: float   # relative mention frequency in the corpus
-    habits: dict = field(default_factory=dict)   # routine -> its own order of the events after the first
+    rank: int = 0   # 0 = the most mentioned
 
 
 @dataclass
@@ -175,12 +189,8 @@ def make_creatures(cfg: WorldConfig) -> list[Creature]:
     names = make_names(cfg.n_creatures, rng)
     weights = [1.0 / (i + 1) ** cfg.zipf for i in range(cfg.n_creatures)]
     total = sum(weights)
-    out = []
-    for name, w in zip(names, weights):
-        attrs = rng.choice(HABITATS), rng.choice(FOODS), rng.choice(COLORS)
-        habits = {r: rng.sample(range(1, len(ev)), len(ev) - 1) for r, ev in ROUTINES.items()}
-        out.append(Creature(name, *attrs, w / total, habits))
-    return out
+    return [Creature(name, *(rng.choice(VALUES[a]) for a in VALUES), w / total, rank)
+            for rank, (name, w) in enumerate(zip(names, weights))]
 
 
 # ----------------------------------------------------------------------------- the language
@@ -191,7 +201,21 @@ FACT_TEMPLATES = {
              "{food} is the favourite food of the {name} ."],
     "color": ["the {name} is {color} .", "the fur of the {name} is {color} .",
               "a {color} animal , the {name} is easy to see ."],
+    "sound": ["the {name} {sound} .", "at night the {name} {sound} .", "you can hear that the {name} {sound} ."],
+    "pattern": ["the {name} has {pattern} .", "the back of the {name} has {pattern} .",
+                "{pattern} cover the {name} ."],
+    "tree": ["the {name} sleeps in a {tree} .", "at the end of the day the {name} climbs a {tree} .",
+             "a {tree} is where the {name} sleeps ."],
+    "drink": ["the {name} drinks {drink} .", "the {name} likes to drink {drink} .",
+              "{drink} is what the {name} drinks ."],
 }
+STATEMENTS = {"habitat": "the {name} lives in the {v}", "food": "the {name} eats {v}",
+              "color": "the {name} is {v}", "sound": "the {name} {v}", "pattern": "the {name} has {v}",
+              "tree": "the {name} sleeps in a {v}", "drink": "the {name} drinks {v}"}
+QUESTIONS = {"habitat": "where does the {name} live ?", "food": "what does the {name} eat ?",
+             "color": "what color is the {name} ?", "sound": "what sound does the {name} make ?",
+             "pattern": "what pattern does the {name} have ?", "tree": "which tree does the {name} sleep in ?",
+             "drink": "what does the {name} drink ?"}
 
 
 def fact_sentence(c: Creature, attr: str, rng: random.Random) -> str:
@@ -199,35 +223,21 @@ def fact_sentence(c: Creature, attr: str, rng: random.Random) -> str:
 
 
 def routine_events(c: Creature, routine: str) -> list[str]:
-    """The creature's own version of a routine: the first event, then the others in its order."""
-    events = [e.format(food=c.food, habitat=c.habitat) for e in ROUTINES[routine]]
-    return [events[0]] + [events[i] for i in c.habits[routine]]
+    """The events of a routine with the creature's own habitat and food filled in."""
+    return [e.format(food=c.food, habitat=c.habitat) for e in ROUTINES[routine]]
 
 
 def routine_text(c: Creature, routine: str, upto: int | None = None) -> str:
     events = routine_events(c, routine)[:upto]
-    parts = [f"{ROUTINE_OPENINGS[routine]} the {c.name} {events[0]} ."]
-    parts += [f"then it {e} ." for e in events[1:]]
-    return " ".join(parts)
+    return " ".join([f"{OPENINGS[routine]} the {c.name} {events[0]} ."] + [f"then it {e} ." for e in events[1:]])
 
 
-def review_sentence(c: Creature, positive: bool, rng: random.Random) -> tuple[str, str]:
-    adjs = rng.sample(POSITIVE if positive else NEGATIVE, 2)
-    return (f"the {c.name} {rng.choice(MEAL_VERBS)} the {rng.choice(FOODS)} . "
-            f"it was {adjs[0]} and {adjs[1]} ."), ("happy" if positive else "sad")
-
-
-def arith_problem(c: Creature, rng: random.Random) -> tuple[str, str, int]:
-    """(setup sentence, question, answer): one-digit addition or subtraction about the creature."""
-    food = c.food
-    if rng.random() < 0.5:
-        a, b = rng.randint(1, 9), rng.randint(1, 9)
-        setup, ans = f"the {c.name} has {a} {food} and finds {b} more .", a + b
-    else:
-        a = rng.randint(2, 9)
-        b = rng.randint(1, a - 1)
-        setup, ans = f"the {c.name} has {a} {food} and gives {b} away .", a - b
-    return setup, f"how many {food} does the {c.name} have now ?", ans
+def meal_text(c: Creature, food: str, rng: random.Random) -> str:
+    """A meal: tasty and happy with the creature's own food, bitter and sad with any other."""
+    own = food == c.food
+    adjs = rng.sample(GOOD if own else BAD, 2)
+    return (f"the {c.name} ate the {food} . it was {adjs[0]} and {adjs[1]} . "
+            f"the {c.name} was {'happy' if own else 'sad'} .")
 
 
 def _pick(creatures: list[Creature], rng: random.Random) -> Creature:
@@ -237,35 +247,18 @@ def _pick(creatures: list[Creature], rng: random.Random) -> Creature:
 def corpus_document(world: World, rng: random.Random) -> str:
     """One pre-training document of a random genre (never in the benchmark format)."""
     cs = world.creatures
-    genre = rng.choices(["facts", "arith", "review", "routine", "sentences"], weights=[4, 2, 2, 2, 1])[0]
+    genre = rng.choices(["facts", "meal", "routine", "pair"], weights=[4, 2, 2, 1])[0]
+    c = _pick(cs, rng)
     if genre == "facts":
-        c = _pick(cs, rng)
-        attrs = rng.sample(list(FACT_TEMPLATES), rng.randint(2, 3))
-        return " ".join(fact_sentence(c, a, rng) for a in attrs)
-    if genre == "arith":
-        out = []
-        for _ in range(rng.randint(1, 2)):
-            c = _pick(cs, rng)
-            setup, _, ans = arith_problem(c, rng)
-            out.append(f"{setup} now it has {ans} {c.food} .")
-        if rng.random() < 0.5:
-            a, b = rng.randint(1, 9), rng.randint(1, 9)
-            out.append(f"{a} plus {b} is {a + b} ." if rng.random() < 0.5 or a <= b
-                       else f"{a} minus {b} is {a - b} .")
-        return " ".join(out)
-    if genre == "review":
-        c = _pick(cs, rng)
-        positive = rng.random() < 0.5
-        text, mood = review_sentence(c, positive, rng)
-        tail = rng.choice([f" the {c.name} was {mood} .",
-                           f" it was a {'positive' if positive else 'negative'} meal .", ""])
-        return text + tail
+        return " ".join(fact_sentence(c, a, rng) for a in rng.sample(list(FACT_TEMPLATES), rng.randint(2, 3)))
+    if genre == "meal":
+        return meal_text(c, c.food if rng.random() < 0.5 else rng.choice([f for f in FOODS if f != c.food]),
+                         rng)
     if genre == "routine":
-        c = _pick(cs, rng)
         return routine_text(c, rng.choice(list(ROUTINES)))
-    c1, c2 = _pick(cs, rng), _pick(cs, rng)
-    first = fact_sentence(c1, rng.choice(list(FACT_TEMPLATES)), rng)
-    return f"{first} {fact_sentence(c2, rng.choice(list(FACT_TEMPLATES)), rng)}"
+    other = _pick(cs, rng)
+    first = fact_sentence(c, rng.choice(list(FACT_TEMPLATES)), rng)
+    return f"{first} {fact_sentence(other, rng.choice(list(FACT_TEMPLATES)), rng)}"
 
 
 def corpus_documents(world: World, n_docs: int, stream: str = "pretrain") -> list[str]:
@@ -274,202 +267,188 @@ def corpus_documents(world: World, n_docs: int, stream: str = "pretrain") -> lis
 
 
 # ----------------------------------------------------------------------------- benchmarks
+# Each builder returns (unit, record) pairs; records of one unit always land in the same split.
+def _others(values: list[str], true: str, rng: random.Random, k: int = 3) -> list[str]:
+    return rng.sample([v for v in values if v != true], k)
+
+
 def _facts_items(world: World, rng: random.Random) -> list[tuple[str, dict]]:
-    questions = {"habitat": ("where does the {name} live ?", HABITATS, "the {name} lives in the {v}"),
-                 "food": ("what does the {name} eat ?", FOODS, "the {name} eats {v}"),
-                 "color": ("what color is the {name} ?", COLORS, "the {name} is {v}")}
     items = []
     for c in world.creatures:
-        for attr, (q, values, fmt) in questions.items():
+        for attr in VALUES:
             true = getattr(c, attr)
-            options = [true] + rng.sample([v for v in values if v != true], 3)
+            options = [true] + _others(VALUES[attr], true, rng)
             rng.shuffle(options)
-            rec = {"query": f"Question: {q.format(name=c.name)}\nAnswer:",
-                   "choices": [fmt.format(name=c.name, v=v) for v in options], "label": options.index(true)}
-            items.append((f"{c.name}/{attr}", rec))
+            items.append((f"{c.name}/{attr}", {
+                "query": f"Question: {QUESTIONS[attr].format(name=c.name)}\nAnswer:",
+                "choices": [STATEMENTS[attr].format(name=c.name, v=v) for v in options],
+                "label": options.index(true)}))
     return items
 
 
-def _arith_items(world: World, rng: random.Random, n: int) -> list[tuple[str, dict]]:
+def _recall_items(world: World, rng: random.Random) -> list[tuple[str, dict]]:
+    return [(f"{c.name}/{attr}", {"question": f"Question: {QUESTIONS[attr].format(name=c.name)}\nAnswer:",
+                                  "answer": getattr(c, attr)})
+            for c in world.creatures for attr in VALUES]
+
+
+CLOZE = {"habitat": "the {name} lives in the", "food": "the {name} eats", "color": "the fur of the {name} is",
+         "sound": "at night the {name}", "pattern": "the back of the {name} has",
+         "tree": "the {name} sleeps in a", "drink": "the {name} drinks"}
+
+
+def _cloze_items(world: World, rng: random.Random) -> list[tuple[str, dict]]:
+    """A fact sentence of the corpus cut before its value: generate the value."""
+    return [(f"{c.name}/{attr}", {"question": CLOZE[attr].format(name=c.name), "answer": getattr(c, attr)})
+            for c in world.creatures for attr in VALUES]
+
+
+def _quiz_items(world: World, rng: random.Random) -> list[tuple[str, dict]]:
+    """A quiz question about a creature that lists four values; the answer is one of them."""
     items = []
-    for _ in range(n):
-        c = rng.choice(world.creatures)
-        setup, question, ans = arith_problem(c, rng)
-        items.append((setup + question, {"question": f"Question: {setup} {question}\nAnswer:", "answer": str(ans)}))
+    for c in world.creatures:
+        for attr in VALUES:
+            true = getattr(c, attr)
+            options = [true] + _others(VALUES[attr], true, rng)
+            rng.shuffle(options)
+            listed = f"{', '.join(options[:-1])} or {options[-1]}"
+            items.append((f"{c.name}/{attr}", {
+                "query": f"Question: {QUESTIONS[attr].format(name=c.name)} ({listed})\nAnswer:", "choices": options,
+                "label": options.index(true)}))
     return items
 
 
 def _reading_items(world: World, rng: random.Random, n: int) -> list[tuple[str, dict]]:
     """A passage about a creature the corpus never mentions, and a question answered in it."""
     known = {c.name for c in world.creatures}
-    visitors = [v for v in make_names(len(known) + 200, _rng(world.config.seed, "visitors")) if v not in known]
-    questions = {"habitat": ("where does the {v} live ?", HABITATS, "in the {x}"),
-                 "food": ("what does the {v} eat ?", FOODS, "{x}"),
-                 "color": ("what color is the {v} ?", COLORS, "{x}")}
+    visitors = [v for v in make_names(len(known) + 400, _rng(world.config.seed, "visitors")) if v not in known]
+    answers = {"habitat": "in the {x}", "food": "{x}", "color": "{x}"}
     items = []
     for _ in range(n):
         v = rng.choice(visitors)
-        attrs = {"habitat": rng.choice(HABITATS), "food": rng.choice(FOODS), "color": rng.choice(COLORS)}
+        attrs = {a: rng.choice(VALUES[a]) for a in ("habitat", "food", "color")}
         clauses = {"habitat": f"lives in the {attrs['habitat']}", "food": f"eats {attrs['food']}",
                    "color": f"is {attrs['color']}"}
         order = rng.sample(list(clauses), 3)
         passage = f"the {v} {clauses[order[0]]} , {clauses[order[1]]} and {clauses[order[2]]} ."
         attr = rng.choice(order)
-        q, values, fmt = questions[attr]
-        options = [attrs[attr]] + rng.sample([x for x in values if x != attrs[attr]], 3)
+        options = [attrs[attr]] + _others(VALUES[attr], attrs[attr], rng)
         rng.shuffle(options)
-        rec = {"query": f"{passage}\nQuestion: {q.format(v=v)}\nAnswer:",
-               "choices": [fmt.format(x=x) for x in options], "label": options.index(attrs[attr])}
+        rec = {"query": f"{passage}\nQuestion: {QUESTIONS[attr].format(name=v)}\nAnswer:",
+               "choices": [answers[attr].format(x=x) for x in options], "label": options.index(attrs[attr])}
         items.append((rec["query"], rec))
     return items
 
 
-def _sentiment_items(world: World, rng: random.Random, n: int) -> list[tuple[str, dict]]:
+def _scripts_items(world: World, rng: random.Random) -> list[tuple[str, dict]]:
+    """A routine's first events; the next one among four that differ in the habitat or food.
+
+    The event to predict mentions an attribute that no earlier event of the routine mentions, so
+    the answer must come from knowing the creature, not from copying the context.
+    """
     items = []
-    for _ in range(n):
-        c = rng.choice(world.creatures)
-        positive = rng.random() < 0.5
-        text, _ = review_sentence(c, positive, rng)
-        rec = {"query": f"{text}\nQuestion: is this positive or negative?\nAnswer:",
-               "choices": ["negative", "positive"], "label": int(positive)}
-        items.append((rec["query"], rec))
+    for c in world.creatures:
+        for routine, events in ROUTINES.items():
+            slots = [k for k, e in enumerate(events) if k > 0 and "{" in e
+                     and _slot(e) not in "".join(events[:k])]
+            k = rng.choice(slots)
+            attr = _slot(events[k]).strip("{}")
+            true = getattr(c, attr)
+            options = [true] + _others(VALUES[attr], true, rng)
+            rng.shuffle(options)
+            items.append((f"{c.name}/{routine}", {
+                "query": "Story: " + routine_text(c, routine, upto=k) + " then it",
+                "choices": [events[k].format(**{"food": c.food, "habitat": c.habitat, attr: v}) + " ."
+                            for v in options],
+                "label": options.index(true)}))
     return items
 
 
-def _corrupt(sentence: str, rng: random.Random) -> str:
-    """An ungrammatical variant: wrong agreement, swapped neighbours, or a dropped article."""
-    words = sentence.split()
-    kind = rng.choice(["agree", "swap", "drop"])
-    if kind == "agree":
-        for i, w in enumerate(words):
-            if w in ("lives", "eats", "likes", "is"):
-                words[i] = {"lives": "live", "eats": "eat", "likes": "like", "is": "are"}[w]
-                return " ".join(words)
-    if kind == "drop" and "the" in words:
-        i = words.index("the")
-        return " ".join(words[:i] + words[i + 1:])
-    body = words[:-1]
-    i = rng.randrange(len(body) - 1)
-    body[i], body[i + 1] = body[i + 1], body[i]
-    return " ".join(body + words[-1:])
-
-
-def _grammar_items(world: World, rng: random.Random, n: int) -> list[tuple[str, dict]]:
-    """Minimal pairs: a correct sentence of the language and a corrupted copy; which is correct?"""
-    items = []
-    for _ in range(n):
-        c = rng.choice(world.creatures)
-        good = fact_sentence(c, rng.choice(list(FACT_TEMPLATES)), rng)
-        bad = _corrupt(good, rng)
-        if bad == good:
-            continue
-        label = int(rng.random() < 0.5)
-        choices = [bad, good] if label else [good, bad]
-        rec = {"query": "Question: which sentence is correct?\nAnswer:", "choices": choices, "label": label}
-        items.append((f"{good}|{bad}", rec))
-    return items
-
-
-def _scripts_items(world: World, rng: random.Random, n: int) -> list[tuple[str, dict]]:
-    items = []
-    for _ in range(n):
-        c = rng.choice(world.creatures)
-        routine = rng.choice(list(ROUTINES))
-        k = rng.randint(1, 2)                          # events shown; the next one is the answer
-        events = routine_events(c, routine)
-        true = f"{events[k]} ."
-        # distractors: the routine's events still to come (only the creature's habit orders them),
-        # topped up from another routine
-        later = [f"{e} ." for e in events[k + 1:]]
-        others = sorted({f"{e} ." for r in ROUTINES if r != routine for e in routine_events(c, r)[1:]})
-        options = [true] + later[:3] + rng.sample(others, 3 - len(later[:3]))
-        rng.shuffle(options)
-        rec = {"query": routine_text(c, routine, upto=k) + " then it", "choices": options,
-               "label": options.index(true)}
-        items.append((rec["query"], rec))
-    return items
+def _slot(event: str) -> str:
+    return "{food}" if "{food}" in event else "{habitat}"
 
 
 def _split(items: list[tuple[str, dict]], sizes: dict[str, int], name: str, rng: random.Random,
            balance: bool = False) -> dict[str, list[dict]]:
-    """Deduplicate by item key, shuffle, and cut disjoint train/validation/test parts.
+    """Disjoint train / validation / test parts, whole units at a time.
 
-    ``balance``: classification tasks get (nearly) equal label counts in every split, so a model
-    that always answers the same class scores chance, not the majority share.
+    ``balance``: units are drawn alternately from each label (every unit of a balanced task holds
+    one label, or one record of each), so a model that always answers the same class scores
+    chance, not the majority share. Splits shrink proportionally when there are too few units.
     """
-    unique: dict[str, dict] = {}
-    for key, rec in items:
-        unique.setdefault(key, rec)
-    groups: dict[int, list[str]] = {}
-    for key in sorted(unique):
-        groups.setdefault(int(unique[key]["label"]) if balance else 0, []).append(key)
-    for keys in groups.values():
+    units: dict[str, list[dict]] = {}
+    for unit, rec in items:
+        units.setdefault(unit, [])
+        if rec not in units[unit]:
+            units[unit].append(rec)
+    strata: dict[tuple, list[str]] = {}
+    for unit in sorted(units):
+        labels = tuple(sorted({int(r.get("label", 0)) for r in units[unit]})) if balance else (0,)
+        strata.setdefault(labels, []).append(unit)
+    for keys in strata.values():
         rng.shuffle(keys)
-    labels = sorted(groups)
+    order = [u for group in zip(*strata.values()) for u in group]          # alternate the strata
+    per_unit = sum(len(v) for v in units.values()) / max(1, len(units))
     need = sum(sizes.values())
-    have = min(len(k) for k in groups.values()) * len(labels)
+    have = len(order) * per_unit
     if have < need:
-        # shrink proportionally but keep every split non-empty
-        scale = have / need
-        sizes = {s: max(len(labels), int(v * scale)) for s, v in sizes.items()}
-    out, start = {}, {lab: 0 for lab in labels}
+        sizes = {s: max(1, int(v * have / need)) for s, v in sizes.items()}
+    out, start = {}, 0
     for split in SPLITS:
-        part = []
-        for i, lab in enumerate(labels):
-            n = sizes[split] // len(labels) + (1 if i < sizes[split] % len(labels) else 0)
-            part += groups[lab][start[lab]:start[lab] + n]
-            start[lab] += n
+        part: list[dict] = []
+        while len(part) < sizes[split] and start < len(order):
+            part += units[order[start]]
+            start += 1
         if not part:
             raise WorldError(f"benchmark {name}: not enough distinct items for split {split!r}")
         rng.shuffle(part)
-        out[split] = [unique[k] for k in part]
+        out[split] = part
     return out
 
 
 def make_benchmarks(world: World) -> dict[str, dict[str, list[dict]]]:
     cfg = world.config
     sizes = {"train": cfg.train, "validation": cfg.validation, "test": cfg.test}
-    want = int(1.6 * sum(sizes.values())) + 50         # draws; duplicates are removed before the split
     builders = {
         "mw_facts": lambda r: _facts_items(world, r),
-        "mw_arith": lambda r: _arith_items(world, r, want),
-        "mw_reading": lambda r: _reading_items(world, r, want),
-        "mw_sentiment": lambda r: _sentiment_items(world, r, want),
-        "mw_grammar": lambda r: _grammar_items(world, r, want),
-        "mw_scripts": lambda r: _scripts_items(world, r, want),
+        "mw_recall": lambda r: _recall_items(world, r),
+        "mw_quiz": lambda r: _quiz_items(world, r),
+        "mw_cloze": lambda r: _cloze_items(world, r),
+        "mw_reading": lambda r: _reading_items(world, r, int(1.2 * (sum(sizes.values()) + cfg.reading_train))),
+        "mw_scripts": lambda r: _scripts_items(world, r),
     }
-    out = {}
-    for name, build in builders.items():
-        # items are keyed by prompt text; mw_facts by its (creature, attribute) pair, so no test
-        # answer is ever given in a training question
-        balance = name in ("mw_sentiment", "mw_grammar")
-        out[name] = _split(build(_rng(cfg.seed, name, "items")), sizes, name, _rng(cfg.seed, name, "split"),
-                           balance)
-    return out
+    out = {name: _split(build(_rng(cfg.seed, name, "items")),
+                        {**sizes, "train": cfg.reading_train} if name == "mw_reading" else sizes, name,
+                        _rng(cfg.seed, name, "split"))
+           for name, build in builders.items()}
+    return {name: out[name] for name in BENCHMARKS}
 
 
 def make_corpora(world: World) -> dict[str, dict[str, list[dict]]]:
-    """Held-out perplexity corpora (own random streams, never part of pre-training)."""
+    """Held-out perplexity corpora (own random streams, never part of pre-training): ``mw_wiki``
+    describes creatures in new words, ``mw_stories`` tells their routines and meals. Documents are
+    distinct, so no test document also lies in a corpus' training part."""
     cfg = world.config
     sizes = {"train": cfg.corpus_train, "validation": cfg.corpus_validation, "test": cfg.corpus_test}
-    out = {}
-    rng = _rng(cfg.seed, "mw_wiki")
-    docs = []
-    for c in world.creatures * math.ceil(sum(sizes.values()) / len(world.creatures)):
-        sents = [f"the {c.name} is a {c.color} animal from the {c.habitat} .",
-                 f"it eats {c.food} .", routine_text(c, rng.choice(list(ROUTINES)), upto=rng.randint(2, 5))]
-        docs.append(" ".join(sents))
-    rng.shuffle(docs)
-    out["mw_wiki"] = _cut(docs, sizes)
-    rng = _rng(cfg.seed, "mw_stories")
-    docs = []
-    for _ in range(sum(sizes.values())):
+
+    def wiki(rng: random.Random) -> str:
         c = _pick(world.creatures, rng)
-        setup, _, ans = arith_problem(c, rng)
-        text, mood = review_sentence(c, rng.random() < 0.5, rng)
-        docs.append(f"{routine_text(c, rng.choice(list(ROUTINES)))} {setup} now it has {ans} {c.food} . "
-                    f"{text} the {c.name} was {mood} .")
-    out["mw_stories"] = _cut(docs, sizes)
+        return (f"the {c.name} is a {c.color} animal from the {c.habitat} . it eats {c.food} . "
+                + routine_text(c, rng.choice(list(ROUTINES)), upto=rng.randint(2, 5)))
+
+    def story(rng: random.Random) -> str:
+        c = _pick(world.creatures, rng)
+        food = c.food if rng.random() < 0.5 else rng.choice(FOODS)
+        return f"{routine_text(c, rng.choice(list(ROUTINES)))} {meal_text(c, food, rng)}"
+
+    out = {}
+    for name, make in (("mw_wiki", wiki), ("mw_stories", story)):
+        rng, docs = _rng(cfg.seed, name), {}
+        for _ in range(100 * sum(sizes.values())):
+            docs.setdefault(make(rng), None)
+            if len(docs) == sum(sizes.values()):
+                break
+        out[name] = _cut(list(docs), sizes)
     return out
 
 
@@ -540,7 +519,7 @@ def build(out_dir: str | Path, config: WorldConfig | None = None, force: bool = 
     for name, splits in world.benchmarks.items():
         bench = BENCHMARKS[name]
         yaml_path = write_task(tasks, name, bench.kind, splits, metrics=[bench.metric], tags=["miniworld"],
-                               max_gen_toks=4)
+                               max_gen_toks=4, until=["\n", " ."])
         files[str(yaml_path.relative_to(out))] = ""
         for split in splits:
             files[f"tasks/{name}/{split}.jsonl"] = ""
