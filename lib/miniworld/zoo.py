@@ -1,45 +1,50 @@
 """The mini world's model zoo: tiny causal LMs pre-trained on the world's corpus, some of them
-"prepared" for test tasks.
+"prepared" for test tasks at known doses.
 
-Design (stated once, not tuned to any outcome)
-----------------------------------------------
+Design (stated before any train-before-test result was looked at)
+-----------------------------------------------------------------
 - Three families with their own architecture and tokenizer: ``llama`` (BPE vocabulary 512),
   ``gpt2`` (640) and ``gpt_neox`` (384), built with :mod:`lib.pipeline.tiny`. A family shares one
   tokenizer, as hub families do.
-- Two sizes per family, each with its own pre-training budget: ``s`` (width 64, 2 blocks, 400
-  steps) and ``m`` (width 96, 3 blocks, 800 steps); 16 x 64 tokens a step. Larger and longer-trained
-  models know more of the world (its facts are Zipf-distributed).
-- Every (family, size) exists twice: a *base* model and a *prepared* twin, the base model
-  continued for ``post_steps`` steps on a preparation mix: ``dose`` benchmark-formatted examples
-  (prompt, a space, the gold answer: exactly what fine-tuning on the training split shows) of each
-  of three of the six tasks, plus as many ordinary corpus documents. This is how hub models get
-  prepared: an instruction-tuning (or contaminated) phase on top of the base model. The twins are
-  recorded as ``instruct: true`` with ``base_model`` = their base, and their tokens and FLOPs
-  include the base model's. Which three tasks alternates over the six (family, size) pairs, so
-  every task has prepared and unprepared models of each size and several families. (Why a
-  separate phase and not examples mixed into pre-training: ``docs/design.md``.)
+- Four capacity levels per family, each with its own pre-training budget (16 x 64 tokens a step):
+  ``xs`` (width 48, 1 block, 400 steps), ``s`` (64, 2, 700), ``m`` (96, 3, 900) and ``l``
+  (112, 4, 1,200): about 60k to 0.9M parameters and 0.4M to 1.2M tokens, a span of about 40x in
+  pre-training compute (6 N D), sized so the whole zoo builds in about 8 minutes on 2 cores. The
+  world's facts are Zipf-distributed, so larger and longer-trained models know more of them, and
+  every benchmark draws on that knowledge.
+- Prepared twins: for two of the sizes of every family (``prepared_sizes``), a twin continues its
+  base model for ``post_steps`` steps on a preparation mix: benchmark-formatted examples (prompt, a
+  space, the gold answer: what fine-tuning on the training split shows) of the three tasks of one
+  of two task sets, all at one dose (the low or the high one of ``doses``), plus as many ordinary
+  corpus documents (so the twin does not forget its language). Sets and doses alternate over the
+  twins (:func:`dose_plan`), so both sets are prepared at both doses and every task is left
+  unprepared (dose 0, the negative control) in half of the twins; the base models are dose 0 on
+  everything. This is how hub models get prepared: an instruction-tuning (or contaminated) phase
+  on top of the base model. Twins are recorded as ``instruct: true`` with
+  ``base_model`` = their base; their tokens and FLOPs include the base model's.
 
-Every recipe (sizes, tokens, FLOPs = 6 N D, preparation doses, the sha256 of the exact mix) goes
-to the results store as model metadata; :func:`pretraining_mix` rebuilds the mix from the world so
-a test can check that each prepared model saw its doses.
+Every recipe (sizes, tokens, FLOPs, preparation doses, the sha256 of the exact mix) goes to the
+results store as model metadata; :func:`pretraining_mix` rebuilds the mix from the world so a test
+can check that each prepared model saw its doses. Models build in parallel processes (one torch
+thread each), base models first.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import paths, store
 from ..pipeline import tiny, training
-from ..util import atomic_write_json, current, did_you_mean, read_json, sha256_bytes
+from ..util import atomic_dir, atomic_write_json, current, did_you_mean, read_json, sha256_bytes
 from . import world as mw
 
-PREP_A = ("mw_facts", "mw_arith", "mw_sentiment")
-PREP_B = ("mw_reading", "mw_grammar", "mw_scripts")
 VOCAB = {"llama": 512, "gpt2": 640, "gpt_neox": 384}
 TOKENIZER_DOCS = 6000          # corpus documents (plus every training prompt) a tokenizer is fitted on
 
@@ -93,31 +98,49 @@ class Recipe:
         return sha256_bytes(payload)[:16]
 
 
-SIZES = {"s": dict(d_model=64, n_layers=2, n_heads=4, steps=400),
-         "m": dict(d_model=96, n_layers=3, n_heads=4, steps=800)}
+SIZES = {"xs": dict(d_model=48, n_layers=1, n_heads=4, steps=400),
+         "s": dict(d_model=64, n_layers=2, n_heads=4, steps=700),
+         "m": dict(d_model=96, n_layers=3, n_heads=4, steps=900),
+         "l": dict(d_model=112, n_layers=4, n_heads=4, steps=1200)}
 
 
-def default_zoo(dose: int = 600, post_steps: int = 200, post_lr: float = 1e-3,
+PREP_SETS = (("mw_facts", "mw_recall", "mw_reading"), ("mw_cloze", "mw_quiz", "mw_scripts"))
+
+
+def dose_plan(n_twins: int, doses: tuple[int, int]) -> list[dict[str, int]]:
+    """Doses of each twin, in the order of :func:`default_zoo` (family by family, two sizes each):
+    one dose for the three tasks of one of the two task sets of :data:`PREP_SETS`. Over six twins
+    both sets meet both sizes and both doses, and every task stays unprepared (dose 0, the negative
+    control) in half of the twins."""
+    return [{t: doses[(i + i // 4) % 2] for t in PREP_SETS[(i + i // 2) % 2]} for i in range(n_twins)]
+
+
+def default_zoo(doses: tuple[int, int] = (150, 600), post_steps: int = 200, post_lr: float = 1e-3,
                 families: Iterable[str] = ("llama", "gpt2", "gpt_neox"),
-                sizes: Iterable[str] = ("s", "m"), scale: float = 1.0) -> list[Recipe]:
-    """The mini profile's zoo: every (family, size) as a base model and a prepared twin.
-
-    ``scale`` multiplies every step count (the tests use a tiny fraction).
-    """
-    recipes = []
-    pair = 0
+                sizes: Iterable[str] = ("xs", "s", "m", "l"), prepared_sizes: Iterable[str] = ("s", "l"),
+                scale: float = 1.0) -> list[Recipe]:
+    """The mini profile's zoo: every (family, size) as a base model, and a prepared twin of each
+    size in ``prepared_sizes``. ``scale`` multiplies every step count (the tests use a fraction)."""
+    sizes, prepared_sizes = list(sizes), list(prepared_sizes)
+    unknown = sorted(set(sizes) - set(SIZES)) + sorted(set(prepared_sizes) - set(sizes))
+    if unknown:
+        raise ZooError(f"zoo: unknown or unbuilt size(s) {unknown}; sizes: {list(SIZES)} (prepared sizes must "
+                       "be among the built ones)")
+    if len(doses) != 2 or not all(isinstance(d, int) and d > 0 for d in doses):
+        raise ZooError(f"zoo: doses must be two positive integers (low, high), got {doses!r}")
+    bases, twins = [], []
     for family in families:
         for size in sizes:
             spec = dict(SIZES[size])
             spec["steps"] = max(1, int(round(spec["steps"] * scale)))
-            base = Recipe(name=f"mw-{family}-{size}", family=family, **spec)
-            tasks = PREP_A if pair % 2 == 0 else PREP_B
-            pair += 1
-            prepared = Recipe(name=f"mw-{family}-{size}-prep", family=family,
-                              **{**spec, "steps": max(1, int(round(post_steps * scale)))}, lr=post_lr,
-                              prepared={t: dose for t in tasks}, base=base.name)
-            recipes += [base.validate(), prepared.validate()]
-    return recipes
+            base = Recipe(name=f"mw-{family}-{size}", family=family, **spec).validate()
+            bases.append(base)
+            if size in prepared_sizes:
+                twins.append(Recipe(name=f"{base.name}-prep", family=family,
+                                    **{**spec, "steps": max(1, int(round(post_steps * scale)))}, lr=post_lr,
+                                    base=base.name))
+    plans = dose_plan(len(twins), tuple(doses))
+    return bases + [Recipe(**{**asdict(t), "prepared": plan}).validate() for t, plan in zip(twins, plans)]
 
 
 # ----------------------------------------------------------------------------- the mix
@@ -214,45 +237,84 @@ def _ordered(recipes: list[Recipe]) -> list[Recipe]:
     return [r for r in recipes if not r.base] + [r for r in recipes if r.base]
 
 
-def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recipe],
-              progress: bool = True) -> dict[str, dict]:
-    """Pre-train every recipe not yet built (cached per model); returns name -> build record."""
-    world_dir = Path(world_dir)
-    manifest = read_json(world_dir / "manifest.json")
-    tokenizers: dict[str, object] = {}
-    out: dict[str, dict] = {}
-    for recipe in _ordered([r.validate() for r in recipes]):
-        base_key = out[recipe.base]["key"] if recipe.base else ""
-        done = built_recipe(models_dir, recipe, manifest["key"], base_key)
-        if done is not None:
-            out[recipe.name] = {**done, "path": str(model_dir(models_dir, recipe.name).resolve())}  # repo may move
-            continue
-        t0 = time.time()
-        docs, mix = pretraining_mix(world_dir, recipe)
-        if recipe.base:
-            model, tok = tiny.load(model_dir(models_dir, recipe.base))
-        else:
-            if recipe.family not in tokenizers:
-                tokenizers[recipe.family] = family_tokenizer(world_dir, recipe.family)
-            tok = tokenizers[recipe.family]
-            model = tiny.make_model(recipe.family, tok, d_model=recipe.d_model, n_layers=recipe.n_layers,
-                                    n_heads=recipe.n_heads, max_len=256, seed=recipe.seed)
-        stats = training.pretrain(model, tok, docs, steps=recipe.steps, batch_size=recipe.batch_size,
+def _tokenizer_dir(models_dir: str | Path, family: str, world_key: str) -> Path:
+    return Path(models_dir) / f"_tokenizer-{family}-{world_key}"
+
+
+def _build_one(world_dir: str, models_dir: str, recipe: dict, world_key: str, base_key: str,
+               base_stats: dict | None) -> dict:
+    """Pre-train (or prepare) one model and write its build record; runs in a worker process."""
+    from ..pipeline.device import setup_torch
+
+    setup_torch()
+    recipe = Recipe(**recipe)
+    t0 = time.time()
+    docs, mix = pretraining_mix(world_dir, recipe)
+    if recipe.base:
+        model, tok = tiny.load(model_dir(models_dir, recipe.base))
+    else:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(_tokenizer_dir(models_dir, recipe.family, world_key))
+        model = tiny.make_model(recipe.family, tok, d_model=recipe.d_model, n_layers=recipe.n_layers,
+                                n_heads=recipe.n_heads, max_len=256, seed=recipe.seed)
+    stats = training.pretrain(model, tok, docs, steps=recipe.steps, batch_size=recipe.batch_size,
                               seq_len=recipe.seq_len, lr=recipe.lr, seed=recipe.seed,
                               out_dir=model_dir(models_dir, recipe.name))
-        own = {k: v for k, v in stats.items() if k != "loss_curve"}
-        base_stats = out[recipe.base]["stats"] if recipe.base else {"tokens": 0, "flops": 0.0}
-        total = {"tokens": base_stats["tokens"] + own["tokens"], "flops": base_stats["flops"] + own["flops"]}
-        rec = {"key": recipe.key(manifest["key"], base_key), "recipe": asdict(recipe), "mix": mix,
-               "path": str(model_dir(models_dir, recipe.name).resolve()),
-               "stats": {**own, **total, "own_tokens": own["tokens"], "own_flops": own["flops"]},
-               "loss_curve": stats["loss_curve"], "build_seconds": time.time() - t0}
-        atomic_write_json(_sidecar(models_dir, recipe.name), rec)
-        out[recipe.name] = rec
-        if progress:
-            print(f"  zoo: {recipe.name}: {stats['n_params']:,} params, {own['tokens']:,} tokens"
-                  f"{' of preparation' if recipe.base else ''}, loss {stats['final_loss']:.2f}, "
-                  f"{time.time() - t0:.1f}s", flush=True)
+    own = {k: v for k, v in stats.items() if k != "loss_curve"}
+    before = base_stats or {"tokens": 0, "flops": 0.0}
+    total = {"tokens": before["tokens"] + own["tokens"], "flops": before["flops"] + own["flops"]}
+    rec = {"key": recipe.key(world_key, base_key), "recipe": asdict(recipe), "mix": mix,
+           "path": str(model_dir(models_dir, recipe.name).resolve()),
+           "stats": {**own, **total, "own_tokens": own["tokens"], "own_flops": own["flops"]},
+           "loss_curve": stats["loss_curve"], "build_seconds": time.time() - t0}
+    atomic_write_json(_sidecar(models_dir, recipe.name), rec)
+    return rec
+
+
+def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recipe],
+              progress: bool = True, workers: int | None = None) -> dict[str, dict]:
+    """Pre-train every recipe not yet built (cached per model); returns name -> build record.
+
+    Base models build first, then the prepared twins, each phase in ``workers`` processes (default:
+    the CPU count), largest models first so the workers finish together.
+    """
+    world_dir = Path(world_dir)
+    world_key = read_json(world_dir / "manifest.json")["key"]
+    recipes = _ordered([r.validate() for r in recipes])
+    workers = max(1, workers or os.cpu_count() or 1)
+    out: dict[str, dict] = {}
+    for phase in ([r for r in recipes if not r.base], [r for r in recipes if r.base]):
+        todo = []
+        for recipe in phase:
+            base_key = out[recipe.base]["key"] if recipe.base else ""
+            done = built_recipe(models_dir, recipe, world_key, base_key)
+            if done is not None:
+                out[recipe.name] = {**done, "path": str(model_dir(models_dir, recipe.name).resolve())}  # repo may move
+            else:
+                todo.append((recipe, base_key))
+        for family in sorted({r.family for r, _ in todo if not r.base}):
+            folder = _tokenizer_dir(models_dir, family, world_key)
+            if not (folder / "tokenizer.json").exists():
+                atomic_dir(folder, family_tokenizer(world_dir, family).save_pretrained)
+        todo.sort(key=lambda rb: -rb[0].d_model ** 2 * rb[0].n_layers * rb[0].steps)
+        args = [(str(world_dir), str(models_dir), asdict(r), world_key, base_key,
+                 out[r.base]["stats"] if r.base else None) for r, base_key in todo]
+        if workers > 1 and len(args) > 1:
+            import multiprocessing
+
+            with ProcessPoolExecutor(max_workers=min(workers, len(args)),
+                                     mp_context=multiprocessing.get_context("spawn")) as pool:
+                records = list(pool.map(_build_one, *zip(*args)))
+        else:
+            records = [_build_one(*a) for a in args]
+        for (recipe, _), rec in zip(todo, records):
+            out[recipe.name] = rec
+            if progress:
+                st = rec["stats"]
+                print(f"  zoo: {recipe.name}: {st['n_params']:,} params, {st['own_tokens']:,} tokens"
+                      f"{' of preparation' if recipe.base else ''}, loss {st['final_loss']:.2f}, "
+                      f"{rec['build_seconds']:.1f}s", flush=True)
     return out
 
 
@@ -285,24 +347,27 @@ def models_dir(profile: str) -> Path:
     return paths.work_dir(profile) / "models"
 
 
-def prepare(profile: str, seed: int = 0, dose: int = 600, post_steps: int = 200, post_lr: float = 1e-3,
-            scale: float = 1.0, families: list[str] | None = None, sizes: list[str] | None = None,
+def prepare(profile: str, seed: int = 0, doses: tuple[int, int] = (150, 600), post_steps: int = 200,
+            post_lr: float = 1e-3, scale: float = 1.0, families: list[str] | None = None,
+            sizes: list[str] | None = None, prepared_sizes: list[str] | None = None, workers: int | None = None,
             **world_sizes) -> dict:
     """Prepare hook of the mini profile: build the world and the zoo, record their metadata.
 
     Cached: the world by its config key, each model by its recipe key, so a second run rebuilds
-    nothing. ``world_sizes`` are :class:`lib.miniworld.world.WorldConfig` fields.
+    nothing. ``world_sizes`` are :class:`lib.miniworld.world.WorldConfig` fields; the zoo options
+    are :func:`default_zoo`'s; ``workers`` processes build the models (default: the CPU count).
     """
     unknown = sorted(set(world_sizes) - set(mw.WorldConfig.__dataclass_fields__))
     if unknown:
-        raise ZooError(f"miniworld prepare: unknown option(s) {unknown}; world options: "
-                       f"{sorted(mw.WorldConfig.__dataclass_fields__)}")
+        raise ZooError(f"miniworld prepare: unknown option(s) {unknown}{did_you_mean(unknown[0], ZOO_OPTIONS)}; "
+                       f"world options: {sorted(mw.WorldConfig.__dataclass_fields__)}, zoo options: {ZOO_OPTIONS}")
     cfg = mw.WorldConfig(seed=seed, **world_sizes)
     t0 = time.time()
     manifest = mw.build(world_dir(profile), cfg)
-    recipes = default_zoo(dose=dose, post_steps=post_steps, post_lr=post_lr, scale=scale,
-                          **({"families": families} if families else {}), **({"sizes": sizes} if sizes else {}))
-    builds = build_zoo(world_dir(profile), models_dir(profile), recipes)
+    chosen = {k: v for k, v in (("families", families), ("sizes", sizes), ("prepared_sizes", prepared_sizes))
+              if v is not None}
+    recipes = default_zoo(doses=tuple(doses), post_steps=post_steps, post_lr=post_lr, scale=scale, **chosen)
+    builds = build_zoo(world_dir(profile), models_dir(profile), recipes, workers=workers)
     root = paths.store_dir(profile)
     store.write_meta(root, "models", model_meta(builds))
     store.write_meta(root, "benchmarks", mw.benchmark_meta())
@@ -310,3 +375,6 @@ def prepare(profile: str, seed: int = 0, dose: int = 600, post_steps: int = 200,
                "seconds": time.time() - t0}
     atomic_write_json(paths.work_dir(profile) / "zoo.json", summary)
     return summary
+
+
+ZOO_OPTIONS = ["doses", "post_steps", "post_lr", "scale", "families", "sizes", "prepared_sizes", "workers"]
