@@ -9,9 +9,13 @@ Three views, one per analysis notebook:
 
 - ``ranks`` (04): each prepared model's rank (1 = best) under direct evaluation and under
   train-before-test on every downstream benchmark; ``shift`` = its rank under train-before-test
-  minus its rank under direct evaluation (positive:
-  the model falls once everyone is fine-tuned). The paper's mechanism predicts a positive shift on
-  prepared tasks and about none elsewhere; the prepared-minus-twin score gap should shrink.
+  minus its rank under direct evaluation (positive: the model falls once everyone is
+  fine-tuned). The paper's mechanism predicts a positive shift on prepared tasks, growing with the
+  dose, and about none elsewhere (dose 0, the control); the prepared-minus-base score gap should
+  shrink. Also the agreement between benchmarks for model sets holding more and more preparation
+  (:func:`agreement_by_dose`): direct-evaluation agreement should fall as prepared twins are
+  added, train-before-test agreement should not. Intervals: bootstrap, 95 %. And whether
+  preparation was harmless (:func:`twin_health`): perplexity, prepared and other tasks, twin vs base.
 - ``perplexity`` (05): a prepared model's mean rank on the held-out perplexity corpora (which no
   model was prepared for) against its mean downstream rank on its prepared tasks, per protocol.
 - ``pca`` (06): PC1 share of the model x benchmark matrix with and without the prepared models,
@@ -21,6 +25,7 @@ Three views, one per analysis notebook:
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +119,153 @@ def rank_summary(table: pd.DataFrame) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- twins not damaged
+PPL_TOLERANCE = 0.10          # a twin's held-out perplexity within 10 % of its base's
+NOISE_Z = 2.0                 # "clearly above" / "not beyond the noise": two standard errors of the gap
+
+
+def twin_health(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
+    """Was preparation harmless, measured under direct evaluation (what preparation changes)?
+
+    One row per (twin, benchmark): ``gap`` = twin's score minus its base's, ``se_gap`` = the two
+    scores' standard errors combined (independent test-set noise), ``z`` = gap / se_gap, and the
+    verdict ``ok``:
+
+    - perplexity corpora: the twin's byte perplexity (2 ** bits_per_byte) within
+      :data:`PPL_TOLERANCE` of its base's (``ratio``);
+    - tasks it was prepared for: clearly above its base (z > :data:`NOISE_Z`);
+    - the other tasks: not below its base by more than the noise (z > -:data:`NOISE_Z`).
+    """
+    prep, twin_of = preparation(store_root), twins(store_root)
+    downstream, ppl = agreement.split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    sub = df[df["protocol"] == DIRECT].set_index(["model", "benchmark"])
+    rows = []
+    for model, base in sorted(twin_of.items()):
+        for bench in downstream + ppl:
+            if (model, bench) not in sub.index or (base, bench) not in sub.index:
+                continue
+            t, b = sub.loc[(model, bench)], sub.loc[(base, bench)]
+            se = float(np.hypot(*(0.0 if pd.isna(r["stderr"]) else r["stderr"] for r in (t, b)))) \
+                if bench in downstream else np.nan
+            gap = float(t["score"] - b["score"])
+            row = {"model": model, "base": base, "benchmark": bench, "dose": prep[model].get(bench, 0),
+                   "kind": "perplexity" if bench in ppl else ("prepared" if bench in prep[model] else "other"),
+                   "score": float(t["score"]), "base_score": float(b["score"]), "gap": gap,
+                   "se_gap": se, "z": gap / se if se and se > 0 else np.nan, "ratio": np.nan}
+            if row["kind"] == "perplexity":
+                row["ratio"] = float(2.0 ** (t["score"] - b["score"]))
+                row["ok"] = abs(row["ratio"] - 1.0) <= PPL_TOLERANCE
+            elif row["kind"] == "prepared":
+                row["ok"] = bool(row["z"] > NOISE_Z)
+            else:
+                row["ok"] = bool(not row["z"] < -NOISE_Z)
+            rows.append(row)
+    cols = ["model", "base", "benchmark", "kind", "dose", "score", "base_score", "gap", "se_gap", "z", "ratio", "ok"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def twin_health_summary(table: pd.DataFrame) -> dict:
+    """Counts of rows that pass, per kind, and the worst case of each."""
+    out = {"all_ok": bool(table["ok"].all()) if len(table) else True}
+    for kind, part in table.groupby("kind"):
+        badness = (part["ratio"] - 1).abs() if kind == "perplexity" else -part["z"].fillna(part["gap"])
+        worst = part.loc[badness.idxmax()]
+        out[kind] = {"n": int(len(part)), "n_ok": int(part["ok"].sum()),
+                     "worst": {"model": worst["model"], "benchmark": worst["benchmark"],
+                               "gap": float(worst["gap"]), "z": float(worst["z"]), "ratio": float(worst["ratio"])}}
+    return out
+
+
+# ----------------------------------------------------------------------------- dose and agreement
+def dose_level(store_root: str | Path) -> dict[str, int]:
+    """``{model: dose}``: the largest dose a model saw of any task (0 for base models)."""
+    prep = preparation(store_root)
+    return {m: max(prep.get(m, {}).values(), default=0) for m in store.read_meta(store_root, "models")}
+
+
+def mean_tau_draws(values: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """Mean Kendall tau-b over all benchmark pairs for each resample of models.
+
+    ``values``: models x benchmarks (higher is better; NaN where unscored); ``draws``: D x n row
+    indices (with repeats). Tau-b is computed from pairwise sign matrices, so repeated models are
+    ties, as they are for ``scipy.stats.kendalltau`` on the resampled arrays; a pair of benchmarks
+    counts only the models scored on both. Returns D means.
+    """
+    x = values[draws]                                                   # D x n x B
+    sign = np.sign(x[:, :, None, :] - x[:, None, :, :])                 # D x n x n x B
+    sign = np.nan_to_num(sign)
+    ok = ~np.isnan(x)
+    both = (ok[:, :, None, :] & ok[:, None, :, :]).astype(float)        # model pair scored on b
+    num = np.einsum("dija,dijb,dija,dijb->dab", sign, sign, both, both)
+    den_a = np.einsum("dija,dija,dijb,dijb->dab", sign, sign, both, both)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tau = num / np.sqrt(den_a * den_a.transpose(0, 2, 1))
+    iu = np.triu_indices(values.shape[1], k=1)
+    with warnings.catch_warnings():          # a draw of tied models has no defined tau: NaN, not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(tau[:, iu[0], iu[1]], axis=1)
+
+
+def _interval(draws: np.ndarray) -> tuple[float, float]:
+    draws = draws[np.isfinite(draws)]
+    return (float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))) if len(draws) > 1 \
+        else (np.nan, np.nan)
+
+
+def agreement_by_dose(df: pd.DataFrame, store_root: str | Path, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Mean Kendall tau between benchmarks under both protocols, for model sets that differ only in
+    how much preparation they hold: the base models (dose 0), the base models with the twins of each
+    dose, and all models. 95 % intervals from a bootstrap over the set's models; the paired
+    difference (train-before-test minus direct) uses the same draws for both protocols.
+
+    Columns: models, dose, n_models, mean_tau_<protocol>, ci_low/ci_high_<protocol>, gain,
+    gain_ci_low, gain_ci_high. The mechanism predicts that direct-evaluation agreement falls as the
+    dose of the added twins grows while train-before-test agreement stays.
+    """
+    downstream, _ = agreement.split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    mats = {p: _oriented(df, p, downstream) for p in PROTOCOLS}
+    dose = dose_level(store_root)
+    models = sorted(set.intersection(*(set(m.index) for m in mats.values())))
+    bases = [m for m in models if dose.get(m, 0) == 0]
+    sets = [("base models", 0, bases)]
+    sets += [(f"base + dose {d} twins", d, bases + [m for m in models if dose.get(m, 0) == d])
+             for d in sorted({dose.get(m, 0) for m in models} - {0})]
+    sets.append(("all models", max(dose.values(), default=0), models))
+    rng = np.random.default_rng(seed)
+    rows = []
+    for label, d, members in sets:
+        n = len(members)
+        draws = np.vstack([np.arange(n), rng.integers(0, n, size=(n_boot, n))])   # row 0: the data itself
+        taus = {p: mean_tau_draws(mats[p].loc[members].to_numpy(float), draws) for p in PROTOCOLS}
+        gain = taus[TBT] - taus[DIRECT]
+        row = {"models": label, "dose": d, "n_models": n}
+        for p in PROTOCOLS:
+            lo, hi = _interval(taus[p][1:])
+            row.update({f"mean_tau_{p}": float(taus[p][0]), f"ci_low_{p}": lo, f"ci_high_{p}": hi})
+        lo, hi = _interval(gain[1:])
+        row.update(gain=float(gain[0]), gain_ci_low=lo, gain_ci_high=hi)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def dose_response(table: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Per dose (0 = a twin's unprepared tasks, the negative control): mean rank shift and mean
+    score lead over the unprepared twin under both protocols, with 95 % bootstrap intervals over
+    the (twin, benchmark) rows of :func:`rank_table`."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for dose, part in table.groupby("dose"):
+        row = {"dose": int(dose), "n": int(len(part))}
+        for col in ["shift"] + [f"twin_gap_{p}" for p in PROTOCOLS]:
+            vals = part[col].to_numpy(float)
+            vals = vals[np.isfinite(vals)]
+            boot = vals[rng.integers(0, len(vals), size=(n_boot, len(vals)))].mean(axis=1) if len(vals) else vals
+            lo, hi = _interval(boot)
+            row.update({col: float(vals.mean()) if len(vals) else np.nan, f"{col}_ci_low": lo, f"{col}_ci_high": hi})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def perplexity_table(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
     """Per prepared model and protocol: mean rank on the perplexity corpora vs mean downstream rank
     on its prepared tasks and on the others. Columns: model, protocol, rank_perplexity,
@@ -181,6 +333,39 @@ def plot_rank_moves(table: pd.DataFrame):
     return fig
 
 
+def plot_dose(agreement_table: pd.DataFrame, response: pd.DataFrame):
+    """Two panels: mean Kendall tau of model sets with more and more preparation (left), and the
+    prepared twins' score lead over their bases by dose (right), both protocols, 95 % intervals."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE, 2.7))
+    x = np.arange(len(agreement_table))
+    for i, p in enumerate(PROTOCOLS):
+        y = agreement_table[f"mean_tau_{p}"].to_numpy(float)
+        err = [y - agreement_table[f"ci_low_{p}"].to_numpy(float), agreement_table[f"ci_high_{p}"].to_numpy(float) - y]
+        axes[0].errorbar(x + (i - 0.5) * 0.12, y, yerr=err, fmt="o-", ms=4, capsize=2,
+                         color=plots.PROTOCOL_COLORS[p], label=plots.PROTOCOL_LABELS[p])
+    axes[0].set_xticks(x, [m.replace("base + ", "+ ") for m in agreement_table["models"]], rotation=15)
+    axes[0].set_ylabel("mean Kendall τ between benchmarks")
+    axes[0].set_title("Agreement as preparation is added")
+    axes[0].legend(fontsize=7)
+    doses = response["dose"].to_numpy()
+    xd = np.arange(len(doses))
+    for i, p in enumerate(PROTOCOLS):
+        col = f"twin_gap_{p}"
+        y = response[col].to_numpy(float)
+        err = [y - response[f"{col}_ci_low"].to_numpy(float), response[f"{col}_ci_high"].to_numpy(float) - y]
+        axes[1].errorbar(xd + (i - 0.5) * 0.12, y, yerr=err, fmt="o-", ms=4, capsize=2,
+                         color=plots.PROTOCOL_COLORS[p], label=plots.PROTOCOL_LABELS[p])
+    axes[1].axhline(0, color="0.5", lw=0.8, ls=":")
+    axes[1].set_xticks(xd, [f"{d}" + (" (control)" if d == 0 else "") for d in doses])
+    axes[1].set_xlabel("preparation dose (formatted examples per task)")
+    axes[1].set_ylabel("twin's score minus its base's")
+    axes[1].set_title("Lead of prepared twins by dose")
+    fig.tight_layout()
+    return fig
+
+
 def plot_perplexity(table: pd.DataFrame):
     import matplotlib.pyplot as plt
 
@@ -233,9 +418,18 @@ def notebook_section(ctx, view: str, summary: dict) -> pd.DataFrame | None:
     if not all(p in set(df["protocol"]) for p in PROTOCOLS):
         print(f"controlled comparison skipped: the store lacks one of the protocols {PROTOCOLS}")
         return None
+    n_boot = int(getattr(ctx, "params", {}).get("n_boot", 1000))
     if view == "ranks":
         table = rank_table(df, ctx.store)
         values, fig = rank_summary(table), plot_rank_moves(table)
+        by_dose, response = agreement_by_dose(df, ctx.store, n_boot), dose_response(table, n_boot)
+        health = twin_health(df, ctx.store)
+        values.update(agreement_by_dose=by_dose.to_dict(orient="records"),
+                      dose_response=response.to_dict(orient="records"), twin_health=twin_health_summary(health))
+        report.write_table(health, ctx.out, "preparation_twin_health", index=False)
+        report.write_table(by_dose, ctx.out, "preparation_agreement", index=False)
+        report.write_table(response, ctx.out, "preparation_dose", index=False)
+        plots.savefig(plot_dose(by_dose, response), ctx.out, "preparation_dose")
     elif view == "perplexity":
         table = perplexity_table(df, ctx.store)
         values = {p: {"mean_gap_prepared": float(g["gap_prepared"].mean()),
