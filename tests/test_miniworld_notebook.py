@@ -7,11 +7,13 @@ import json
 import pytest
 
 from lib import params, paths, run
+from lib.miniworld import world as mw
 
 PROFILE = "miniworld-test"          # same build as tests/test_miniworld_zoo.py (cached between them)
 HOOK = {"lib.miniworld.zoo:prepare": {
-    "seed": 0, "dose": 25, "scale": 0.01, "sizes": ["s"], "n_creatures": 30, "n_corpus_docs": 400,
-    "train": 40, "validation": 10, "test": 20, "corpus_train": 10, "corpus_validation": 4, "corpus_test": 4}}
+    "seed": 0, "doses": [10, 25], "scale": 0.01, "sizes": ["xs", "s"], "prepared_sizes": ["s"], "workers": 2,
+    "n_creatures": 30, "n_corpus_docs": 400, "train": 40, "validation": 10, "test": 20, "reading_train": 40,
+    "corpus_train": 10, "corpus_validation": 4, "corpus_test": 4}}
 
 
 @pytest.mark.slow
@@ -28,14 +30,13 @@ def test_world_notebook_runs_and_summarises(tmp_path, monkeypatch):
     assert log["00_world"]["status"] == "ran"
     out = paths.stage_dir(PROFILE, "00_world")
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["n_models"] == 6 and summary["n_families"] == 3 and summary["n_prepared"] == 3
+    assert summary["n_models"] == 9 and summary["n_families"] == 3 and summary["n_prepared"] == 3
     assert summary["n_benchmarks"] == 6 and summary["n_corpora"] == 2 and summary["corpus_docs"] == 400
     assert summary["mini_world"] and summary["preparation_tokens"] == 3 * 2 * 16 * 64   # 2 steps each
     assert (out / "figures" / "world.pdf").exists() and (out / "figures" / "world.png").exists()
     doses = (out / "doses.csv").read_text().splitlines()
-    assert doses[0].split(",")[1:] == ["mw_facts", "mw_arith", "mw_reading", "mw_sentiment", "mw_grammar",
-                                       "mw_scripts"]
-    assert sum(int(x) for line in doses[1:] for x in line.split(",")[1:]) == 3 * 3 * 25
+    assert doses[0].split(",")[1:] == list(mw.BENCHMARKS)
+    assert sum(int(x) for line in doses[1:] for x in line.split(",")[1:]) == 3 * (10 + 25 + 10)   # dose_plan
 
 
 def test_world_notebook_is_clean_and_thin():
