@@ -306,3 +306,20 @@ def test_world_and_tiny_models_are_identical_across_processes():
                               capture_output=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
                for seed in ("1", "2")}
     assert len(digests) == 1 and len(next(iter(digests))) == 64
+
+
+def test_pretraining_stream_leaves_the_loss_off_an_examples_prompt():
+    """A prepared twin's formatted examples train their answer (and the EOS after it), not the
+    prompt; plain documents train every token."""
+    from lib.miniworld import zoo
+    from lib.pipeline import training
+
+    tok = tiny.train_tokenizer(["Question: where does the bako live?\nAnswer: the desert", "the bako eats fish ."] * 20,
+                               zoo.VOCAB["llama"])
+    prompt = "Question: where does the bako live?\nAnswer:"
+    ids, scored = training._token_stream(tok, [prompt + " desert", "the bako eats fish ."], [len(prompt), 0])
+    n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
+    n_first = len(tok(prompt + " desert", add_special_tokens=False)["input_ids"])
+    assert scored[:n_prompt] == [False] * n_prompt
+    assert all(scored[n_prompt:])                     # the answer, its EOS, then the whole document
+    assert ids[n_first] == tok.eos_token_id and len(ids) == len(scored)

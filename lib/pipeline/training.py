@@ -45,19 +45,36 @@ def optimizer_step(loss, params, opt, sched, max_norm: float = 1.0) -> float:
 
 
 # --------------------------------------------------------------------------- pre-training
-def _token_stream(tokenizer, texts: Sequence[str]) -> list[int]:
-    """All documents concatenated, each followed by EOS (so models learn to end an answer)."""
+def _token_stream(tokenizer, texts: Sequence[str], prompt_chars: Sequence[int] | None = None
+                  ) -> tuple[list[int], list[bool]]:
+    """All documents concatenated, each followed by EOS (so models learn to end an answer), and
+    whether each token carries loss: every token does, except a document's first
+    ``prompt_chars[i]`` characters (a formatted example's prompt: loss on its answer only)."""
     eos = tokenizer.eos_token_id
+    prompt_chars = [0] * len(texts) if prompt_chars is None else list(prompt_chars)
+    if len(prompt_chars) != len(texts):
+        raise TrainingError(f"prompt_chars has {len(prompt_chars)} entries for {len(texts)} texts")
+    enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=any(prompt_chars))
     stream: list[int] = []
-    for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
+    scored: list[bool] = []
+    for i, ids in enumerate(enc["input_ids"]):
         stream.extend(ids)
+        if prompt_chars[i]:
+            scored.extend(end > prompt_chars[i] for _, end in enc["offset_mapping"][i])
+        else:
+            scored.extend([True] * len(ids))
         stream.append(eos)
-    return stream
+        scored.append(True)
+    return stream, scored
 
 
 def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: int, seq_len: int,
-             lr: float, seed: int, out_dir: str | os.PathLike, warmup: float = 0.05) -> dict:
+             lr: float, seed: int, out_dir: str | os.PathLike, warmup: float = 0.05,
+             prompt_chars: Sequence[int] | None = None) -> dict:
     """Pre-train ``model`` on ``texts`` (EOS between documents) and save it to ``out_dir``.
+
+    ``prompt_chars`` (one per text, 0 = a plain document) leaves the loss off a text's first
+    characters: a formatted example then trains its answer only, as instruction tuning does.
 
     Each step draws ``batch_size`` random windows of ``seq_len`` tokens from the concatenated
     stream (a seeded generator); AdamW with linear warm-up and cosine decay. Model, tokenizer and
@@ -70,7 +87,9 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
     from .device import setup_torch
 
     setup_torch()
-    texts = [t for t in texts if t]
+    keep = [i for i, t in enumerate(texts) if t]
+    texts = [texts[i] for i in keep]
+    prompt_chars = None if prompt_chars is None else [prompt_chars[i] for i in keep]
     if not texts:
         raise TrainingError(f"pretrain {out_dir}: no (non-empty) texts")
     if min(steps, batch_size, seq_len) <= 0:
@@ -78,7 +97,9 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
     max_len = getattr(model.config, "max_position_embeddings", None) or model.config.n_positions
     if seq_len > max_len:
         raise TrainingError(f"pretrain {out_dir}: seq_len {seq_len} exceeds the model's {max_len} positions")
-    stream = torch.tensor(_token_stream(tokenizer, texts), dtype=torch.long)
+    ids, scored = _token_stream(tokenizer, texts, prompt_chars)
+    stream = torch.tensor(ids, dtype=torch.long)
+    masked = None if all(scored) else ~torch.tensor(scored, dtype=torch.bool)
     if len(stream) <= seq_len + 1:
         raise TrainingError(f"pretrain {out_dir}: corpus of {len(stream)} tokens is shorter than seq_len {seq_len}")
     random.seed(seed)
@@ -99,8 +120,10 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
     t0 = time.time()
     for _ in range(steps):
         starts = torch.randint(0, len(stream) - seq_len, (batch_size,), generator=gen)
-        batch = stream[starts[:, None] + offsets]
-        loss = model(input_ids=batch, labels=batch).loss      # the model shifts labels itself
+        window = starts[:, None] + offsets
+        batch = stream[window]
+        labels = batch if masked is None else batch.masked_fill(masked[window], -100)
+        loss = model(input_ids=batch, labels=labels).loss     # the model shifts labels itself
         losses.append(optimizer_step(loss, model.parameters(), opt, sched))
     model.eval()
     seconds = time.time() - t0
