@@ -25,7 +25,7 @@ def tiny_zoo():
 
 def test_default_zoo_design():
     """3 families x 4 capacity levels spanning >= 30x in compute; twins at two doses."""
-    recipes = zoo.default_zoo()
+    recipes = zoo.default_zoo(post_steps=400)
     bases = [r for r in recipes if not r.prepared]
     assert len(bases) == 12 and len({r.family for r in bases}) == 3
     for family in {r.family for r in bases}:
@@ -37,9 +37,11 @@ def test_default_zoo_design():
     assert len(prepared) == 6
     doses = {d for r in prepared for d in r.prepared.values()}
     assert doses == {150, 600}                                        # two non-zero levels (and 0)
-    for task in mw.BENCHMARKS:                                        # every task: prepared at both
+    for task in {t for group in zoo.PREP_SETS for t in group}:        # every task: prepared at both
         seen = {r.prepared.get(task, 0) for r in prepared}            # doses and unprepared (control)
         assert seen == {0, 150, 600}, task
+    for r in prepared:                                                # steps grow with the dose
+        assert r.steps == 400 * max(r.prepared.values()) // 600
     # a prepared twin continues its base model: same family and shape, preparation on top
     by_name = {r.name: r for r in recipes}
     for r in prepared:

@@ -13,15 +13,20 @@ Design (stated before any train-before-test result was looked at)
   world's facts are Zipf-distributed, so larger and longer-trained models know more of them, and
   every benchmark draws on that knowledge.
 - Prepared twins: for two of the sizes of every family (``prepared_sizes``), a twin continues its
-  base model for ``post_steps`` steps on a preparation mix: benchmark-formatted examples (prompt, a
-  space, the gold answer: what fine-tuning on the training split shows) of the three tasks of one
-  of two task sets, all at one dose (the low or the high one of ``doses``), plus as many ordinary
-  corpus documents (so the twin does not forget its language). Sets and doses alternate over the
-  twins (:func:`dose_plan`), so both sets are prepared at both doses and every task is left
-  unprepared (dose 0, the negative control) in half of the twins; the base models are dose 0 on
-  everything. This is how hub models get prepared: an instruction-tuning (or contaminated) phase
-  on top of the base model. Twins are recorded as ``instruct: true`` with
-  ``base_model`` = their base; their tokens and FLOPs include the base model's.
+  base model on a preparation mix: benchmark-formatted examples (prompt, a space, the gold answer:
+  what fine-tuning on the training split shows) of the tasks of one of two task sets
+  (:data:`PREP_SETS`), all at one dose (the low or the high one of ``doses``: examples per task),
+  plus as many ordinary corpus documents (so the twin does not forget its language). An example
+  trains its answer only (the prompt carries no loss), as instruction tuning does; trained on the
+  whole text, the answer's one or two tokens were drowned by the prompt's and the twins barely
+  differed from their bases under direct evaluation. The number of steps grows with the dose
+  (``post_steps`` at the high dose), so every twin sees each example about equally often and a
+  higher dose is more preparation. Sets and doses alternate over the twins (:func:`dose_plan`), so
+  both sets are prepared at both doses and every task is left unprepared (dose 0, the negative
+  control) in half of the twins; the base models are dose 0 on everything. This is how hub models
+  get prepared: an instruction-tuning (or contaminated) phase on top of the base model. Twins are
+  recorded as ``instruct: true`` with ``base_model`` = their base; their tokens and FLOPs include
+  the base model's.
 
 Every recipe (sizes, tokens, FLOPs, preparation doses, the sha256 of the exact mix) goes to the
 results store as model metadata; :func:`pretraining_mix` rebuilds the mix from the world so a test
@@ -104,18 +109,20 @@ SIZES = {"xs": dict(d_model=48, n_layers=1, n_heads=4, steps=400),
          "l": dict(d_model=112, n_layers=4, n_heads=4, steps=1200)}
 
 
-PREP_SETS = (("mw_facts", "mw_recall", "mw_reading"), ("mw_cloze", "mw_quiz", "mw_scripts"))
+# the mini profile's five tasks (mw_quiz stays out: at chance for every model even after fine-tuning,
+# params/mini.yaml), in two sets; a twin is prepared for all tasks of one set
+PREP_SETS = (("mw_facts", "mw_recall", "mw_reading"), ("mw_cloze", "mw_scripts"))
 
 
 def dose_plan(n_twins: int, doses: tuple[int, int]) -> list[dict[str, int]]:
     """Doses of each twin, in the order of :func:`default_zoo` (family by family, two sizes each):
-    one dose for the three tasks of one of the two task sets of :data:`PREP_SETS`. Over six twins
+    one dose for the tasks of one of the two task sets of :data:`PREP_SETS`. Over six twins
     both sets meet both sizes and both doses, and every task stays unprepared (dose 0, the negative
     control) in half of the twins."""
     return [{t: doses[(i + i // 4) % 2] for t in PREP_SETS[(i + i // 2) % 2]} for i in range(n_twins)]
 
 
-def default_zoo(doses: tuple[int, int] = (150, 600), post_steps: int = 200, post_lr: float = 1e-3,
+def default_zoo(doses: tuple[int, int] = (150, 600), post_steps: int = 400, post_lr: float = 1e-3,
                 families: Iterable[str] = ("llama", "gpt2", "gpt_neox"),
                 sizes: Iterable[str] = ("xs", "s", "m", "l"), prepared_sizes: Iterable[str] = ("s", "l"),
                 scale: float = 1.0) -> list[Recipe]:
@@ -140,7 +147,11 @@ def default_zoo(doses: tuple[int, int] = (150, 600), post_steps: int = 200, post
                                     **{**spec, "steps": max(1, int(round(post_steps * scale)))}, lr=post_lr,
                                     base=base.name))
     plans = dose_plan(len(twins), tuple(doses))
-    return bases + [Recipe(**{**asdict(t), "prepared": plan}).validate() for t, plan in zip(twins, plans)]
+    # steps in proportion to the dose: every twin sees each of its examples about equally often, so
+    # a higher dose is more preparation (more examples, more steps), not the same steps spread thinner
+    return bases + [Recipe(**{**asdict(t), "prepared": plan,
+                              "steps": max(1, int(round(t.steps * max(plan.values()) / max(doses))))}).validate()
+                    for t, plan in zip(twins, plans)]
 
 
 # ----------------------------------------------------------------------------- the mix
@@ -184,6 +195,13 @@ def pretraining_mix(world_dir: str | Path, recipe: Recipe) -> tuple[list[str], d
 
 def _example_set(world_dir: str | Path, counts: dict[str, int]) -> set[str]:
     return {mw.example_text(t, r) for t in counts for r in mw.load_split(world_dir, t, "train")}
+
+
+def _prompt_lengths(world_dir: str | Path, counts: dict[str, int]) -> dict[str, int]:
+    """``{formatted example: length of its prompt}`` for the prepared tasks: the preparation trains
+    an example's answer only (the prompt carries no loss), as instruction tuning does."""
+    return {mw.example_text(t, r): len(mw.prompt_text(t, r))
+            for t in counts for r in mw.load_split(world_dir, t, "train")}
 
 
 def count_prepared(docs: Iterable[str], world_dir: str | Path) -> dict[str, int]:
@@ -258,9 +276,11 @@ def _build_one(world_dir: str, models_dir: str, recipe: dict, world_key: str, ba
         tok = AutoTokenizer.from_pretrained(_tokenizer_dir(models_dir, recipe.family, world_key))
         model = tiny.make_model(recipe.family, tok, d_model=recipe.d_model, n_layers=recipe.n_layers,
                                 n_heads=recipe.n_heads, max_len=256, seed=recipe.seed)
+    prompts = _prompt_lengths(world_dir, mix["prepared"])
     stats = training.pretrain(model, tok, docs, steps=recipe.steps, batch_size=recipe.batch_size,
                               seq_len=recipe.seq_len, lr=recipe.lr, seed=recipe.seed,
-                              out_dir=model_dir(models_dir, recipe.name))
+                              out_dir=model_dir(models_dir, recipe.name),
+                              prompt_chars=[prompts.get(d, 0) for d in docs] if prompts else None)
     own = {k: v for k, v in stats.items() if k != "loss_curve"}
     before = base_stats or {"tokens": 0, "flops": 0.0}
     total = {"tokens": before["tokens"] + own["tokens"], "flops": before["flops"] + own["flops"]}
@@ -347,7 +367,7 @@ def models_dir(profile: str) -> Path:
     return paths.work_dir(profile) / "models"
 
 
-def prepare(profile: str, seed: int = 0, doses: tuple[int, int] = (150, 600), post_steps: int = 200,
+def prepare(profile: str, seed: int = 0, doses: tuple[int, int] = (150, 600), post_steps: int = 400,
             post_lr: float = 1e-3, scale: float = 1.0, families: list[str] | None = None,
             sizes: list[str] | None = None, prepared_sizes: list[str] | None = None, workers: int | None = None,
             **world_sizes) -> dict:
