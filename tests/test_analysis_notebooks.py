@@ -95,7 +95,7 @@ def test_smoke_analyses_use_items_and_validation_curves(smoke):
         assert s["noise_ceiling"]["source"][p] == {b: "items" for b in benchmarks}
         assert set(s["measurement_quality"][p]) == set(benchmarks)
     curves = s["budget"]
-    assert set(curves) == {"lr=0.01", "lr=0.03", "best so far"}              # params/smoke.yaml: 2 lrs x 3 epochs
+    assert set(curves) == {"lr=0.001", "lr=0.003", "best so far"}            # params/smoke.yaml: 2 lrs x 3 epochs
     assert all(set(c) == {"1", "2", "3"} for c in curves.values())
     assert (paths.stage_dir("smoke", "04_rank_agreement") / "figures" / "budget.pdf").exists()
     assert s["bootstrap"]["n_models"] == 4 and not math.isnan(s["mean_tau_gain_ci"][0])

@@ -32,11 +32,13 @@ def test_world_notebook_runs_and_summarises(tmp_path, monkeypatch):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_models"] == 9 and summary["n_families"] == 3 and summary["n_prepared"] == 3
     assert summary["n_benchmarks"] == 6 and summary["n_corpora"] == 2 and summary["corpus_docs"] == 400
-    assert summary["mini_world"] and summary["preparation_tokens"] == 3 * 2 * 16 * 64   # 2 steps each
+    assert summary["mini_world"] and summary["preparation_tokens"] == (2 + 4 + 2) * 16 * 64
+    # steps in proportion to the dose: 400 x scale 0.01 = 4 at dose 25, 2 at dose 10 (dose_plan: 10, 25, 10)
     assert (out / "figures" / "world.pdf").exists() and (out / "figures" / "world.png").exists()
     doses = (out / "doses.csv").read_text().splitlines()
     assert doses[0].split(",")[1:] == list(mw.BENCHMARKS)
-    assert sum(int(x) for line in doses[1:] for x in line.split(",")[1:]) == 3 * (10 + 25 + 10)   # dose_plan
+    # dose_plan: set A (3 tasks) at 10, set B (2 tasks) at 25, set B at 10
+    assert sum(int(x) for line in doses[1:] for x in line.split(",")[1:]) == 3 * 10 + 2 * 25 + 2 * 10
 
 
 def test_world_notebook_is_clean_and_thin():
