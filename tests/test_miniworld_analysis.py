@@ -153,8 +153,10 @@ def test_twin_health_flags_damage_beyond_the_noise(ctx):
     assert bool(table.loc["t1", "ok"]) and table.loc["t1", "z"] > 20
     assert not bool(table.loc["t2", "ok"]) and table.loc["t2", "z"] == pytest.approx(-0.1 / (0.02 * 2 ** 0.5))
     assert bool(table.loc["ppl", "ok"]) and table.loc["ppl", "ratio"] == pytest.approx(2 ** 0.1)
+    assert table.loc["ppl", "bpb_change"] == pytest.approx(1.3 / 1.2 - 1)          # 8.3 %: reported, not judged
     summary = mwa.twin_health_summary(table.reset_index())
     assert not summary["all_ok"] and summary["other"]["n_ok"] == 0 and summary["prepared"]["n_ok"] == 1
+    assert summary["perplexity"]["n_bpb_change_over_tolerance"] == 0
     store.write(ctx.store, store.Result("direct_eval", "ppl", "p", "bits_per_byte", 1.4, higher_is_better=False))
     store.write(ctx.store, store.Result("direct_eval", "t2", "p", "acc", 0.27, stderr=0.02))
     table = mwa.twin_health(store.load(ctx.store), ctx.store).set_index("benchmark")

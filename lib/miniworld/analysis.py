@@ -131,8 +131,10 @@ def twin_health(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
     scores' standard errors combined (independent test-set noise), ``z`` = gap / se_gap, and the
     verdict ``ok``:
 
-    - perplexity corpora: the twin's byte perplexity (2 ** bits_per_byte) within
-      :data:`PPL_TOLERANCE` of its base's (``ratio``);
+    - perplexity corpora: the twin's byte perplexity (2 ** bits_per_byte, lm-eval's
+      ``byte_perplexity``) within :data:`PPL_TOLERANCE` of its base's (``ratio``). A stricter
+      reading is reported next to it, not judged: ``bpb_change``, the relative change of bits per
+      byte (of the log-perplexity), which moves about 1 / bits-per-byte times as much;
     - tasks it was prepared for: clearly above its base (z > :data:`NOISE_Z`);
     - the other tasks: not below its base by more than the noise (z > -:data:`NOISE_Z`).
     """
@@ -151,16 +153,18 @@ def twin_health(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
             row = {"model": model, "base": base, "benchmark": bench, "dose": prep[model].get(bench, 0),
                    "kind": "perplexity" if bench in ppl else ("prepared" if bench in prep[model] else "other"),
                    "score": float(t["score"]), "base_score": float(b["score"]), "gap": gap,
-                   "se_gap": se, "z": gap / se if se and se > 0 else np.nan, "ratio": np.nan}
+                   "se_gap": se, "z": gap / se if se and se > 0 else np.nan, "ratio": np.nan, "bpb_change": np.nan}
             if row["kind"] == "perplexity":
                 row["ratio"] = float(2.0 ** (t["score"] - b["score"]))
+                row["bpb_change"] = float(t["score"] / b["score"] - 1.0)
                 row["ok"] = abs(row["ratio"] - 1.0) <= PPL_TOLERANCE
             elif row["kind"] == "prepared":
                 row["ok"] = bool(row["z"] > NOISE_Z)
             else:
                 row["ok"] = bool(not row["z"] < -NOISE_Z)
             rows.append(row)
-    cols = ["model", "base", "benchmark", "kind", "dose", "score", "base_score", "gap", "se_gap", "z", "ratio", "ok"]
+    cols = ["model", "base", "benchmark", "kind", "dose", "score", "base_score", "gap", "se_gap", "z", "ratio",
+            "bpb_change", "ok"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -170,7 +174,10 @@ def twin_health_summary(table: pd.DataFrame) -> dict:
     for kind, part in table.groupby("kind"):
         badness = (part["ratio"] - 1).abs() if kind == "perplexity" else -part["z"].fillna(part["gap"])
         worst = part.loc[badness.idxmax()]
-        out[kind] = {"n": int(len(part)), "n_ok": int(part["ok"].sum()),
+        extra = {"max_bpb_change": float(part["bpb_change"].abs().max()),
+                 "n_bpb_change_over_tolerance": int((part["bpb_change"].abs() > PPL_TOLERANCE).sum())} \
+            if kind == "perplexity" else {}
+        out[kind] = {"n": int(len(part)), "n_ok": int(part["ok"].sum()), **extra,
                      "worst": {"model": worst["model"], "benchmark": worst["benchmark"],
                                "gap": float(worst["gap"]), "z": float(worst["z"]), "ratio": float(worst["ratio"])}}
     return out
