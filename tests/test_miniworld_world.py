@@ -24,6 +24,7 @@ def test_world_is_deterministic_for_a_seed(tmp_path):
     data = lambda m: {f: h for f, h in m["files"].items() if not f.endswith(".yaml")}  # noqa: E731
     assert data(a) == data(b) and len(data(a)) == 6 * 3 + 2 * 3 + 2   # byte-identical (sha256)
     assert a["key"] == b["key"] != c["key"]
+    assert a["content"] == b["content"] != c["content"]          # the zoo's key: the data, not the source
     assert a["files"]["corpus.txt"] != c["files"]["corpus.txt"]
     assert a["files"]["tasks/mw_facts/test.jsonl"] != c["files"]["tasks/mw_facts/test.jsonl"]
 

@@ -53,7 +53,7 @@ def test_default_zoo_design():
 def test_prepared_models_saw_their_doses(tiny_zoo):
     profile, summary = tiny_zoo
     wdir, mdir = zoo.world_dir(profile), zoo.models_dir(profile)
-    key = util.read_json(wdir / "manifest.json")["key"]
+    key = util.read_json(wdir / "manifest.json")["content"]
     assert len(summary["models"]) == 9
     assert not any(zoo.count_prepared(mw.load_corpus(wdir), wdir).values())   # the corpus has none
     builds = {}

@@ -536,12 +536,21 @@ def build(out_dir: str | Path, config: WorldConfig | None = None, force: bool = 
     files["corpus.txt"] = ""
     files["creatures.json"] = ""
     files = {f: sha256_file(out / f) for f in sorted(files)}
-    manifest = {"key": cfg.key(), "version": WORLD_VERSION, "config": asdict(cfg), "files": files,
+    manifest = {"key": cfg.key(), "content": content_key(files), "version": WORLD_VERSION, "config": asdict(cfg),
+                "files": files,
                 "benchmarks": {n: {s: len(r) for s, r in sp.items()} for n, sp in world.benchmarks.items()},
                 "corpora": {n: {s: len(r) for s, r in sp.items()} for n, sp in world.corpora.items()},
                 "corpus_docs": cfg.n_corpus_docs, "task_dir": str(tasks.resolve())}
     atomic_write_json(manifest_path, manifest)
     return manifest
+
+
+def content_key(files: dict[str, str]) -> str:
+    """What the world *holds*: a digest of its data files (not of the task YAMLs, which name the
+    folder). The zoo keys its models on this, so an edit of the generator that changes no data (a
+    docstring) regenerates the world in seconds and rebuilds no model."""
+    data = {f: h for f, h in files.items() if not f.endswith(".yaml")}
+    return sha256_bytes(json.dumps(data, sort_keys=True))[:16]
 
 
 def load_split(world_dir: str | Path, name: str, split: str) -> list[dict]:

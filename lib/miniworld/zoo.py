@@ -99,9 +99,15 @@ class Recipe:
 
     def key(self, world_key: str, base_key: str = "") -> str:
         payload = json.dumps({"recipe": asdict(self), "world": world_key, "vocab": VOCAB[self.family],
-                              "tokenizer_docs": TOKENIZER_DOCS, "base": base_key}, sort_keys=True)
+                              "tokenizer_docs": TOKENIZER_DOCS, "base": base_key, "builder": BUILDER_VERSION},
+                             sort_keys=True)
         return sha256_bytes(payload)[:16]
 
+
+# Bump when a change to how a model is built (training.pretrain, the mix, the tokenizer) alters what
+# a build produces: cached models are keyed on their recipe, the world's data and this number, not
+# on source files, so a comment or docstring edit rebuilds nothing. 2: twins train answers only.
+BUILDER_VERSION = 2
 
 SIZES = {"xs": dict(d_model=48, n_layers=1, n_heads=4, steps=400),
          "s": dict(d_model=64, n_layers=2, n_heads=4, steps=700),
@@ -300,7 +306,7 @@ def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recip
     the CPU count), largest models first so the workers finish together.
     """
     world_dir = Path(world_dir)
-    world_key = read_json(world_dir / "manifest.json")["key"]
+    world_key = read_json(world_dir / "manifest.json")["content"]      # what the world holds (world.content_key)
     recipes = _ordered([r.validate() for r in recipes])
     workers = max(1, workers or os.cpu_count() or 1)
     out: dict[str, dict] = {}
