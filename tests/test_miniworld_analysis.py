@@ -126,15 +126,20 @@ def test_agreement_falls_with_dose_under_direct_evaluation_only(tmp_path):
     assert response.loc[40, "shift"] > 0 and response.loc[10, "shift"] >= 0 and response.loc[0, "shift"] == 0
 
 
-def test_mean_tau_draws_equals_scipy_on_resampled_models():
+def test_mean_tau_of_resampled_models_equals_scipy():
+    """The estimator agreement_by_dose bootstraps (uncertainty.mean_pair_tau on draw counts),
+    with a missing score, against scipy on the resampled arrays."""
     import numpy as np
     from scipy import stats
+
+    from lib.analysis import uncertainty
 
     rng = np.random.default_rng(0)
     values = rng.normal(size=(12, 4))
     values[3, 2] = np.nan
     draws = rng.integers(0, 12, size=(5, 12))
-    for d, got in zip(draws, mwa.mean_tau_draws(values, draws)):
+    counts = np.array([np.bincount(d, minlength=12) for d in draws], float)
+    for d, got in zip(draws, uncertainty.mean_pair_tau(values, counts)):
         x, taus = values[d], []
         for a in range(4):
             for b in range(a + 1, 4):

@@ -54,9 +54,10 @@ def curve_matrices(curves: pd.DataFrame, benchmarks: list[str]) -> dict[tuple[st
     if curves.empty:
         return out
     cur = curves[curves["benchmark"].isin(benchmarks)].copy()
-    if "val_loss" in cur and pd.to_numeric(cur.get("val_score"), errors="coerce").isna().all():
-        cur["val_score"] = -pd.to_numeric(cur["val_loss"], errors="coerce")
-    cur["val_score"] = pd.to_numeric(cur["val_score"], errors="coerce")
+    value = pd.to_numeric(cur["val_score"], errors="coerce")
+    if "criterion" in cur:                 # a unit chosen on the validation loss ranks by it, lower first
+        value = value.where(cur["criterion"] != "val_loss", -pd.to_numeric(cur["val_loss"], errors="coerce"))
+    cur["val_score"] = value
     cur = cur.dropna(subset=["val_score"])
     for lr, g in cur.groupby("lr"):
         for epoch, e in g.groupby("epoch"):

@@ -25,14 +25,13 @@ Three views, one per analysis notebook:
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from .. import plots, report, store
-from ..analysis import agreement, structure
+from ..analysis import agreement, structure, uncertainty
 from ..store import DIRECT, PROTOCOLS, TBT
 
 VIEWS = ("ranks", "perplexity", "pca")
@@ -190,35 +189,6 @@ def dose_level(store_root: str | Path) -> dict[str, int]:
     return {m: max(prep.get(m, {}).values(), default=0) for m in store.read_meta(store_root, "models")}
 
 
-def mean_tau_draws(values: np.ndarray, draws: np.ndarray) -> np.ndarray:
-    """Mean Kendall tau-b over all benchmark pairs for each resample of models.
-
-    ``values``: models x benchmarks (higher is better; NaN where unscored); ``draws``: D x n row
-    indices (with repeats). Tau-b is computed from pairwise sign matrices, so repeated models are
-    ties, as they are for ``scipy.stats.kendalltau`` on the resampled arrays; a pair of benchmarks
-    counts only the models scored on both. Returns D means.
-    """
-    x = values[draws]                                                   # D x n x B
-    sign = np.sign(x[:, :, None, :] - x[:, None, :, :])                 # D x n x n x B
-    sign = np.nan_to_num(sign)
-    ok = ~np.isnan(x)
-    both = (ok[:, :, None, :] & ok[:, None, :, :]).astype(float)        # model pair scored on b
-    num = np.einsum("dija,dijb,dija,dijb->dab", sign, sign, both, both)
-    den_a = np.einsum("dija,dija,dijb,dijb->dab", sign, sign, both, both)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tau = num / np.sqrt(den_a * den_a.transpose(0, 2, 1))
-    iu = np.triu_indices(values.shape[1], k=1)
-    with warnings.catch_warnings():          # a draw of tied models has no defined tau: NaN, not a warning
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(tau[:, iu[0], iu[1]], axis=1)
-
-
-def _interval(draws: np.ndarray) -> tuple[float, float]:
-    draws = draws[np.isfinite(draws)]
-    return (float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))) if len(draws) > 1 \
-        else (np.nan, np.nan)
-
-
 def agreement_by_dose(df: pd.DataFrame, store_root: str | Path, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Mean Kendall tau between benchmarks under both protocols, for model sets that differ only in
     how much preparation they hold: the base models (dose 0), the base models with the twins of each
@@ -238,18 +208,17 @@ def agreement_by_dose(df: pd.DataFrame, store_root: str | Path, n_boot: int = 10
     sets += [(f"base + dose {d} twins", d, bases + [m for m in models if dose.get(m, 0) == d])
              for d in sorted({dose.get(m, 0) for m in models} - {0})]
     sets.append(("all models", max(dose.values(), default=0), models))
-    rng = np.random.default_rng(seed)
     rows = []
     for label, d, members in sets:
         n = len(members)
-        draws = np.vstack([np.arange(n), rng.integers(0, n, size=(n_boot, n))])   # row 0: the data itself
-        taus = {p: mean_tau_draws(mats[p].loc[members].to_numpy(float), draws) for p in PROTOCOLS}
+        w = np.vstack([np.ones((1, n), np.float32), uncertainty.draws(n, n_boot, seed)])   # row 0: the data
+        taus = {p: uncertainty.mean_pair_tau(mats[p].loc[members].to_numpy(float), w) for p in PROTOCOLS}
         gain = taus[TBT] - taus[DIRECT]
         row = {"models": label, "dose": d, "n_models": n}
         for p in PROTOCOLS:
-            lo, hi = _interval(taus[p][1:])
+            lo, hi = uncertainty.interval(taus[p][1:])
             row.update({f"mean_tau_{p}": float(taus[p][0]), f"ci_low_{p}": lo, f"ci_high_{p}": hi})
-        lo, hi = _interval(gain[1:])
+        lo, hi = uncertainty.interval(gain[1:])
         row.update(gain=float(gain[0]), gain_ci_low=lo, gain_ci_high=hi)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -259,15 +228,14 @@ def dose_response(table: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.
     """Per dose (0 = a twin's unprepared tasks, the negative control): mean rank shift and mean
     score lead over the unprepared twin under both protocols, with 95 % bootstrap intervals over
     the (twin, benchmark) rows of :func:`rank_table`."""
-    rng = np.random.default_rng(seed)
     rows = []
     for dose, part in table.groupby("dose"):
         row = {"dose": int(dose), "n": int(len(part))}
         for col in ["shift"] + [f"twin_gap_{p}" for p in PROTOCOLS]:
             vals = part[col].to_numpy(float)
             vals = vals[np.isfinite(vals)]
-            boot = vals[rng.integers(0, len(vals), size=(n_boot, len(vals)))].mean(axis=1) if len(vals) else vals
-            lo, hi = _interval(boot)
+            boot = uncertainty.draws(len(vals), n_boot, seed) @ vals / len(vals) if len(vals) else vals
+            lo, hi = uncertainty.interval(boot)
             row.update({col: float(vals.mean()) if len(vals) else np.nan, f"{col}_ci_low": lo, f"{col}_ci_high": hi})
         rows.append(row)
     return pd.DataFrame(rows)

@@ -191,16 +191,12 @@ def pretraining_mix(world_dir: str | Path, recipe: Recipe) -> tuple[list[str], d
         rng.shuffle(docs)
     n_prep = sum(counts.values())
     chars = sum(len(d) for d in docs)
-    examples = _example_set(world_dir, counts)
+    examples = _prompt_lengths(world_dir, counts)
     prep_chars = sum(len(d) for d in docs if d in examples)
     record = {"corpus_docs": len(docs) - n_prep, "prepared": counts, "prepared_docs": n_prep,
               "prepared_char_share": prep_chars / max(1, chars),
               "sha256": sha256_bytes("\n".join(docs))}
     return docs, record
-
-
-def _example_set(world_dir: str | Path, counts: dict[str, int]) -> set[str]:
-    return {mw.example_text(t, r) for t in counts for r in mw.load_split(world_dir, t, "train")}
 
 
 def _prompt_lengths(world_dir: str | Path, counts: dict[str, int]) -> dict[str, int]:
