@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lib import store
+from lib import layout, store
 from lib.pipeline import evaluate as ev
 from lib.pipeline import finetune as ft
 from lib.pipeline import jobs, localtasks, tiny, training
@@ -170,8 +170,8 @@ def test_plan_rejects_bad_input_before_training(taskdir, tmp_path):
 
 
 def test_recipe_and_unit_names():
-    assert ft.lr_name(2e-5) == "lr=2e-05" and ft.lr_name(0.003) == "lr=0.003"
-    assert jobs.unit_dir("/w", "org/m", "b", 1e-5).as_posix() == "/w/train_before_test/org__m/b/lr=1e-05"
+    assert layout.lr_name(2e-5) == "lr=2e-05" and layout.lr_name(0.003) == "lr=0.003"
+    assert layout.unit_dir("/w", "org/m", "b", 1e-5).as_posix() == "/w/train_before_test/org__m/b/lr=1e-05"
     with pytest.raises(ValueError, match="learning rates must be positive"):
         ft.Recipe(**{**RECIPE, "lrs": (0.0,)})
     units = [ft.UnitResult(lr=1e-3, curve=[{"epoch": 1, "val_score": 0.5}, {"epoch": 2, "val_score": 0.7}]),

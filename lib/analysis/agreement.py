@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .. import metadata, store
+from .. import layout, metadata, store
 from . import uncertainty
 
 MIN_MODELS = 3   # below this a tau is reported as NaN
@@ -362,7 +362,7 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     # fine-tuning budget: agreement along the validation curves
     budget_tab = None
     if work is not None:
-        curves = budget.read_curves(work, models, benchmarks)
+        curves = layout.curves_frame(work, models, benchmarks)
         if len(curves):
             budget_tab = budget.budget_table(curves, benchmarks, n_boot, seed, level, min_models)
     if budget_tab is None:

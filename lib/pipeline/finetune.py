@@ -26,12 +26,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..util import atomic_dir, atomic_write_json, current, did_you_mean, read_json
+from .. import layout
+from ..util import atomic_dir, atomic_write_json, did_you_mean
 from .tasks import TaskInfo, docs
 from .training import lora_epochs
-
-UNIT_FILE = "unit.json"
-
 
 CHOICES = {
     "loss_on": ("all", "target"),             # every token (the paper: TRL's default) or the answer only
@@ -109,11 +107,6 @@ class Recipe:
     def criterion(self) -> str:
         """The curve key the best epoch is chosen on: ``val_loss`` or ``val_score``."""
         return "val_loss" if self.select_on == "loss" else "val_score"
-
-
-def lr_name(lr: float) -> str:
-    """``2e-05`` -> ``lr=2e-05`` (the folder name of a learning-rate unit)."""
-    return f"lr={lr:g}"
 
 
 def lora_targets(model, modules: str = "default") -> list[str] | str | None:
@@ -312,25 +305,21 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
             epoch = point["epoch"]
             if _better(value, res.best_score, higher):
                 old = Path(res.adapter) if res.adapter else None
-                target = atomic_dir(unit_dir / f"epoch={epoch}", model.save_pretrained)
+                target = atomic_dir(layout.adapter_dir(unit_dir, epoch), model.save_pretrained)
                 if old is not None and old != target:
                     shutil.rmtree(old, ignore_errors=True)
                 res.best_epoch, res.best_score, res.adapter = epoch, value, str(target)
             if progress:
-                progress(f"{lr_name(lr)} epoch={epoch} {key}={value:.4f}")
+                progress(f"{layout.lr_name(lr)} epoch={epoch} {key}={value:.4f}")
     res.seconds = time.time() - t_unit
-    atomic_write_json(unit_dir / UNIT_FILE, asdict(res))
+    atomic_write_json(unit_dir / layout.UNIT_FILE, asdict(res))
     return res
 
 
 def read_unit(unit_dir: str | Path, config: dict | None = None) -> UnitResult | None:
     """A finished unit's record; None when it has not finished or (given ``config``) was made
     with another configuration (recipe, splits, model), so that it is redone."""
-    path = Path(unit_dir) / UNIT_FILE
-    if config is not None:
-        data = current(path, config, field="config")
-    else:
-        data = read_json(path) if path.exists() else None
+    data = layout.read_unit(unit_dir, config)
     if data is None:
         return None
     return UnitResult(**{k: v for k, v in data.items() if k in UnitResult.__dataclass_fields__})

@@ -1,15 +1,7 @@
 """The job grid: every (protocol, model, benchmark, learning rate) unit, resumable, run locally or on Slurm.
 
-Units and where they live (``<work>`` = ``outputs/<profile>/work``)::
-
-    <work>/train_before_test/<model>/<benchmark>/lr=2e-05/unit.json   one learning rate: curve (done marker)
-    <work>/train_before_test/<model>/<benchmark>/lr=2e-05/epoch=3/    its best epoch's LoRA adapter
-    <work>/train_before_test/<model>/<benchmark>/selection.json       chosen (lr, epoch) and all curves
-    <store>/train_before_test/<benchmark>/<model>.json                 test score of the chosen adapter
-    <store>/direct_eval/<benchmark>/<model>.json                       zero-shot test score
-    <work>/items/<protocol>/<benchmark>/<model>.json                   per-item correctness
-    <work>/locks/<protocol>/<model>/<benchmark>.lock                   held while a job works on it
-    <work>/failed/<protocol>/<model>/<benchmark>.json                  why it failed, and the retry spec
+Units and where they live: the work folder's layout (:mod:`lib.layout`) and the results store
+(:mod:`lib.store`).
 
 Every file is written atomically and the last one of a unit marks it done, so finished units are
 skipped and a killed unit is redone from scratch (deterministically), never read half-written. A
@@ -39,7 +31,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import paths, store
+from .. import layout, paths, store
 from ..progress import Progress
 from ..store import DIRECT, PROTOCOLS, TBT
 from ..util import atomic_write_json, did_you_mean, jsonable
@@ -115,24 +107,11 @@ class JobSpec:
         return [b for b in self.benchmarks if not self.done(b)]
 
     def lock(self, benchmark: str) -> UnitLock:
-        return UnitLock(Path(self.work_root) / "locks" / self.protocol / store.slug(self.model)
-                        / f"{store.slug(benchmark)}.lock")
+        return UnitLock(layout.lock_path(self.work_root, self.protocol, self.model, benchmark))
 
     def only(self, benchmark: str) -> JobSpec:
         """This job restricted to one benchmark (what a retry runs)."""
         return JobSpec(**{**asdict(self), "benchmarks": [benchmark]})
-
-
-def benchmark_dir(work: str | Path, model: str, benchmark: str) -> Path:
-    return Path(work) / TBT / store.slug(model) / store.slug(benchmark)
-
-
-def unit_dir(work: str | Path, model: str, benchmark: str, lr: float) -> Path:
-    return benchmark_dir(work, model, benchmark) / ft.lr_name(lr)
-
-
-def failure_path(work: str | Path, protocol: str, model: str, benchmark: str) -> Path:
-    return Path(work) / "failed" / protocol / store.slug(model) / f"{store.slug(benchmark)}.json"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,14 +216,14 @@ def run_job(spec: JobSpec | dict, progress=None) -> dict:
             free_memory()
             continue
         report["scores"][bench] = score
-        failure_path(spec.work_root, spec.protocol, spec.model, bench).unlink(missing_ok=True)
+        layout.failure_path(spec.work_root, spec.protocol, spec.model, bench).unlink(missing_ok=True)
         say(f"{spec.model} / {bench}: {score:.4f}")
     return report
 
 
 def _record_failure(spec: JobSpec, bench: str, exc: BaseException) -> str:
     reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-    atomic_write_json(failure_path(spec.work_root, spec.protocol, spec.model, bench), {
+    atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench), {
         "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
         "traceback": "".join(traceback.format_exception(exc)), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         "spec": asdict(spec.only(bench))})
@@ -291,7 +270,7 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
     # 1. train each learning rate (a finished unit of the same configuration is reused)
     units = []
     for lr in recipe.lrs:
-        udir = unit_dir(spec.work_root, spec.model, info.name, lr)
+        udir = layout.unit_dir(spec.work_root, spec.model, info.name, lr)
         unit = ft.read_unit(udir, spec.config(lr))
         if unit is None or (unit.adapter and not Path(unit.adapter).exists()):   # missing or pruned: retrain
             unit = ft.train_unit(model, tokenizer, rendered("train"), recipe, lr, udir, validate,
@@ -303,10 +282,10 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
     lr, epoch, val_value = ft.select_best(units, info.higher_is_better, recipe.criterion)
     chosen = next(u for u in units if u.lr == lr)
     if chosen.best_epoch != epoch or not Path(chosen.adapter).exists():
-        raise JobError(f"{spec.model} / {info.name}: adapter of {ft.lr_name(lr)} epoch={epoch} missing at "
+        raise JobError(f"{spec.model} / {info.name}: adapter of {layout.lr_name(lr)} epoch={epoch} missing at "
                        f"{chosen.adapter}")
-    curves = {ft.lr_name(u.lr): [p[recipe.criterion] for p in u.curve] for u in units}
-    atomic_write_json(benchmark_dir(spec.work_root, spec.model, info.name) / "selection.json",
+    curves = {layout.lr_name(u.lr): [p[recipe.criterion] for p in u.curve] for u in units}
+    atomic_write_json(layout.selection_path(spec.work_root, spec.model, info.name),
                       {"lr": lr, "epoch": epoch, recipe.criterion: val_value, "adapter": chosen.adapter,
                        "curves": curves, "criterion": recipe.criterion, "higher_is_better": info.higher_is_better})
 
@@ -349,9 +328,9 @@ class UnitCounter:
             for bench in spec.pending():
                 if spec.protocol == TBT:
                     for lr in spec.recipe["lrs"]:
-                        udir = unit_dir(spec.work_root, spec.model, bench, lr)
+                        udir = layout.unit_dir(spec.work_root, spec.model, bench, lr)
                         if ft.read_unit(udir, spec.config(lr)) is None:
-                            self.paths.append(udir / ft.UNIT_FILE)
+                            self.paths.append(udir / layout.UNIT_FILE)
                 self.paths.append(store.path_for(spec.store_root, spec.protocol, bench, spec.model))
         self.start = {p: self._mtime(p) for p in self.paths}
 
@@ -420,7 +399,7 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
         else:
             todo.append(spec)
     if todo:
-        folder = Path(log_folder or Path(todo[0].work_root) / "submitit")
+        folder = Path(log_folder or layout.submitit_dir(todo[0].work_root))
         counter = UnitCounter(todo)
         with Progress(total=counter.total, label=f"{todo[0].protocol} ({len(todo)} jobs)", every=progress_every) as bar:
             if executor == "local":
@@ -502,7 +481,7 @@ def _job_report(spec: JobSpec, job) -> dict:
         failed = {}
         for bench in spec.pending():
             failed[bench] = reason
-            atomic_write_json(failure_path(spec.work_root, spec.protocol, spec.model, bench), {
+            atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench), {
                 "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
                 "traceback": str(exc), "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": asdict(spec.only(bench))})
         return {"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": failed, "busy": {}}
@@ -511,7 +490,7 @@ def _job_report(spec: JobSpec, job) -> dict:
 def retry_command(spec: JobSpec, bench: str) -> str:
     """The command that retries one failed unit where it is typed, from the repository's root (its
     spec is in the failure record); re-running the stage retries every unfinished unit."""
-    path = failure_path(spec.work_root, spec.protocol, spec.model, bench)
+    path = layout.failure_path(spec.work_root, spec.protocol, spec.model, bench)
     return f"{paths.show(sys.executable)} -m lib.pipeline.jobs {paths.show(path)}"
 
 
@@ -538,34 +517,6 @@ def _summarise(reports: list[dict], specs: list[JobSpec]) -> dict[str, dict]:
                        f"{sum(len(v) for v in results.values())} finished now; the others are in the store. "
                        f"Details:\n{text}")
     return results
-
-
-# ---------------------------------------------------------------------------------------------
-# reading back
-
-
-def curves_frame(work: str | Path, models: list[str], benchmarks: list[str]):
-    """Validation curves of finished units: one row per (model, benchmark, lr, epoch), with the
-    validation loss and/or score and the criterion the unit was chosen on."""
-    import pandas as pd
-
-    rows = []
-    for m in models:
-        for b in benchmarks:
-            bdir = benchmark_dir(work, m, b)
-            if not bdir.is_dir():
-                continue
-            for udir in sorted(bdir.glob("lr=*")):
-                unit = ft.read_unit(udir)
-                if unit is None:
-                    continue
-                for p in unit.curve:
-                    rows.append({"model": m, "benchmark": b, "lr": unit.lr, "epoch": p["epoch"],
-                                 "val_score": p.get("val_score"), "val_loss": p.get("val_loss"),
-                                 "criterion": unit.criterion, "train_loss": p["train_loss"],
-                                 "best_of_unit": p["epoch"] == unit.best_epoch})
-    return pd.DataFrame(rows, columns=["model", "benchmark", "lr", "epoch", "val_score", "val_loss", "criterion",
-                                       "train_loss", "best_of_unit"])
 
 
 def main(argv: list[str] | None = None) -> int:
