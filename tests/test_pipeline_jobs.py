@@ -92,7 +92,7 @@ def test_a_duplicate_never_deletes_the_work_of_a_running_unit(world, tmp_path):
     partial = layout.unit_dir(spec.work_root, spec.model, "t_a", 1e-3)
     partial.mkdir(parents=True)
     (partial / "half-written").write_text("a live job's partial work")
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(spec.lock("t_a").path)], cwd=paths.ROOT,
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(jobs.unit_lock(spec, "t_a").path)], cwd=paths.ROOT,
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -108,7 +108,7 @@ def test_a_duplicate_never_deletes_the_work_of_a_running_unit(world, tmp_path):
         holder.wait()
     report = jobs.run_job(spec)                                     # its owner died: the lock is stale
     assert set(report["scores"]) == {"t_a"} and not (partial / "half-written").exists()
-    assert not spec.lock("t_a").path.exists()
+    assert not jobs.unit_lock(spec, "t_a").path.exists()
 
 
 def test_unit_lock_heartbeat_and_stale_takeover(tmp_path):

@@ -149,10 +149,10 @@ def test_killed_run_resumes_to_the_same_results_and_same_seed_same_scores(smoke,
     spec_a = _spec(smoke, tmp_path / "a")
     calls, loads = [], []
     real_eval, real_select, real_load = ev.evaluate, ft.select_best, ev.load_model
-    monkeypatch.setattr(jobs.ev, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
-    monkeypatch.setattr(jobs.ev, "evaluate", lambda lm, task, info, role, *a, **k:
+    monkeypatch.setattr(ev, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    monkeypatch.setattr(ev, "evaluate", lambda lm, task, info, role, *a, **k:
                         calls.append(role) or real_eval(lm, task, info, role, *a, **k))
-    monkeypatch.setattr(jobs.ft, "select_best", lambda *a, **k: calls.append("select") or real_select(*a, **k))
+    monkeypatch.setattr(ft, "select_best", lambda *a, **k: calls.append("select") or real_select(*a, **k))
     jobs.run_job(spec_a)
     # the test split is evaluated once, after the choice; every choice-relevant call saw validation
     assert calls == ["validation"] * 9 + ["select", "test"]

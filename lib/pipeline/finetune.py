@@ -231,7 +231,7 @@ class UnitResult:
     adapter: str | None = None
     n_train_examples: int = 0
     seconds: float = 0.0
-    config: dict = field(default_factory=dict)        # what produced it (see jobs.JobSpec.config)
+    config: dict = field(default_factory=dict)        # what produced it (see spec.JobSpec.config)
 
 
 def _better(a: float, b: float | None, higher_is_better: bool) -> bool:

@@ -1,7 +1,9 @@
 """The job grid: every (protocol, model, benchmark, learning rate) unit, resumable, run locally or on Slurm.
 
-Units and where they live: the work folder's layout (:mod:`lib.layout`) and the results store
-(:mod:`lib.store`).
+What one (model, benchmark) does is :mod:`lib.pipeline.protocols`; what a job runs and what
+determines its results, :class:`lib.pipeline.spec.JobSpec`; where the files go, :mod:`lib.layout`
+and :mod:`lib.store`. This module plans the grid, runs jobs under locks, collects failures and
+launches the jobs.
 
 Every file is written atomically and the last one of a unit marks it done, so finished units are
 skipped and a killed unit is redone from scratch (deterministically), never read half-written. A
@@ -23,24 +25,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from .. import layout, paths, store
 from ..progress import Progress
-from ..store import DIRECT, PROTOCOLS, TBT
-from ..util import atomic_write_json, did_you_mean, jsonable
+from ..store import TBT
+from ..util import atomic_write_json, did_you_mean
 from . import evaluate as ev
 from . import finetune as ft
+from . import protocols
 from . import tasks as tk
 from .device import free_memory
 from .locks import UnitBusy, UnitLock
-from .training import mean_loss
+from .spec import JobSpec
 
 EXECUTORS = ("local", "slurm", "submitit_local")
 POLL_SECONDS = {"local": 2.0, "submitit_local": 2.0, "slurm": 30.0}   # how often job states are checked
@@ -50,68 +52,9 @@ class JobError(RuntimeError):
     """Jobs failed or could not run (the message lists every failed unit and how to retry it)."""
 
 
-@dataclass
-class JobSpec:
-    """Everything one job needs, as plain data (picklable for submitit, JSON for the CLI)."""
-    protocol: str                           # lib.store.DIRECT or lib.store.TBT
-    model: str                              # name in the store
-    source: str                             # local folder or hub id
-    benchmarks: list[str]
-    include_paths: list[str]
-    include_defaults: bool
-    store_root: str
-    work_root: str
-    recipe: dict = field(default_factory=dict)   # finetune.Recipe fields (train-before-test only)
-    splits: dict = field(default_factory=dict)   # tasks.SplitRule fields (from notebook 01)
-    chat_template: bool = False                  # apply the model's chat template (instruct models)
-    dtype: str = "float32"                       # weights and compute (the paper: float32)
-    add_bos_token: bool = True                   # lm-eval encodes contexts with special tokens (paper)
-    max_gen_toks: int = 256                      # generation cap (the paper's gen_kwargs; 0: the task's)
-    eval_batch_size: int = 8
-    bootstrap_iters: int = 1000
-    task_timeout: float = 300.0                  # seconds to load a dataset (notebook 01's task_timeout)
-
-    def __post_init__(self):
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"job protocol must be one of {list(PROTOCOLS)}, got {self.protocol!r}")
-
-    def config(self, lr: float | None = None) -> dict:
-        """What determines a result (recorded with it): a result or unit made with another
-        recipe, split rule, model source, precision or evaluation setting is not reused but redone."""
-        cfg = {"protocol": self.protocol, "source": self.source, "splits": self.splits,
-               "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
-               "max_gen_toks": self.max_gen_toks}
-        if self.protocol == TBT:
-            recipe = {k: v for k, v in self.recipe.items() if k != "lrs" and k not in ft.EXECUTION_FIELDS}
-            cfg["recipe"] = recipe if lr is None else {**recipe, "lr": lr}
-            if lr is None:
-                cfg["lrs"] = list(self.recipe["lrs"])
-        return jsonable(cfg)
-
-    def provenance(self, plan: tk.SplitPlan, **extra) -> dict:
-        """The provenance of a result of this job (the one place it is put together)."""
-        rule = tk.SplitRule.from_dict(self.splits)
-        return {"source": self.source, "seed": self.recipe.get("seed", 0), "split_seed": rule.seed,
-                "n_train": plan.sizes["train"], "n_val": plan.sizes["validation"], "n_test": plan.sizes["test"],
-                "test_split": plan.source["test"], "validation_carved_from_train": plan.carved,
-                "validation_in_test": plan.validation_in_test, "split_procedure": rule.procedure,
-                "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
-                "max_gen_toks": self.max_gen_toks, "caps": plan.caps, "config": self.config(), **extra}
-
-    def done(self, benchmark: str) -> bool:
-        path = store.path_for(self.store_root, self.protocol, benchmark, self.model)
-        return path.exists() and store.read(path).provenance.get("config") == self.config()
-
-    def pending(self) -> list[str]:
-        """Benchmarks without a result of this configuration in the store."""
-        return [b for b in self.benchmarks if not self.done(b)]
-
-    def lock(self, benchmark: str) -> UnitLock:
-        return UnitLock(layout.lock_path(self.work_root, self.protocol, self.model, benchmark))
-
-    def only(self, benchmark: str) -> JobSpec:
-        """This job restricted to one benchmark (what a retry runs)."""
-        return JobSpec(**{**asdict(self), "benchmarks": [benchmark]})
+def unit_lock(spec: JobSpec, benchmark: str) -> UnitLock:
+    """The lock a job holds while it works on one of its benchmarks."""
+    return UnitLock(layout.lock_path(spec.work_root, spec.protocol, spec.model, benchmark))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,10 +145,10 @@ def run_job(spec: JobSpec | dict, progress=None) -> dict:
         return report
     for bench in pending:
         try:
-            with spec.lock(bench):
+            with unit_lock(spec, bench):
                 if spec.done(bench):                      # finished by another job meanwhile
                     continue
-                score = run_benchmark(spec, manager, model, tokenizer, bench, say)
+                score = protocols.run(spec, manager, model, tokenizer, bench, say)
         except UnitBusy as busy:
             report["busy"][bench] = str(busy)
             say(f"{spec.model} / {bench}: skipped, running elsewhere ({busy})")
@@ -228,88 +171,6 @@ def _record_failure(spec: JobSpec, bench: str, exc: BaseException) -> str:
         "traceback": "".join(traceback.format_exception(exc)), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         "spec": asdict(spec.only(bench))})
     return reason
-
-
-def run_benchmark(spec: JobSpec, manager, model, tokenizer, bench: str, say=_log) -> float:
-    """One (model, benchmark) of a job: plan the splits, run the protocol, record the result."""
-    task, info = tk.inspect(manager, bench, spec.store_root, spec.task_timeout)
-    split_plan = tk.plan_splits(task, info, tk.SplitRule.from_dict(spec.splits))
-    tk.install_splits(task, split_plan)
-    protocol = train_before_test if spec.protocol == TBT else direct_eval
-    return protocol(spec, model, tokenizer, task, info, split_plan, say)
-
-
-def direct_eval(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, split_plan: tk.SplitPlan,
-                say=_log) -> float:
-    """Direct evaluation of one benchmark: the model as it is, zero-shot, on the planned test split."""
-    outcome = _score(spec, model, tokenizer, task, info, split_plan, "test")
-    ev.record(spec.store_root, spec.work_root, DIRECT, info, spec.model, outcome, spec.provenance(split_plan))
-    return outcome.score
-
-
-def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, split_plan: tk.SplitPlan,
-                      say=_log) -> float:
-    """Train-before-test of one benchmark, as the paper does it: train a LoRA adapter at each
-    learning rate (validating after every epoch), choose the (learning rate, epoch) that is best on
-    validation, score the test split once with that adapter, record the result."""
-    recipe = ft.Recipe(**spec.recipe)
-    lm = ev.make_lm(model, tokenizer, spec.eval_batch_size, add_bos_token=spec.add_bos_token)
-    examples = {}
-
-    def rendered(role: str):
-        if role not in examples:
-            examples[role] = ft.training_examples(task, info, lm, recipe, spec.chat_template, role=role)
-        return examples[role]
-
-    def validate(tuned) -> float:                 # the criterion of the recipe, on the validation split
-        if recipe.select_on == "loss":
-            return mean_loss(tuned, rendered("validation"), batch_size=spec.eval_batch_size,
-                             pad_id=tokenizer.pad_token_id)
-        return _score(spec, tuned, tokenizer, task, info, split_plan, "validation").score
-
-    # 1. train each learning rate (a finished unit of the same configuration is reused)
-    units = []
-    for lr in recipe.lrs:
-        udir = layout.unit_dir(spec.work_root, spec.model, info.name, lr)
-        unit = ft.read_unit(udir, spec.config(lr))
-        if unit is None or (unit.adapter and not Path(unit.adapter).exists()):   # missing or pruned: retrain
-            unit = ft.train_unit(model, tokenizer, rendered("train"), recipe, lr, udir, validate,
-                                 info.higher_is_better, config=spec.config(lr),
-                                 progress=lambda m: say(f"{spec.model} / {info.name}: {m}"))
-        units.append(unit)
-
-    # 2. choose on validation
-    lr, epoch, val_value = ft.select_best(units, info.higher_is_better, recipe.criterion)
-    chosen = next(u for u in units if u.lr == lr)
-    if chosen.best_epoch != epoch or not Path(chosen.adapter).exists():
-        raise JobError(f"{spec.model} / {info.name}: adapter of {layout.lr_name(lr)} epoch={epoch} missing at "
-                       f"{chosen.adapter}")
-    curves = {layout.lr_name(u.lr): [p[recipe.criterion] for p in u.curve] for u in units}
-    atomic_write_json(layout.selection_path(spec.work_root, spec.model, info.name),
-                      {"lr": lr, "epoch": epoch, recipe.criterion: val_value, "adapter": chosen.adapter,
-                       "curves": curves, "criterion": recipe.criterion, "higher_is_better": info.higher_is_better})
-
-    # 3. score the test split once, with the chosen adapter
-    with ft.adapter(model, chosen.adapter) as tuned:
-        outcome = _score(spec, tuned, tokenizer, task, info, split_plan, "test")
-
-    # 4. record, and keep only the chosen adapter
-    ev.record(spec.store_root, spec.work_root, TBT, info, spec.model, outcome, spec.provenance(
-        split_plan, lr=lr, epoch=epoch, select_on=recipe.select_on, **{recipe.criterion: val_value},
-        val_curves=curves, adapter=chosen.adapter, recipe=recipe.to_dict(),
-        micro_batch_size=min(p.get("micro_batch_size", recipe.batch_size) for u in units for p in u.curve),
-        train_seconds=sum(u.seconds for u in units)))
-    for u in units:
-        if u.lr != lr and u.adapter:
-            shutil.rmtree(u.adapter, ignore_errors=True)
-    return outcome.score
-
-
-def _score(spec: JobSpec, model, tokenizer, task, info, split_plan, role: str) -> ev.Outcome:
-    lm = ev.make_lm(model, tokenizer, spec.eval_batch_size, add_bos_token=spec.add_bos_token)
-    return ev.evaluate(lm, task, info, role, split_plan.ids[role], chat_template=spec.chat_template,
-                       bootstrap_iters=spec.bootstrap_iters if role == "test" else 0,
-                       seed=spec.recipe.get("seed", 0), max_gen_toks=spec.max_gen_toks)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,7 +253,7 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
         pending = spec.pending()
         if not pending:
             continue
-        held = {b: spec.lock(b) for b in pending}
+        held = {b: unit_lock(spec, b) for b in pending}
         busy = {b: lk.describe(lk.holder()) for b, lk in held.items() if lk.holder() is not None and not lk.stale()}
         if len(busy) == len(pending):                  # all of it runs elsewhere: do not resubmit
             reports.append({"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": {}, "busy": busy})
