@@ -5,6 +5,7 @@ named, and the memory / time estimate."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -146,7 +147,7 @@ class _FakeJob:
 
 def _many_specs(world, tmp, n):
     (spec,) = _specs(world, tmp, names=("t_a",))
-    return [jobs.JobSpec(**{**spec.__dict__, "model": f"m{i}"}) for i in range(n)]
+    return [dataclasses.replace(spec, model=f"m{i}") for i in range(n)]
 
 
 def test_slurm_arrays_are_chunked_below_the_limit(world, tmp_path, monkeypatch):

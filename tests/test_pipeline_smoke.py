@@ -163,7 +163,7 @@ def test_killed_run_resumes_to_the_same_results_and_same_seed_same_scores(smoke,
     # 2) the same job in a subprocess, killed while it trains the second learning rate
     spec_b = _spec(smoke, tmp_path / "b")
     spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps(spec_b.__dict__))
+    spec_file.write_text(json.dumps(spec_b.to_dict()))
     first = layout.unit_dir(spec_b.work_root, spec_b.model, "mw_quiz", 3e-3) / layout.UNIT_FILE
     second = layout.unit_dir(spec_b.work_root, spec_b.model, "mw_quiz", 1e-2)
     proc = subprocess.Popen([sys.executable, "-m", "lib.pipeline.jobs", str(spec_file)], cwd=paths.ROOT,
@@ -184,7 +184,7 @@ def test_killed_run_resumes_to_the_same_results_and_same_seed_same_scores(smoke,
     assert first.stat().st_mtime == mtime
     assert _outcome(spec_b) == a
     assert jobs.run_job(spec_b)["scores"] == {}                        # finished: nothing to do
-    changed = dataclasses.replace(spec_b, recipe={**spec_b.recipe, "epochs": 2})
+    changed = dataclasses.replace(spec_b, recipe=dataclasses.replace(spec_b.recipe, epochs=2))
     assert changed.pending() == ["mw_quiz"]                       # another recipe is not reused
     assert ft.read_unit(first.parent, changed.config(3e-3)) is None
     assert ft.read_unit(first.parent, spec_b.config(3e-3)).curve

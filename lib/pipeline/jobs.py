@@ -29,7 +29,6 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict
 from pathlib import Path
 
 from .. import layout, paths, store
@@ -109,7 +108,7 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
                                  include_paths=[str(p) for p in selection.get("include_paths") or []],
                                  include_defaults=bool(selection.get("include_defaults")),
                                  store_root=str(store_root), work_root=str(work_root),
-                                 recipe=recipe.to_dict() if protocol == TBT else {},
+                                 recipe=recipe if protocol == TBT else None,
                                  splits=rule.to_dict(), chat_template=bool(chat_template and instruct),
                                  dtype=dtype, add_bos_token=add_bos_token, max_gen_toks=max_gen_toks,
                                  eval_batch_size=eval_batch_size, bootstrap_iters=bootstrap_iters,
@@ -130,7 +129,7 @@ def run_job(spec: JobSpec | dict, progress=None) -> dict:
     the others. Returns ``{"model", "protocol", "scores": {benchmark: score}, "failed":
     {benchmark: reason}, "busy": {benchmark: who holds it}}``; every failure is also written to
     ``<work>/failed/`` with its traceback and a spec that retries it."""
-    spec = JobSpec(**spec) if isinstance(spec, dict) else spec
+    spec = JobSpec.from_dict(spec) if isinstance(spec, dict) else spec
     say = progress or _log
     report = {"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": {}, "busy": {}}
     pending = spec.pending()
@@ -169,7 +168,7 @@ def _record_failure(spec: JobSpec, bench: str, exc: BaseException) -> str:
     atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench), {
         "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
         "traceback": "".join(traceback.format_exception(exc)), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "spec": asdict(spec.only(bench))})
+        "spec": spec.only(bench).to_dict()})
     return reason
 
 
@@ -188,7 +187,7 @@ class UnitCounter:
         for spec in specs:
             for bench in spec.pending():
                 if spec.protocol == TBT:
-                    for lr in spec.recipe["lrs"]:
+                    for lr in spec.recipe.lrs:
                         udir = layout.unit_dir(spec.work_root, spec.model, bench, lr)
                         if ft.read_unit(udir, spec.config(lr)) is None:
                             self.paths.append(udir / layout.UNIT_FILE)
@@ -344,7 +343,7 @@ def _job_report(spec: JobSpec, job) -> dict:
             failed[bench] = reason
             atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench), {
                 "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
-                "traceback": str(exc), "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": asdict(spec.only(bench))})
+                "traceback": str(exc), "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": spec.only(bench).to_dict()})
         return {"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": failed, "busy": {}}
 
 
@@ -390,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     items = data if isinstance(data, list) else [data.get("spec", data) if "reason" in data else data]
     failed = 0
     for item in items:
-        report = run_job(JobSpec(**item), progress=_log)
+        report = run_job(JobSpec.from_dict(item), progress=_log)
         failed += len(report["failed"]) + len(report["busy"])
         print(json.dumps(report), flush=True)
     return 1 if failed else 0

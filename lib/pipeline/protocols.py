@@ -57,7 +57,7 @@ def direct_eval(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, plan: 
 def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, plan: tk.SplitPlan,
                       say=print) -> float:
     """Train-before-test, as the paper does it (the module's steps 2-5)."""
-    recipe = ft.Recipe(**spec.recipe)
+    recipe = spec.recipe
     lm = ev.make_lm(model, tokenizer, spec.eval_batch_size, add_bos_token=spec.add_bos_token)
     rendered: dict[str, list] = {}
 
@@ -115,4 +115,4 @@ def _score(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, plan: tk.Sp
     lm = ev.make_lm(model, tokenizer, spec.eval_batch_size, add_bos_token=spec.add_bos_token)
     return ev.evaluate(lm, task, info, role, plan.ids[role], chat_template=spec.chat_template,
                        bootstrap_iters=spec.bootstrap_iters if role == "test" else 0,
-                       seed=spec.recipe.get("seed", 0), max_gen_toks=spec.max_gen_toks)
+                       seed=spec.seed, max_gen_toks=spec.max_gen_toks)

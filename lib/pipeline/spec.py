@@ -8,7 +8,7 @@ The job grid (:mod:`lib.pipeline.jobs`) makes the specs and launches them; the p
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from .. import store
 from ..store import PROTOCOLS, TBT
@@ -19,7 +19,9 @@ from . import tasks as tk
 
 @dataclass
 class JobSpec:
-    """Everything one job needs, as plain data (picklable for submitit, JSON for the CLI)."""
+    """Everything one job needs: a dataclass of plain values and the typed recipe, so it pickles for
+    submitit as it is and becomes a dict only at the JSON command-line boundary (:meth:`to_dict`,
+    :meth:`from_dict`)."""
     protocol: str                           # lib.store.DIRECT or lib.store.TBT
     model: str                              # name in the store
     source: str                             # local folder or hub id
@@ -28,7 +30,7 @@ class JobSpec:
     include_defaults: bool
     store_root: str
     work_root: str
-    recipe: dict = field(default_factory=dict)   # finetune.Recipe fields (train-before-test only)
+    recipe: ft.Recipe | None = None              # the fine-tuning recipe (train-before-test only)
     splits: dict = field(default_factory=dict)   # tasks.SplitRule fields (from notebook 01)
     chat_template: bool = False                  # apply the model's chat template (instruct models)
     dtype: str = "float32"                       # weights and compute (the paper: float32)
@@ -41,6 +43,18 @@ class JobSpec:
     def __post_init__(self):
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"job protocol must be one of {list(PROTOCOLS)}, got {self.protocol!r}")
+        if self.protocol == TBT and not isinstance(self.recipe, ft.Recipe):
+            raise ValueError(f"a train-before-test job needs a finetune.Recipe, got {type(self.recipe).__name__}")
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready values (what a failure record keeps to retry the job)."""
+        return jsonable(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> JobSpec:
+        """The spec of :meth:`to_dict`'s values (the recipe typed again)."""
+        recipe = data.get("recipe")
+        return cls(**{**data, "recipe": ft.Recipe(**recipe) if recipe else None})
 
     def config(self, lr: float | None = None) -> dict:
         """What determines a result (recorded with it): a result or unit made with another
@@ -49,21 +63,26 @@ class JobSpec:
                "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
                "max_gen_toks": self.max_gen_toks}
         if self.protocol == TBT:
-            recipe = {k: v for k, v in self.recipe.items() if k != "lrs" and k not in ft.EXECUTION_FIELDS}
+            recipe = {k: v for k, v in self.recipe.key().items() if k != "lrs"}
             cfg["recipe"] = recipe if lr is None else {**recipe, "lr": lr}
             if lr is None:
-                cfg["lrs"] = list(self.recipe["lrs"])
+                cfg["lrs"] = list(self.recipe.lrs)
         return jsonable(cfg)
 
     def provenance(self, plan: tk.SplitPlan, **extra) -> dict:
         """The provenance of a result of this job (the one place it is put together)."""
         rule = tk.SplitRule.from_dict(self.splits)
-        return {"source": self.source, "seed": self.recipe.get("seed", 0), "split_seed": rule.seed,
+        return {"source": self.source, "seed": self.seed, "split_seed": rule.seed,
                 "n_train": plan.sizes["train"], "n_val": plan.sizes["validation"], "n_test": plan.sizes["test"],
                 "test_split": plan.source["test"], "validation_carved_from_train": plan.carved,
                 "validation_in_test": plan.validation_in_test, "split_procedure": rule.procedure,
                 "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
                 "max_gen_toks": self.max_gen_toks, "caps": plan.caps, "config": self.config(), **extra}
+
+    @property
+    def seed(self) -> int:
+        """The recipe's seed (0 for direct evaluation: lm-eval's few-shot seed, unused zero-shot)."""
+        return self.recipe.seed if self.recipe is not None else 0
 
     def done(self, benchmark: str) -> bool:
         path = store.path_for(self.store_root, self.protocol, benchmark, self.model)
@@ -75,4 +94,4 @@ class JobSpec:
 
     def only(self, benchmark: str) -> JobSpec:
         """This job restricted to one benchmark (what a retry runs)."""
-        return JobSpec(**{**asdict(self), "benchmarks": [benchmark]})
+        return replace(self, benchmarks=[benchmark])
