@@ -77,7 +77,8 @@ def test_chosen_lr_and_epoch_are_the_validation_best(smoke):
     tbt = _scores(smoke["store"], "train_before_test")
     for (model, bench), res in tbt.items():
         prov = res.provenance
-        units = [ft.read_unit(layout.unit_dir(smoke["work"], model, bench, lr)) for lr in prov["recipe"]["lrs"]]
+        assert "recipe" not in prov and prov["config"]["recipe"]["epochs"] == 3    # the recipe, stored once
+        units = [ft.read_unit(layout.unit_dir(smoke["work"], model, bench, lr)) for lr in prov["config"]["lrs"]]
         key = "val_loss" if prov["select_on"] == "loss" else "val_score"      # the paper chose on the loss
         higher = res.higher_is_better if key == "val_score" else False
         points = [(u.lr, p["epoch"], p[key]) for u in units for p in u.curve]

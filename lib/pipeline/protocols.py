@@ -101,7 +101,7 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
     # 5. record, and keep only the chosen adapter
     ev.record(spec.store_root, spec.work_root, TBT, info, spec.model, outcome, spec.provenance(
         plan, lr=lr, epoch=epoch, select_on=recipe.select_on, **{recipe.criterion: val_value},
-        val_curves=curves, adapter=chosen.adapter, recipe=recipe.to_dict(),
+        val_curves=curves, adapter=chosen.adapter, gradient_checkpointing=recipe.gradient_checkpointing,
         micro_batch_size=min(p.get("micro_batch_size", recipe.batch_size) for u in units for p in u.curve),
         train_seconds=sum(u.seconds for u in units)))
     for u in units:

@@ -70,7 +70,10 @@ class JobSpec:
         return jsonable(cfg)
 
     def provenance(self, plan: tk.SplitPlan, **extra) -> dict:
-        """The provenance of a result of this job (the one place it is put together)."""
+        """The provenance of a result of this job (the one place it is put together). The recipe is
+        in it once, as part of ``config`` (what determines the result: its fields, the learning
+        rates, splits, model source, evaluation settings); how a unit ran (micro-batch,
+        gradient checkpointing, seconds) comes in ``extra``."""
         rule = tk.SplitRule.from_dict(self.splits)
         return {"source": self.source, "seed": self.seed, "split_seed": rule.seed,
                 "n_train": plan.sizes["train"], "n_val": plan.sizes["validation"], "n_test": plan.sizes["test"],
