@@ -198,7 +198,7 @@ def test_training_examples_are_lm_eval_renderings_with_chat_template(taskdir, to
     tokenizer.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
                                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
     try:
-        context, continuation = ft.render(task, info, task.dataset["tbt_train"][1], lm, chat_template=True)
+        context, continuation = tk.render(task, info, task.dataset["tbt_train"][1], lm, chat_template=True)
     finally:
         tokenizer.chat_template = None
     assert context.startswith("<|user|>q1:") and context.endswith("<|assistant|>") and continuation.endswith("b")

@@ -1,14 +1,15 @@
 """Train-before-test fine-tuning: LoRA on a task's training split, as lm-eval renders it.
 
-A training example is the task's own prompt and target: the context comes from lm-eval's
-``fewshot_context`` (zero-shot, optionally through the model's chat template), the continuation is
-the gold request lm-eval itself would score (multiple choice: the gold choice's request from
-``construct_requests``; generative: ``target_delimiter + doc_to_target``; perplexity corpora: the
-text in model-length windows), tokenised with lm-eval's own ``_encode_pair`` so training and
-scoring see identical tokens. Which tokens carry the loss, whether an end-of-text token follows
-the answer, how a list of gold answers and the task's description are rendered and how an
-overlong example is cut are recipe fields (:class:`Recipe`; the paper's values are notebook 02's
-defaults: TRL's SFT trainer on ``prompt + " " + answer + EOS`` with the loss on every token).
+A training example is the task's own prompt and target, rendered by
+:func:`lib.pipeline.tasks.render`: the context comes from lm-eval's ``fewshot_context`` (zero-shot,
+optionally through the model's chat template), the continuation is the gold request lm-eval
+itself would score (multiple choice: the gold choice's request from ``construct_requests``;
+generative: ``target_delimiter + doc_to_target``; perplexity corpora: the text in model-length
+windows). This module tokenises it with lm-eval's own ``_encode_pair``, so training and scoring
+see identical tokens. Which tokens carry the loss, whether an end-of-text token follows the
+answer, how a list of gold answers and the task's description are rendered and how an overlong
+example is cut are recipe fields (:class:`Recipe`; the paper's values are notebook 02's defaults:
+TRL's SFT trainer on ``prompt + " " + answer + EOS`` with the loss on every token).
 
 One learning-rate *unit* trains ``epochs`` epochs, validates after each (the validation loss, as
 the paper's trainer chose its checkpoint, or the benchmark's own lm-eval metric), keeps the best
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from .. import layout
 from ..util import atomic_dir, atomic_write_json, did_you_mean
-from .tasks import TaskInfo, docs
+from .tasks import TaskInfo, docs, render
 from .training import lora_epochs
 
 CHOICES = {
@@ -123,58 +124,6 @@ def lora_targets(model, modules: str = "default") -> list[str] | str | None:
 
 # ---------------------------------------------------------------------------------------------
 # training examples
-
-
-def _gold_index(task, doc, choices: list[str]) -> int:
-    gold = task.doc_to_text(doc) if task.multiple_input else task.doc_to_target(doc)
-    if isinstance(gold, list):
-        gold = gold[0]
-    if isinstance(gold, str):
-        gold = choices.index(gold) if gold in choices else int(gold)
-    return int(gold)
-
-
-@contextmanager
-def _description(task, keep: bool):
-    """The task's description kept in the prompt or left out while training text is rendered."""
-    saved = task.config.description
-    if not keep:
-        task.config.description = ""
-    try:
-        yield
-    finally:
-        task.config.description = saved
-
-
-def render(task, info: TaskInfo, doc, lm, chat_template: bool = False, list_targets: str = "first",
-           task_description: bool = True) -> tuple[str, str]:
-    """(context, continuation) of one training document, as lm-eval renders it zero-shot.
-
-    ``task_description`` False leaves the task's description out of the context (the paper trained
-    on ``doc_to_text`` alone); ``list_targets`` renders a generative task's list of gold answers
-    (nq_open) as ``"join"`` (all, space-separated: the paper) or ``"first"``.
-    """
-    if info.kind == "loglikelihood_rolling":
-        return "", str(task.doc_to_target(doc))
-    chat = lm.apply_chat_template if chat_template else None
-    with _description(task, task_description):
-        ctx = task.fewshot_context(doc, num_fewshot=0, apply_chat_template=chat_template,
-                                   fewshot_as_multiturn=chat_template, chat_template=chat,
-                                   gen_prefix=task.doc_to_prefix(doc))
-    if info.kind == "multiple_choice":
-        requests = task.construct_requests(doc=doc, ctx=ctx, metadata=(info.name, 0, 1),
-                                           apply_chat_template=chat_template, chat_template=chat)
-        choices = task.doc_to_choice(doc)
-        context, continuation = requests[_gold_index(task, doc, choices)].args[:2]
-        return context, continuation
-    if info.kind == "loglikelihood":
-        return ctx, str(task.doc_to_target(doc))
-    target = task.doc_to_target(doc)
-    if isinstance(target, list):
-        target = " ".join(str(t) for t in target) if list_targets == "join" else target[0]
-    if isinstance(target, int) and task.config.doc_to_choice is not None:
-        target = task.doc_to_choice(doc)[target]
-    return ctx, f"{task.config.target_delimiter}{target}"
 
 
 def training_examples(task, info: TaskInfo, lm, recipe: Recipe, chat_template: bool = False,
