@@ -187,14 +187,6 @@ def spearman_brown(rho_half):
         return np.where(r > 0, 2 * r / (1 + r), np.where(np.isfinite(r), 0.0, np.nan))
 
 
-def _from_half_taus(taus: np.ndarray) -> dict[str, float]:
-    used = int(np.isfinite(taus).sum())
-    tau_half = float(np.nanmean(taus)) if used else float("nan")
-    rel = float(spearman_brown(tau_to_rho(tau_half)))
-    return {"tau_half": tau_half, "reliability": rel, "tau_reliability": float(rho_to_tau(rel)),
-            "halvings_used": used}
-
-
 def split_half(meas: Measurements, benchmark: str, halvings: int = HALVINGS, seed: int = 0,
                min_models: int = 3) -> dict[str, float]:
     """``{"tau_half", "reliability", "tau_reliability", "halvings_used"}`` of one benchmark (NaN

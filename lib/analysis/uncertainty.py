@@ -205,12 +205,6 @@ def paired_tau(x: np.ndarray, y: np.ndarray, min_models: int = 3) -> np.ndarray:
     return tau
 
 
-def pairs_of(columns: Sequence[str], pairs: Sequence[tuple[str, str]]) -> list[tuple[int, int]]:
-    """Column-name pairs -> column-index pairs of ``columns``."""
-    pos = {c: k for k, c in enumerate(columns)}
-    return [(pos[a], pos[b]) for a, b in pairs]
-
-
 # --------------------------------------------------------------------------- a ranking against a target
 def weighted_ranks(x, weights: np.ndarray) -> np.ndarray:
     """(draws x n) average ranks (1 = lowest; tied values share the mean of their ranks) of the n

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from .. import layout, paths
 from ..util import did_you_mean, note_read
@@ -127,12 +126,6 @@ class ItemData:
         sel = np.asarray(mask_or_index)
         return ItemData(self.X[:, sel], list(self.models), self.item_benchmark[sel], self.item_id[sel],
                         self.target, self.size_b, dict(self.info))
-
-    def benchmark_means(self) -> pd.DataFrame:
-        """Model x benchmark mean correctness."""
-        return pd.DataFrame({b: self.X[:, self.item_benchmark == b].mean(axis=1) for b in self.benchmarks},
-                            index=pd.Index(self.models, name="model"))
-
 
 # --------------------------------------------------------------------------- validation
 def check_matrix(X: np.ndarray, where: str, models: Sequence[str], binary: bool) -> np.ndarray:

@@ -30,12 +30,12 @@ Exact full-batch loss without the K^2 x M pair differences. With ``s = X w~`` ev
 below is a function of the K x K matrix of score differences ``s_i - s_j``; its gradient with
 respect to ``w~`` is ``X^T c`` for the K-vector ``c = dL/ds``. For the linear RankNet
 ``L = Σ_{y_i > y_j} log(1 + exp(-(s_i - s_j)))``, ``c_i = Σ_j A_ji - Σ_j A_ij`` with
-``A_ij = [y_i > y_j] σ(-(s_i - s_j))`` (:func:`ranknet_loss_grad`). One step costs O(K M + K^2)
-time; :meth:`Pairs.pairwise` computes the loss and ``c`` in blocks of rows, in descending target order
-(model i is preferred only to models after it, so half the pairs are visited), so the memory is
-O(K M + block K C) for C fits at once: neither a K x K matrix nor a K^2 x M tensor is formed. Losses are averaged over
-the preferred pairs (a constant factor that makes learning rates comparable across numbers of
-models).
+``A_ij = [y_i > y_j] σ(-(s_i - s_j))`` (tests/test_benchalign_rank.py checks this closed form against
+autograd). One step costs O(K M + K^2) time; :meth:`Pairs.pairwise` computes the loss and ``c`` in
+blocks of rows, in descending target order (model i is preferred only to models after it, so half
+the pairs are visited), so the memory is O(K M + block K C) for C fits at once: neither a K x K
+matrix nor a K^2 x M tensor is formed. Losses are averaged over the preferred pairs (a constant
+factor that makes learning rates comparable across numbers of models).
 
 Many fits at once. :func:`descend` trains C weight vectors side by side (a C x M parameter, one
 *column* per fit, each with its own training rows, validation rows, items and start): the losses of
@@ -88,49 +88,6 @@ def normalise(w, floor: float = FLOOR):
     total = w.sum(-1, keepdims=True)
     l1 = np.maximum(np.abs(w).sum(-1, keepdims=True), _EPS)
     return w / np.sqrt((total ** 2 + (floor * l1) ** 2) / (1.0 + floor ** 2))
-
-
-def scores(X, w, floor: float = FLOOR) -> np.ndarray:
-    """Weighted accuracy ``X w~`` of every model (numpy)."""
-    return np.asarray(X, dtype=np.float64) @ normalise(w, floor)
-
-
-def preferences(y) -> np.ndarray:
-    """``P[i, j] = 1`` where the target strictly prefers model i to model j (ties give no pair)."""
-    y = np.asarray(y, dtype=np.float64)
-    if not np.isfinite(y).all():
-        raise RankError("target scores contain NaN or infinite values")
-    return (y[:, None] > y[None, :]).astype(np.float64)
-
-
-# --------------------------------------------------------------------------- RankNet, closed form
-def ranknet_loss_grad(X, w, y, floor: float = FLOOR) -> tuple[float, np.ndarray]:
-    """Mean linear-RankNet loss over preferred pairs and its exact gradient w.r.t. ``w`` (numpy).
-
-    Never forms the K^2 x M pair differences: ``dL/dw~ = X^T c`` (module doc), then the chain rule
-    through :func:`normalise`: ``dd/dw_j = (Σw + floor^2 Σ|w| sign(w_j)) / ((1 + floor^2) d)``.
-    """
-    X = np.asarray(X, dtype=np.float64)
-    w = np.asarray(w, dtype=np.float64)
-    P = preferences(y)
-    n_pairs = P.sum()
-    if n_pairs == 0:
-        raise RankError("the target ranks no pair of models (all target scores equal)")
-    wn = normalise(w, floor)
-    s = X @ wn
-    D = s[:, None] - s[None, :]
-    loss = (P * np.logaddexp(0.0, -D)).sum() / n_pairs
-    A = P * _sigmoid(-D)
-    c = (A.sum(axis=0) - A.sum(axis=1)) / n_pairs
-    g = X.T @ c                                  # dL/dw~
-    total, l1 = w.sum(), max(np.abs(w).sum(), _EPS)
-    d = np.sqrt((total ** 2 + (floor * l1) ** 2) / (1.0 + floor ** 2))
-    dd = (total + floor ** 2 * l1 * np.sign(w)) / ((1.0 + floor ** 2) * d)
-    return float(loss), g / d - (g @ w) / d**2 * dd
-
-
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return np.exp(-np.logaddexp(0.0, -z))
 
 
 # --------------------------------------------------------------------------- losses of many columns
@@ -309,19 +266,6 @@ def batch_loss(S: torch.Tensor, pairs: Pairs, loss: str) -> torch.Tensor:
         sd = ((((v - mean) * mf) ** 2).sum(1, keepdim=True) / n).sqrt().clamp_min(1e-8)
         return (v - mean) / sd
     return torch.where(n_pairs > 0, (((z(s) - z(y)) ** 2) * mf).sum(1) / n[:, 0], nan)
-
-
-def pair_loss(s: torch.Tensor, target: Target, loss: str) -> torch.Tensor:
-    """The ranking loss of one score vector ``s`` over all its models (see :func:`batch_loss`)."""
-    return batch_loss(s[:, None], Pairs(target, torch.ones(len(s), 1, dtype=torch.bool), s.dtype), loss)[0]
-
-def loss_and_grad(X, w, y, loss: str = "ranknet", floor: float = FLOOR) -> tuple[float, np.ndarray]:
-    """Loss and gradient w.r.t. ``w`` exactly as the fits compute them (torch autograd on s)."""
-    Xt = torch.as_tensor(np.asarray(X), dtype=torch.float64)
-    wt = torch.tensor(np.asarray(w, dtype=np.float64), requires_grad=True)
-    value = pair_loss(Xt @ normalise(wt, floor), Target(y), loss)
-    value.backward()
-    return float(value.detach()), wt.grad.numpy().copy()
 
 
 # --------------------------------------------------------------------------- metrics
