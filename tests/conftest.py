@@ -52,8 +52,8 @@ SMOKE = "smoke"
 @pytest.fixture(scope="session")
 def smoke():
     """Run prepare + 01-03 of the smoke profile once per test session (from a clean store, so no
-    result of an older code version is reused; the built tiny models are kept, they are cached by
-    their definition)."""
+    result of an older code version is reused; the world and its models are kept: they are cached by
+    the world's data and the zoo's builder version)."""
     import shutil
 
     from lib import paths, report, run

@@ -8,8 +8,8 @@ from lib import metadata, paths, util
 from lib.miniworld import world as mw
 from lib.miniworld import zoo
 
-SMALL = dict(n_creatures=30, n_corpus_docs=400, train=40, validation=10, test=20,
-             corpus_train=10, corpus_validation=4, corpus_test=4)
+SMALL = dict(n_creatures=30, n_corpus_docs=400, train=40, validation=10, test=20, reading_train=40,
+             corpus_train=10, corpus_validation=4, corpus_test=4)   # tests/test_miniworld_notebook.py's world
 
 
 ZOO = dict(doses=(10, 25), scale=0.01, sizes=["xs", "s"], prepared_sizes=["s"], workers=2)

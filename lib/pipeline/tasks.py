@@ -89,7 +89,7 @@ def check_task_yaml(include_paths: Iterable[str | Path]) -> list[Path]:
 
 def resolve_include_paths(include_paths: Iterable[str | Path], work: str | Path) -> list[Path]:
     """Absolute include paths; relative ones are taken relative to the profile's work folder
-    (where prepare hooks write local tasks, e.g. ``tiny/tasks``)."""
+    (where prepare hooks write local tasks, e.g. the mini world's ``world/tasks``)."""
     out = []
     for p in include_paths:
         p = Path(p).expanduser()
