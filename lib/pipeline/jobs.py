@@ -165,11 +165,15 @@ def run_job(spec: JobSpec | dict, progress=None) -> dict:
 
 def _record_failure(spec: JobSpec, bench: str, exc: BaseException) -> str:
     reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    _write_failure(spec, bench, reason, "".join(traceback.format_exception(exc)))
+    return reason
+
+
+def _write_failure(spec: JobSpec, bench: str, reason: str, trace: str) -> None:
+    """The failure record of one unit: why, the traceback, when, and the spec that retries it alone."""
     atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench), {
         "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
-        "traceback": "".join(traceback.format_exception(exc)), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "spec": spec.only(bench).to_dict()})
-    return reason
+        "traceback": trace, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": spec.only(bench).to_dict()})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,9 +345,7 @@ def _job_report(spec: JobSpec, job) -> dict:
         failed = {}
         for bench in spec.pending():
             failed[bench] = reason
-            atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench), {
-                "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
-                "traceback": str(exc), "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": spec.only(bench).to_dict()})
+            _write_failure(spec, bench, reason, str(exc))
         return {"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": failed, "busy": {}}
 
 
