@@ -214,6 +214,7 @@ FAST = dict(seeds=1, max_steps=40, patience=40, subset_items=10, source_counts=[
             need_seeds=1, n_boot=50, threads=1)
 
 
+@pytest.mark.slow
 def test_notebook_runs_on_pipeline_items_and_degrades(tmp_path, monkeypatch):
     """Pipeline mode (smoke/mini): our direct-eval items as features, train-before-test as target."""
     profile = "smoke" if "07_benchalign" in _stages("smoke") else "published"
@@ -228,6 +229,7 @@ def test_notebook_runs_on_pipeline_items_and_degrades(tmp_path, monkeypatch):
     assert summary["cross_paper"]["skipped"]
 
 
+@pytest.mark.slow
 def test_notebook_runs_on_leaderboard_items(tmp_path, monkeypatch, harmony_data):
     from lib import published
 

@@ -44,6 +44,7 @@ def _makefile_strip_command() -> list[str]:
     return shlex.split(line.replace("$(VENV)/bin/python", sys.executable)) + ["-t"]
 
 
+@pytest.mark.slow
 def test_git_strips_notebook_outputs_before_commit():
     """.gitattributes sends every notebook through the Makefile's nbstripout filter: a committed
     notebook is left as it is (git status stays clean), and one saved by JupyterLab after running

@@ -52,6 +52,7 @@ def _specs(world, tmp, protocol=store.DIRECT, names=("t_a", "t_b", "t_c"), model
                      work_root=tmp / "work", recipe=recipe, bootstrap_iters=0)
 
 
+@pytest.mark.slow
 def test_one_failing_unit_does_not_stop_the_others_and_is_reported_with_its_retry(world, tmp_path, capfd):
     (spec,) = _specs(world, tmp_path)
     broken = world / "tasks" / "t_b" / "test.jsonl"

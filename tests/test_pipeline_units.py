@@ -294,6 +294,7 @@ print(hashlib.sha256(json.dumps(state).encode()).hexdigest())
 """
 
 
+@pytest.mark.slow
 def test_world_and_tiny_models_are_identical_across_processes():
     """The world, the tokenizer and pre-training do not depend on Python's per-process hash seed."""
     import os
