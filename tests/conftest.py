@@ -22,6 +22,21 @@ if not os.environ.get("HARMONY_DATA") and (ROOT.parent / "shared" / "data").is_d
 
 import pytest  # noqa: E402
 
+# Under `pytest -n 2` (pytest-xdist, `make test`) the tests that write the same profile's outputs run
+# on one worker, one after another: the ones using these fixtures, and the two modules of the
+# tiny mini world.
+SHARED_OUTPUTS = {"smoke": "smoke", "published_analyses": "published"}
+SHARED_MODULES = {"test_miniworld_zoo.py": "miniworld-test", "test_miniworld_notebook.py": "miniworld-test"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        groups = {g for f, g in SHARED_OUTPUTS.items() if f in item.fixturenames}
+        groups |= {SHARED_MODULES[item.path.name]} if item.path.name in SHARED_MODULES else set()
+        assert len(groups) <= 1, f"{item.nodeid} writes the outputs of several profiles: {groups}"
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(groups.pop()))
+
 
 @pytest.fixture(scope="session")
 def harmony_data() -> Path:
@@ -43,6 +58,16 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def published_analyses(harmony_data) -> dict:
+    """The published profile's analysis stages 04-06, run (or found cached) once per test session;
+    their summaries."""
+    from lib import report, run
+
+    run.run_profile("published", stages=["04", "05", "06"])
+    return {s: report.read_summary("published", s) for s in ("04_rank_agreement", "05_perplexity", "06_pca")}
 
 
 _SESSION_START = time.time()
