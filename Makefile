@@ -31,8 +31,8 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 NBSTRIP := $(VENV)/bin/python -m nbstripout --keep-id --extra-keys "metadata.language_info.version \
   metadata.language_info.codemirror_mode metadata.language_info.file_extension metadata.language_info.mimetype \
   metadata.language_info.nbconvert_exporter metadata.language_info.pygments_lexer"
-# `make test` runs the tests in TEST_WORKERS processes (pytest-xdist); tests that write the same
-# profile's outputs share one (tests/conftest.py). TEST_WORKERS=0: all in this process.
+# `make test` runs the tests in TEST_WORKERS processes (pytest-xdist); modules that share a
+# profile's outputs run in one of them (tests/conftest.py). TEST_WORKERS=0: all in this process.
 TEST_WORKERS ?= 2
 # JupyterLab: `make lab LAB_ARGS="--no-browser --port 8890"`; root (containers) needs --allow-root.
 LAB_ARGS ?=
@@ -75,7 +75,7 @@ run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAG
 	  $(PY) -m lib.run $(PROFILE) $(if $(STAGES),--stages $(STAGES),) $(if $(FORCE),--force,) $(if $(WAIT),--wait,)
 
 test: $(STAMP) lint ## run the linter and the whole test suite, as CI does (offline; HARMONY_DATA: published-data tests)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-fast: $(STAMP) lint ## the linter and the unit tests only: no notebook kernel, no training run (about a minute)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)

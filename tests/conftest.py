@@ -22,20 +22,27 @@ if not os.environ.get("HARMONY_DATA") and (ROOT.parent / "shared" / "data").is_d
 
 import pytest  # noqa: E402
 
-# Under `pytest -n 2` (pytest-xdist, `make test`) the tests that write the same profile's outputs run
-# on one worker, one after another: the ones using these fixtures, and the two modules of the
-# tiny mini world.
-SHARED_OUTPUTS = {"smoke": "smoke", "published_analyses": "published"}
-SHARED_MODULES = {"test_miniworld_zoo.py": "miniworld-test", "test_miniworld_notebook.py": "miniworld-test"}
+# Under `pytest -n 2` (pytest-xdist, `make test`) the modules that write and read the same profile's
+# outputs run on one worker, one after another, in their order: the smoke profile's (built once by
+# the `smoke` fixture; test_lab changes its 04 and runs it again) and the tiny mini world's (one
+# build). Every other test goes wherever a worker is free. (xdist's own `--dist loadgroup` marks
+# do not reach its scheduler under pytest 9, whose node ids are no longer plain strings.)
+SERIAL = {"smoke": ("test_analysis_notebooks.py", "test_lab.py", "test_pipeline_smoke.py", "test_smoke_profile.py"),
+          "miniworld-test": ("test_miniworld_notebook.py", "test_miniworld_zoo.py")}
+_SERIAL_GROUP = {module: group for group, modules in SERIAL.items() for module in modules}
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        groups = {g for f, g in SHARED_OUTPUTS.items() if f in item.fixturenames}
-        groups |= {SHARED_MODULES[item.path.name]} if item.path.name in SHARED_MODULES else set()
-        assert len(groups) <= 1, f"{item.nodeid} writes the outputs of several profiles: {groups}"
-        if groups:
-            item.add_marker(pytest.mark.xdist_group(groups.pop()))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Serial(LoadScopeScheduling):
+        """A work unit per test, except the modules of :data:`SERIAL`: one unit per group."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _SERIAL_GROUP.get(nodeid.split("::")[0].rsplit("/", 1)[-1], nodeid)
+
+    return Serial(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +73,7 @@ def published_analyses(harmony_data) -> dict:
     their summaries."""
     from lib import report, run
 
-    run.run_profile("published", stages=["04", "05", "06"])
+    run.run_profile("published", stages=["04", "05", "06"], wait=True)    # another worker may be running it
     return {s: report.read_summary("published", s) for s in ("04_rank_agreement", "05_perplexity", "06_pca")}
 
 
