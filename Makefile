@@ -35,10 +35,10 @@ NBSTRIP := $(VENV)/bin/python -m nbstripout --keep-id --extra-keys "metadata.lan
 LAB_ARGS ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help venv hooks all run test lint lab data models bench lock clean
+.PHONY: help venv hooks all run test lint lab data models bench lock clean check-figures
 
 help: ## list the targets (default)
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | published | paper_slice | paper), HARMONY_DATA=<published data folder>"
 
 venv: $(STAMP) ## create .venv with the pinned environment (torch CPU 2.13.0)
@@ -73,6 +73,9 @@ run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAG
 
 test: $(STAMP) lint ## run the linter and the test suite (offline; HARMONY_DATA enables the published-data tests)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+
+check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, overlap, labels) and write outputs/PROFILE/figures.html
+	$(PY) -m lib.figreview $(PROFILE)
 
 lint: $(STAMP) ## check code and notebooks with ruff (configured in pyproject.toml)
 	$(VENV)/bin/ruff check lib tests bench notebooks
