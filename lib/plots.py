@@ -205,22 +205,30 @@ def suptitle(fig, text: str, size: float = FONT["suptitle"]):
     return fig.suptitle(wrap(text, fig.get_figwidth() - 0.1, size), fontsize=size)
 
 
+def _columns(labels, width_in: float) -> int:
+    """The most legend columns whose entries (handle, label, spacing) fit ``width_in`` inches; matplotlib
+    fills a legend column by column."""
+    import math
+
+    widths = [text_width_in(label) + 0.42 for label in labels]         # handle, pads, column spacing
+    for ncol in range(len(labels), 1, -1):
+        rows = math.ceil(len(labels) / ncol)
+        if sum(max(widths[i:i + rows]) for i in range(0, len(labels), rows)) <= width_in:
+            return ncol
+    return 1
+
+
 def legend_below(fig, handles, labels, title: str | None = None, ncol: int | None = None, **kw):
     """A figure legend under the panels (``constrained`` layout makes room; never on the data), with
     as many columns as fit the figure's width."""
-    if ncol is None:
-        widest = max((text_width_in(label) for label in labels), default=0.5) + 0.45
-        ncol = max(1, min(len(labels), int((fig.get_figwidth() - 0.1) // widest)))
+    ncol = ncol or _columns(labels, fig.get_figwidth() - 0.15)
     return fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False, title=title, **kw)
 
 
 def legend_above(ax, handles, labels, title: str | None = None, ncol: int | None = None, **kw):
     """A legend just above ``ax`` (under the figure's title; ``constrained`` layout makes room), with
     as many columns as fit the figure's width."""
-    fig = ax.get_figure()
-    if ncol is None:
-        widest = max((text_width_in(label) for label in labels), default=0.5) + 0.45
-        ncol = max(1, min(len(labels), int((fig.get_figwidth() - 0.1) // widest)))
+    ncol = ncol or _columns(labels, ax.get_figure().get_figwidth() - 0.15)
     return ax.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol, frameon=False,
                      title=title, borderaxespad=0.2, **kw)
 

@@ -372,6 +372,9 @@ def _family_styles(models, store):
     return styles["color"].to_dict(), styles["family"].dropna().to_dict()
 
 
+_KIND_LABELS = {"base": "base model", "instruct": "instruct or prepared"}
+
+
 def scatter_grid(frames: Mapping[str, pd.DataFrame], x: str, y: str, hue: str | None = None,
                  xlabel: str | None = None, ylabel: str | None = None, titles: Mapping[str, str] | None = None,
                  logx: bool = False, suptitle: str | None = None, store=None, xfactor: float = 1.0):
@@ -408,7 +411,7 @@ def scatter_grid(frames: Mapping[str, pd.DataFrame], x: str, y: str, hue: str | 
     handles, labels = plots.family_handles(fams)
     for kind_i, kind in enumerate(kinds):
         handles.append(Line2D([], [], marker="o", lw=0, color="0.3", mfc="0.3" if kind_i == 0 else "none", ms=5))
-        labels.append(str(kind))
+        labels.append(_KIND_LABELS.get(kind, str(kind)))
     if handles:
         plots.legend_below(fig, handles, labels)
     if suptitle:
