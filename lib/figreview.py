@@ -34,11 +34,9 @@ import sys
 from pathlib import Path
 
 from . import paths
+from .plots import MIN_FONT_PT, WIDTH_DOUBLE, WIDTH_SINGLE
 from .util import atomic_write_json, atomic_write_text
 
-WIDTH_DOUBLE = 7.0       # in (kept equal to lib.plots' values; imported lazily there)
-WIDTH_SINGLE = 3.4
-MIN_FONT_PT = 7.0
 MAX_HEIGHT = 9.0         # in: the text height of a page
 OVERLAP_PT = 0.5         # text boxes may touch by this much (glyph boxes include line spacing)
 SPILL_IN = 0.06          # saved width may exceed the designed width by the padding and rounding
