@@ -284,28 +284,51 @@ def pca_table(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- figures
-def plot_rank_moves(table: pd.DataFrame):
-    """Two panels (prepared tasks, other tasks): each prepared model's rank, direct -> tbt."""
-    import matplotlib.pyplot as plt
+_SHORT = {DIRECT: "Direct\nevaluation", TBT: "Train-before-\ntest"}
 
-    fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE * 0.7, 2.6), sharey=True)
+
+def plot_rank_moves(table: pd.DataFrame, store_root: str | Path | None = None):
+    """Two panels (prepared tasks, other tasks): each prepared model's rank on a benchmark, direct ->
+    tbt, a thin line per (model, benchmark) in the model's family colour (metadata from
+    ``store_root``), the mean in black."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_SINGLE, 2.9), sharey=True, layout="constrained")
     n = int(table["n_models"].max()) if len(table) else 1
-    for ax, flag, title in ((axes[0], True, "Tasks it was prepared for"), (axes[1], False, "Other tasks")):
+    styles = plots.model_styles(table["model"].unique(), store_root) if len(table) else None
+    for ax, flag, title in ((axes[0], True, "Prepared tasks"), (axes[1], False, "Other tasks")):
         part = table[table["prepared_for"] == flag]
         for _, row in part.iterrows():
-            ax.plot([0, 1], [row[f"rank_{DIRECT}"], row[f"rank_{TBT}"]], color="0.6", lw=0.6, alpha=0.6)
+            ax.plot([0, 1], [row[f"rank_{DIRECT}"], row[f"rank_{TBT}"]], color=styles.loc[row["model"], "color"],
+                    lw=0.6, alpha=0.55)
         if len(part):
             ax.plot([0, 1], [part[f"rank_{DIRECT}"].mean(), part[f"rank_{TBT}"].mean()], color="k", lw=2.2,
-                    marker="o", label="mean")
-        ax.set_xticks([0, 1], [plots.PROTOCOL_LABELS[p] for p in PROTOCOLS])
-        ax.set_xlim(-0.2, 1.2)
+                    marker="o", ms=4)
+        ax.set_xticks([0, 1], [_SHORT[p] for p in PROTOCOLS])
+        ax.set_xlim(-0.25, 1.25)
         ax.set_ylim(n + 0.5, 0.5)
+        ax.set_xlabel("protocol")
         ax.set_title(f"{title} (n = {len(part)})")
     axes[0].set_ylabel("rank of a prepared model (1 = best)")
-    axes[0].legend(loc="lower right")
-    fig.suptitle("Prepared models before and after train-before-test")
-    fig.tight_layout()
-    return fig
+    axes[0].yaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    fams = sorted(styles["family"].dropna().unique(), key=plots.display) if styles is not None else []
+    handles, labels = plots.family_handles(fams, lines=True)
+    plots.legend_below(fig, handles + [Line2D([], [], color="k", lw=2.2, marker="o", ms=4)],
+                       labels + ["mean"])
+    plots.suptitle(fig, "Prepared models before and after train-before-test")
+    return plots.set_caption(fig, (
+        "Each prepared twin's rank among all models on each benchmark, under direct evaluation and after "
+        "train-before-test, on the tasks it was prepared for (left) and on the others (right); thin lines: one "
+        "(model, benchmark) in the model's family colour, black: the mean. The mechanism predicts a drop in rank on "
+        "the prepared tasks only."))
+
+
+def _set_label(label: str) -> str:
+    """``base + dose 150 twins`` -> ``+ 150``: the model sets of :func:`agreement_by_dose`, short."""
+    if label.startswith("base + dose "):
+        return "+ " + label.removeprefix("base + dose ").removesuffix(" twins")
+    return {"base models": "base", "all models": "all"}.get(label, label)
 
 
 def plot_dose(agreement_table: pd.DataFrame, response: pd.DataFrame):
@@ -313,68 +336,81 @@ def plot_dose(agreement_table: pd.DataFrame, response: pd.DataFrame):
     prepared twins' score lead over their bases by dose (right), both protocols, 95 % intervals."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE, 2.7))
+    fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE, 2.9), layout="constrained")
     x = np.arange(len(agreement_table))
+    handles = []
     for i, p in enumerate(PROTOCOLS):
         y = agreement_table[f"mean_tau_{p}"].to_numpy(float)
         err = [y - agreement_table[f"ci_low_{p}"].to_numpy(float), agreement_table[f"ci_high_{p}"].to_numpy(float) - y]
-        axes[0].errorbar(x + (i - 0.5) * 0.12, y, yerr=err, fmt="o-", ms=4, capsize=2,
-                         color=plots.PROTOCOL_COLORS[p], label=plots.PROTOCOL_LABELS[p])
-    axes[0].set_xticks(x, [m.replace("base + ", "+ ") for m in agreement_table["models"]], rotation=15)
+        handles.append(axes[0].errorbar(x + (i - 0.5) * 0.12, y, yerr=np.nan_to_num(err), fmt="o-", ms=4, capsize=2,
+                                        color=plots.PROTOCOL_COLORS[p]))
+    axes[0].set_xticks(x, [_set_label(m) for m in agreement_table["models"]])
+    axes[0].set_xlabel("models: base, base + the twins of one dose, all")
     axes[0].set_ylabel("mean Kendall τ between benchmarks")
     axes[0].set_title("Agreement as preparation is added")
-    axes[0].legend(fontsize=7)
     doses = response["dose"].to_numpy()
     xd = np.arange(len(doses))
     for i, p in enumerate(PROTOCOLS):
         col = f"twin_gap_{p}"
         y = response[col].to_numpy(float)
         err = [y - response[f"{col}_ci_low"].to_numpy(float), response[f"{col}_ci_high"].to_numpy(float) - y]
-        axes[1].errorbar(xd + (i - 0.5) * 0.12, y, yerr=err, fmt="o-", ms=4, capsize=2,
-                         color=plots.PROTOCOL_COLORS[p], label=plots.PROTOCOL_LABELS[p])
+        axes[1].errorbar(xd + (i - 0.5) * 0.12, y, yerr=np.nan_to_num(err), fmt="o-", ms=4, capsize=2,
+                         color=plots.PROTOCOL_COLORS[p])
     axes[1].axhline(0, color="0.5", lw=0.8, ls=":")
     axes[1].set_xticks(xd, [f"{d}" + (" (control)" if d == 0 else "") for d in doses])
     axes[1].set_xlabel("preparation dose (formatted examples per task)")
     axes[1].set_ylabel("twin's score minus its base's")
     axes[1].set_title("Lead of prepared twins by dose")
-    fig.tight_layout()
-    return fig
+    plots.legend_below(fig, handles, [plots.PROTOCOL_LABELS[p] for p in PROTOCOLS])
+    plots.suptitle(fig, "Preparation against agreement, and the prepared twins' lead")
+    return plots.set_caption(fig, (
+        "Left: mean Kendall τ between benchmarks for the base models alone, with the prepared twins of one dose "
+        "added, and for all models. Right: the prepared twins' test-score lead over their base models by dose (0: "
+        "the tasks a twin was not prepared for, the negative control). Both protocols; whiskers: 95 % bootstrap "
+        "intervals over models (left) or (twin, benchmark) pairs (right)."))
 
 
 def plot_perplexity(table: pd.DataFrame):
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.8))
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 3.0), layout="constrained")
+    handles = []
     for protocol in PROTOCOLS:
         part = table[table["protocol"] == protocol]
-        ax.scatter(part["rank_perplexity"], part["rank_prepared_tasks"], color=plots.PROTOCOL_COLORS[protocol],
-                   label=plots.PROTOCOL_LABELS[protocol], s=18)
+        handles.append(ax.scatter(part["rank_perplexity"], part["rank_prepared_tasks"],
+                                  color=plots.PROTOCOL_COLORS[protocol], s=18))
     lim = max(1.0, float(np.nanmax(table[["rank_perplexity", "rank_prepared_tasks"]].to_numpy()))) + 0.5
-    ax.plot([0.5, lim], [0.5, lim], color="0.5", lw=0.8, ls="--")
+    handles.append(ax.plot([0.5, lim], [0.5, lim], color="0.5", lw=0.8, ls="--")[0])
     ax.set_xlabel("mean rank on perplexity corpora")
     ax.set_ylabel("mean rank on prepared tasks")
-    ax.set_title("Prepared models: downstream vs perplexity rank")
-    ax.legend()
-    fig.tight_layout()
-    return fig
+    plots.legend_below(fig, handles, [plots.PROTOCOL_LABELS[p] for p in PROTOCOLS] + ["same rank"])
+    plots.suptitle(fig, "Prepared models: downstream against perplexity rank")
+    return plots.set_caption(fig, (
+        "Each prepared twin's mean rank on the tasks it was prepared for against its mean rank by bits per byte on "
+        "the held-out perplexity corpora (which no model was prepared for), under both protocols; on the dashed "
+        "line the two agree, above it preparation lifts the downstream rank beyond what perplexity predicts."))
 
 
 def plot_pca(table: pd.DataFrame):
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.4))
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.6), layout="constrained")
     labels = list(dict.fromkeys(table["models"]))
     width = 0.38
+    handles = []
     for i, protocol in enumerate(PROTOCOLS):
         part = table[table["protocol"] == protocol].set_index("models").reindex(labels)
-        ax.bar(np.arange(len(labels)) + (i - 0.5) * width, part["pc1_share"], width,
-               color=plots.PROTOCOL_COLORS[protocol], label=plots.PROTOCOL_LABELS[protocol])
+        handles.append(ax.bar(np.arange(len(labels)) + (i - 0.5) * width, part["pc1_share"], width,
+                              color=plots.PROTOCOL_COLORS[protocol]))
     ax.set_xticks(np.arange(len(labels)), labels)
+    ax.set_xlabel("models")
     ax.set_ylabel("PC1 share of variance")
     ax.set_ylim(0, 1)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    return fig
+    plots.legend_below(fig, handles, [plots.PROTOCOL_LABELS[p] for p in PROTOCOLS])
+    plots.suptitle(fig, "PC1 share with and without the prepared models")
+    return plots.set_caption(fig, (
+        "Share of the variance of the model × benchmark matrix explained by its first principal component, with "
+        "all models and without the prepared twins, under both protocols."))
 
 
 # ----------------------------------------------------------------------------- notebook glue
@@ -396,7 +432,7 @@ def notebook_section(ctx, view: str, summary: dict) -> pd.DataFrame | None:
     n_boot = int(getattr(ctx, "params", {}).get("n_boot", 1000))
     if view == "ranks":
         table = rank_table(df, ctx.store)
-        values, fig = rank_summary(table), plot_rank_moves(table)
+        values, fig = rank_summary(table), plot_rank_moves(table, ctx.store)
         by_dose, response = agreement_by_dose(df, ctx.store, n_boot), dose_response(table, n_boot)
         health = twin_health(df, ctx.store)
         values.update(agreement_by_dose=by_dose.to_dict(orient="records"),

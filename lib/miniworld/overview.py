@@ -96,55 +96,66 @@ def loss_curves(profile: str) -> dict[str, np.ndarray]:
 
 
 def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np.ndarray]):
-    """Up to three panels: the zoo (parameters vs tokens, prepared models hollow), training loss
-    curves (dashed: preparation phase) and the preparation doses per model and benchmark."""
+    """Up to three panels: the zoo (parameters vs tokens, one hue per family with sizes as shades,
+    prepared models hollow), training loss curves (dashed: preparation phase) and the preparation
+    doses of the prepared models per benchmark (models with no preparation are left out, so the panel
+    stays readable with any number of base models)."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from .. import plots
 
-    show_doses = bool(doses.to_numpy().sum())
+    prepared_rows = doses[doses.to_numpy().sum(axis=1) > 0] if len(doses) else doses
+    show_doses = bool(len(prepared_rows))
     n = 1 + bool(curves) + show_doses
-    fig, axes = plt.subplots(1, n, figsize=(plots.WIDTH_DOUBLE * n / 3, 2.7), squeeze=False,
-                             gridspec_kw={"width_ratios": [1, 1, 1.3][:n]})
+    height = max(2.6, 0.13 * len(prepared_rows) + 1.6) if show_doses else 2.6
+    fig, axes = plt.subplots(1, n, figsize=(plots.WIDTH_DOUBLE if n > 1 else plots.WIDTH_SINGLE, height),
+                             squeeze=False, layout="constrained", gridspec_kw={"width_ratios": [1, 1, 1.2][:n]})
     axes = list(axes[0])
-    families = sorted(table["family"].unique())
-    colors = dict(zip(families, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    markers = dict(zip(families, "osD^vP*X"))
+    families = sorted(table["family"].unique(), key=plots.display)
+    colors = plots.sized_colors(table["family"].to_dict(), table["params"].to_dict())
     ax = axes.pop(0)
-    for _, row in table.iterrows():
+    for name, row in table.iterrows():
         hollow = bool(row["prepared"])
-        ax.scatter(row["params"] / 1e3, row["tokens"] / 1e3 * (1.04 if hollow else 1.0),
-                   marker=markers[row["family"]], s=36, linewidths=1.2,
-                   facecolors="none" if hollow else colors[row["family"]], edgecolors=colors[row["family"]])
-    for fam in families:
-        ax.scatter([], [], marker=markers[fam], color=colors[fam], label=fam)
-    if table["prepared"].astype(bool).any():
-        ax.scatter([], [], marker="o", facecolors="none", edgecolors="0.3", label="prepared twin")
+        ax.scatter(row["params"] / 1e3, row["tokens"] / 1e3 * (1.04 if hollow else 1.0), marker="o", s=30,
+                   linewidths=1.1, facecolors="none" if hollow else colors[name], edgecolors=colors[name])
     ax.set_xlabel("parameters (thousands)")
     ax.set_ylabel("training tokens (thousands)")
     ax.margins(0.15)
     ax.set_title("The zoo")
-    ax.legend(fontsize=7, loc="best")
     if curves:
         ax = axes.pop(0)
         for name, curve in curves.items():
-            fam = table.loc[name, "family"] if name in table.index else families[0]
-            ax.plot(curve[:, 0], curve[:, 1], color=colors.get(fam, "0.4"), lw=0.9,
-                    ls="--" if name in table.index and table.loc[name, "prepared"] else "-", alpha=0.85)
+            prepared = name in table.index and bool(table.loc[name, "prepared"])
+            ax.plot(curve[:, 0], curve[:, 1], color=colors.get(name, "0.4"), lw=0.8, ls="--" if prepared else "-",
+                    alpha=0.85)
         ax.set_xlabel("training step")
         ax.set_ylabel("loss (nats / token)")
-        ax.set_title("Training loss (dashed: preparation)")
+        ax.set_title("Training loss")
     if show_doses:
         ax = axes.pop(0)
-        im = ax.imshow(doses.to_numpy(), aspect="auto", cmap="Greens")
-        ax.set_xticks(range(doses.shape[1]), [c.removeprefix("mw_") for c in doses.columns], rotation=45,
-                      ha="right")
-        ax.set_yticks(range(doses.shape[0]), [m.removeprefix("mw-") for m in doses.index], fontsize=7)
+        im = ax.imshow(prepared_rows.to_numpy(), aspect="auto", cmap="Greens", vmin=0)
+        ax.set_xticks(range(prepared_rows.shape[1]), plots.displays(prepared_rows.columns), rotation=90)
+        ax.set_yticks(range(prepared_rows.shape[0]), plots.displays(prepared_rows.index))
+        ax.set_xlabel("benchmark")
+        ax.set_ylabel("prepared model")
         ax.set_title("Preparation dose")
         ax.grid(False)
-        fig.colorbar(im, ax=ax, fraction=0.05, label="formatted examples")
-    fig.tight_layout()
-    return fig
+        fig.colorbar(im, ax=ax, fraction=0.08, label="formatted examples per task")
+    handles, labels = plots.family_handles(families)
+    if table["prepared"].astype(bool).any():
+        handles += [Line2D([], [], marker="o", lw=0, color="0.3", ms=5), Line2D([], [], marker="o", lw=0, color="0.3",
+                                                                              mfc="none", ms=5)]
+        labels += ["base model", "prepared twin"]
+    if curves:
+        handles += [Line2D([], [], color="0.3", lw=0.8), Line2D([], [], color="0.3", lw=0.8, ls="--")]
+        labels += ["pre-training", "preparation"]
+    plots.legend_below(fig, handles, labels)
+    plots.suptitle(fig, "The mini world's model zoo")
+    return plots.set_caption(fig, (
+        "The self-built models: parameters against training tokens (one hue per family, darker shades larger; "
+        "prepared twins hollow), their training loss (dashed: a twin's preparation phase, which continues its base "
+        "model) and the dose of benchmark-formatted examples each prepared twin saw per task."))
 
 
 def summary(profile: str, table: pd.DataFrame, benchmarks: pd.DataFrame) -> dict:
