@@ -34,8 +34,11 @@ import sys
 from pathlib import Path
 
 from . import paths
-from .plots import MIN_FONT_PT, WIDTH_DOUBLE, WIDTH_SINGLE
 from .util import atomic_write_json, atomic_write_text
+
+WIDTH_SINGLE = 3.4   # inches: one column of a two-column paper
+WIDTH_DOUBLE = 7.0   # inches: the full text width
+MIN_FONT_PT = 7.0    # no text smaller than this at print size
 
 MAX_HEIGHT = 9.0         # in: the text height of a page
 OVERLAP_PT = 0.5         # text boxes may touch by this much (glyph boxes include line spacing)

@@ -27,13 +27,12 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 from matplotlib.colors import to_hex, to_rgb
 
+from . import figreview
+from .figreview import MIN_FONT_PT, WIDTH_DOUBLE, WIDTH_SINGLE  # noqa: F401  (the rules live with their checks)
 from .store import DIRECT, TBT
 
 PROTOCOL_LABELS = {DIRECT: "Direct evaluation", TBT: "Train-before-test"}
 PROTOCOL_COLORS = {DIRECT: "#c44e52", TBT: "#4c72b0"}
-WIDTH_SINGLE = 3.4   # inches: one column of a two-column paper
-WIDTH_DOUBLE = 7.0   # inches: the full text width
-MIN_FONT_PT = 7.0    # no text smaller than this at print size
 FONT = {"base": 8.0, "small": 7.0, "title": 8.0, "suptitle": 9.0}
 
 
@@ -253,7 +252,6 @@ def savefig(fig, out_dir: str | Path, name: str, close: bool = False, caption: s
     record ``figures/<name>.json`` (caption, printed size, the checks of :mod:`lib.figreview`); a
     failed check prints one line per problem (the figure is still saved; the figure test fails).
     Returns nothing, so a notebook cell ending with it shows the figure and no return value."""
-    from . import figreview
 
     if caption:
         set_caption(fig, caption)
