@@ -37,14 +37,17 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 NBSTRIP := $(VENV)/bin/python -m nbstripout --keep-id --extra-keys "metadata.language_info.version \
   metadata.language_info.codemirror_mode metadata.language_info.file_extension metadata.language_info.mimetype \
   metadata.language_info.nbconvert_exporter metadata.language_info.pygments_lexer"
+# `make test` runs the tests in TEST_WORKERS processes (pytest-xdist); modules that share a
+# profile's outputs run in one of them (tests/conftest.py). TEST_WORKERS=0: all in this process.
+TEST_WORKERS ?= 2
 # JupyterLab: `make lab LAB_ARGS="--no-browser --port 8890"`; root (containers) needs --allow-root.
 LAB_ARGS ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help venv hooks all run test lint lab data models bench lock clean
+.PHONY: help venv hooks all run test test-fast lint lab data models bench lock clean
 
 help: ## list the targets (default)
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | published | paper_slice | paper), HARMONY_DATA=<published data folder>"
 
 venv: $(STAMP) ## create .venv with the pinned environment (torch CPU 2.13.0)
@@ -77,8 +80,11 @@ run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAG
 	TBT_MAKE_GOAL='make run PROFILE=$(PROFILE) STAGES="$(STAGES)"' \
 	  $(PY) -m lib.run $(PROFILE) $(if $(STAGES),--stages $(STAGES),) $(if $(FORCE),--force,) $(if $(WAIT),--wait,)
 
-test: $(STAMP) lint ## run the linter and the test suite (offline; HARMONY_DATA enables the published-data tests)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+test: $(STAMP) lint ## run the linter and the whole test suite, as CI does (offline; HARMONY_DATA: published-data tests)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+test-fast: $(STAMP) lint ## the linter and the unit tests only: no notebook kernel, no training run (about a minute)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP) ## check code and notebooks with ruff (configured in pyproject.toml)
 	$(VENV)/bin/ruff check lib tests bench notebooks

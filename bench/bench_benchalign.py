@@ -34,8 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lib import paths  # noqa: E402
-from lib.benchalign import data, rank  # noqa: E402
-from lib.benchalign import experiments as ex
+from lib.benchalign import data, methods, rank, studies  # noqa: E402
 from lib.util import atomic_write_json
 
 
@@ -47,14 +46,14 @@ def bench_real() -> dict:
     t0 = time.perf_counter()
     d = data.load_oll(["musr", "openllm_math"], "ifeval")
     t_load = time.perf_counter() - t0
-    sp = ex.split_by_size(d, 13.0, {"30B+": 30.0, "70B+": 70.0})
-    cfg = ex.Config()
+    sp = methods.split_by_size(d, 13.0, {"30B+": 30.0, "70B+": 70.0})
+    cfg = methods.Config()
     t0 = time.perf_counter()
-    fits = ex._cv_fits(d, [rank.Task(sp.source, s) for s in range(5)], cfg)
+    fits = methods.cv_fits(d, [rank.Task(sp.source, s) for s in range(5)], cfg)
     t_fit = time.perf_counter() - t0
-    res = ex.evaluate(np.mean([f.scores(d.X) for f in fits], axis=0), d.target, sp.groups)
+    res = methods.evaluate(np.mean([f.scores(d.X) for f in fits], axis=0), d.target, sp.groups)
     t0 = time.perf_counter()
-    ex.compare(d, sp, ex.METHODS, seeds=5, cfg=cfg)
+    studies.compare(d, sp, methods.METHODS, seeds=5, cfg=cfg)
     t_compare = time.perf_counter() - t0
     steps = fits[0].steps_run
     return {"shape": list(d.X.shape), "source_models": int(len(sp.source)), "load_s": round(t_load, 3),

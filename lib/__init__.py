@@ -1,12 +1,30 @@
 """train-before-test: fair language-model evaluation as a notebook research repository.
 
-Layers (imports point downward only):
-    lib.util, lib.paths, lib.params, lib.store, lib.metadata, lib.plots, lib.report   ground floor
-    lib.pipeline     select tasks, fine-tune, evaluate, perplexity, job grid, tiny test models
-    lib.analysis     rank agreement, perplexity agreement, PCA structure
+Layers, lowest first (:data:`LAYERS`). A module imports only from its own layer or the layers below
+it, lazy imports inside functions included, and no modules import each other in a circle
+(``tests/test_layers.py`` checks both):
+
+    ground floor     util (atomic files, digests, stamps), paths, progress, params (profiles), store
+                     (results store), layout (the work folder), metadata, plots, report, data
+                     (`make data`), published (importer of the published results)
+    lib.pipeline     tasks (lm-eval registry, selection, split plans, rendering), finetune, training,
+                     evaluate, the two protocols, job specs and grid, locks, cluster, tiny test models
+    lib.analysis     rank agreement, noise and uncertainty, perplexity agreement, PCA structure, budget
     lib.benchalign   item weights learned from pairwise preferences
     lib.miniworld    generated world + zoo of tiny pre-trained models
     lib.run          executes the notebooks of a profile through papermill
+
+So the analyses (04-06) never import the pipeline: editing the launcher re-runs no analysis.
 """
 
 __version__ = "0.1.0"
+
+LAYERS = (
+    ("lib.util", "lib.paths", "lib.progress", "lib.params", "lib.store", "lib.layout", "lib.metadata",
+     "lib.plots", "lib.report", "lib.data", "lib.published"),
+    ("lib.pipeline",),
+    ("lib.analysis",),
+    ("lib.benchalign",),
+    ("lib.miniworld",),
+    ("lib.run",),
+)

@@ -370,7 +370,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
     Holds the profile's lock throughout (:func:`profile_lock`)."""
     prof = load_profile(name)                     # validates every stage before any work starts
     selected = _select(prof, stages)
-    # Hugging Face's per-file download/load bars drown the stage lines (our own tqdm bars stay).
+    # Hugging Face's per-file download/load bars drown the stage lines (our own progress lines stay).
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if prof.offline:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

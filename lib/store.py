@@ -45,10 +45,6 @@ def slug(name: str) -> str:
     return name.replace("/", "__")
 
 
-def unslug(s: str) -> str:
-    return s.replace("__", "/")
-
-
 @dataclass(frozen=True)
 class Result:
     protocol: str

@@ -26,6 +26,28 @@ pin_arithmetic()          # the arithmetic of make all, before torch loads (lib/
 
 import pytest  # noqa: E402
 
+# Under `pytest -n 2` (pytest-xdist, `make test`) the modules that write and read the same profile's
+# outputs run on one worker, one after another, in their order: the smoke profile's (built once by
+# the `smoke` fixture; test_lab changes its 04 and runs it again) and the tiny mini world's (one
+# build). Every other test goes wherever a worker is free. (xdist's own `--dist loadgroup` marks
+# do not reach its scheduler under pytest 9, whose node ids are no longer plain strings.)
+SERIAL = {"smoke": ("test_analysis_notebooks.py", "test_lab.py", "test_pipeline_smoke.py", "test_smoke_profile.py"),
+          "miniworld-test": ("test_miniworld_notebook.py", "test_miniworld_zoo.py")}
+_SERIAL_GROUP = {module: group for group, modules in SERIAL.items() for module in modules}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Serial(LoadScopeScheduling):
+        """A work unit per test, except the modules of :data:`SERIAL`: one unit per group."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _SERIAL_GROUP.get(nodeid.split("::")[0].rsplit("/", 1)[-1], nodeid)
+
+    return Serial(config, log)
+
 
 @pytest.fixture(scope="session")
 def harmony_data() -> Path:
@@ -49,6 +71,16 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session")
+def published_analyses(harmony_data) -> dict:
+    """The published profile's analysis stages 04-06, run (or found cached) once per test session;
+    their summaries."""
+    from lib import report, run
+
+    run.run_profile("published", stages=["04", "05", "06"], wait=True)    # another worker may be running it
+    return {s: report.read_summary("published", s) for s in ("04_rank_agreement", "05_perplexity", "06_pca")}
+
+
 _SESSION_START = time.time()
 SMOKE = "smoke"
 
@@ -56,8 +88,8 @@ SMOKE = "smoke"
 @pytest.fixture(scope="session")
 def smoke():
     """Run prepare + 01-03 of the smoke profile once per test session (from a clean store, so no
-    result of an older code version is reused; the built tiny models are kept, they are cached by
-    their definition)."""
+    result of an older code version is reused; the world and its models are kept: they are cached by
+    the world's data and the zoo's builder version)."""
     import shutil
 
     from lib import paths, report, run

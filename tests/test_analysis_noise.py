@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from lib import store
+from lib import layout, store
 from lib.analysis import agreement, noise
 
 
@@ -125,23 +125,20 @@ def test_missing_standard_errors_are_reported_once_and_left_out_of_the_ceiling(t
 
 
 def test_per_item_files_are_preferred_to_standard_errors(tmp_path):
-    from lib.pipeline import evaluate
-
     df = _store_with_missing_stderr(tmp_path / "store")
     rng = np.random.default_rng(5)
     models = sorted(df["model"].unique())
     for k, m in enumerate(models):
         correct = (rng.random(80) < 0.2 + 0.06 * k).astype(float).tolist()
-        outcome = evaluate.Outcome(score=float(np.mean(correct)), stderr=None, metric="exact_match", filter="none",
-                                   n=80, doc_ids=list(range(80)), correct=correct, seconds=0.0)
-        evaluate.write_items(tmp_path / "work", store.DIRECT, "gen", m, outcome)
+        layout.write_items(tmp_path / "work", store.DIRECT, "gen", m, metric="exact_match", doc_ids=list(range(80)),
+                           correct=correct)
     meas = noise.load_measurements(df, store.DIRECT, ["qa", "gen"], tmp_path / "work")
     assert meas.source == {"qa": noise.STDERR, "gen": noise.ITEMS} and meas.n_items("gen") == 80
     items = meas.items["gen"]
     assert meas.stderr.loc[models[3], "gen"] == pytest.approx(items[3].std(ddof=1) / np.sqrt(80))
     h1, h2 = noise.halves(meas, "gen", halvings=5, seed=0)
     assert h1.shape == (10, 5) and np.allclose((h1 + h2) / 2, items.mean(axis=1)[:, None])   # 40 + 40 items
-    bad = evaluate.items_path(tmp_path / "work", store.DIRECT, "gen", models[0])
+    bad = layout.items_path(tmp_path / "work", store.DIRECT, "gen", models[0])
     bad.write_text('{"model": "m0", "benchmark": "gen", "doc_ids": [1, 2], "correct": [1.0, 2.0]}')
-    with pytest.raises(noise.ItemFileError, match=r"m0\.json: values outside \[0, 1\]"):
+    with pytest.raises(layout.ItemFileError, match=r"m0\.json: values that are not numbers in \[0, 1\], e.g. 2.0"):
         noise.load_measurements(df, store.DIRECT, ["gen"], tmp_path / "work")

@@ -18,15 +18,9 @@ def _inside(value, ci, tol=1e-12):
     return ci[0] - tol <= value <= ci[1] + tol
 
 
-@pytest.fixture(scope="module")
-def published(harmony_data):
-    run.run_profile("published", stages=["04", "05", "06"])      # cached when test_published ran them
-    return {s: report.read_summary("published", s) for s in ("04_rank_agreement", "05_perplexity", "06_pca")}
-
-
 @pytest.mark.published
-def test_published_agreement_has_intervals_noise_ceiling_and_robustness(published):
-    s = published["04_rank_agreement"]
+def test_published_agreement_has_intervals_noise_ceiling_and_robustness(published_analyses):
+    s = published_analyses["04_rank_agreement"]
     assert s["bootstrap"] == {"unit": "models", "n_models": 61, "n_boot": 1000, "seed": 0, "level": 0.95,
                               "defined": {p: 1.0 for p in P}}
     assert round(s["mean_tau"]["direct_eval"], 2) == 0.52 and round(s["mean_tau"]["train_before_test"], 2) == 0.76
@@ -66,15 +60,15 @@ def test_published_agreement_has_intervals_noise_ceiling_and_robustness(publishe
 
 
 @pytest.mark.published
-def test_published_perplexity_and_pca_have_intervals(published):
-    s05 = published["05_perplexity"]
+def test_published_perplexity_and_pca_have_intervals(published_analyses):
+    s05 = published_analyses["05_perplexity"]
     for setting, groups in s05["tau_average"].items():
         for group, value in groups.items():
             assert _inside(value, s05["tau_average_ci"][setting][group]), (setting, group)
             assert _inside(s05["mean_tau_pairs"][setting][group], s05["mean_tau_pairs_ci"][setting][group])
     missing = [n for n in s05["notes"] if "no standard errors" in n]
     assert len(missing) == 1 and all(c in missing[0] for c in ("arxiv_2025", "stackexchange_2025", "wiki_2025"))
-    s06 = published["06_pca"]
+    s06 = published_analyses["06_pca"]
     assert round(s06["pc1_explained"]["direct_eval"], 3) == 0.696 and round(s06["pc1_explained"]["train_before_test"],
                                                                               3) == 0.864
     for p in P:

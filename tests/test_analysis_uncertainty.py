@@ -124,3 +124,33 @@ def test_agreement_intervals_are_deterministic_for_a_seed_and_paired(synthetic_s
     assert "excludes 0" in agreement.gain_statement(one)
     table = agreement.headline_table(one)
     assert table.loc[("mean_tau_gain", "train_before_test - direct_eval"), "estimate"] == one["mean_tau_gain"]
+
+
+def _spearman_of_resamples(S: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Reference: Spearman rho of each row of S (B x n) against the matching row of y, on explicitly
+    resampled values (what BenchAlign computed before it used count weights)."""
+    rs, ry = stats.rankdata(S, axis=-1), stats.rankdata(y, axis=-1)
+    rs, ry = rs - rs.mean(-1, keepdims=True), ry - ry.mean(-1, keepdims=True)
+    den = np.sqrt((rs ** 2).sum(-1) * (ry ** 2).sum(-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (rs * ry).sum(-1) / den, np.nan)
+
+
+@pytest.mark.parametrize("n", [3, 12, 90])
+def test_weighted_rank_statistics_equal_those_of_the_resamples_bit_for_bit(n):
+    """Count weights give exactly (not approximately) Spearman's rho and pairwise accuracy of the
+    resampled values, ties included, so BenchAlign's intervals kept every digit."""
+    rng = np.random.default_rng(n)
+    x, y = np.round(rng.random(n), 1), rng.random(n)               # ties in x
+    w = uncertainty.draws(n, n_boot=200, seed=4)
+    picks = np.random.default_rng(4).integers(0, n, size=(200, n))  # the same draws, as positions
+    assert np.array_equal(w, np.stack([np.bincount(p, minlength=n) for p in picks]))
+    assert np.array_equal(uncertainty.weighted_spearman(x, y, w), _spearman_of_resamples(x[picks], y[picks]),
+                          equal_nan=True)
+    for b in (0, 99):
+        xb, yb = x[picks[b]], y[picks[b]]
+        above = yb[:, None] > yb[None, :]
+        agree = (xb[:, None] > xb[None, :]) + 0.5 * (xb[:, None] == xb[None, :])
+        expected = (above * agree).sum() / above.sum() if above.any() else np.nan     # no ordered pair: NaN
+        assert uncertainty.weighted_pair_accuracy(x, y, w)[b] == pytest.approx(expected, nan_ok=True)
+    assert np.isnan(uncertainty.weighted_spearman(np.ones(n), y, w)).all()       # a constant side

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from lib import store, util
+from lib import layout, store
 from lib.benchalign import data
 
 
@@ -84,9 +84,7 @@ def test_real_leaderboard_items_join(harmony_data):
 
 
 def _items_file(work, bench, model, ids, correct):
-    util.atomic_write_json(work / "items" / "direct_eval" / bench / f"{store.slug(model)}.json",
-                            {"model": model, "benchmark": bench, "protocol": "direct_eval", "metric": "acc",
-                             "doc_ids": ids, "correct": correct})
+    layout.write_items(work, "direct_eval", bench, model, metric="acc", doc_ids=ids, correct=correct)
 
 
 def make_pipeline_world(root, n_models=8, seed=0):
@@ -123,13 +121,13 @@ def test_pipeline_items_and_target(tmp_path):
 def test_pipeline_item_files_are_validated(tmp_path):
     st, work, _ = make_pipeline_world(tmp_path, n_models=3)
     _items_file(work, "ba", "tiny-1", [100, 101], [1, 1.5])
-    with pytest.raises(data.ItemDataError, match="tiny-1.json: 1 entries are outside"):
+    with pytest.raises(layout.ItemFileError, match=r"tiny-1.json: values that are not numbers in \[0, 1\], e.g. 1.5"):
         data.load_pipeline(st, work)
     _items_file(work, "ba", "tiny-1", [100, 101], [1, None])
-    with pytest.raises(data.ItemDataError, match="NaN"):
+    with pytest.raises(layout.ItemFileError, match="e.g. None"):
         data.load_pipeline(st, work)
     _items_file(work, "ba", "tiny-1", [100, 100], [1, 0])
-    with pytest.raises(data.ItemDataError, match="duplicated doc_ids"):
+    with pytest.raises(layout.ItemFileError, match=r"2 doc_ids \(unique: 1\)"):
         data.load_pipeline(st, work)
     with pytest.raises(data.ItemDataError, match="no per-item files for benchmark 'bx'"):
         data.load_pipeline(st, work, ["bx"])

@@ -10,7 +10,8 @@ import pytest
 from test_benchalign_data import make_pipeline_world
 
 from lib import params, paths
-from lib.benchalign import baselines, data, rank
+from lib.analysis import uncertainty
+from lib.benchalign import baselines, data, methods, rank, studies
 from lib.benchalign import experiments as ex
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -30,15 +31,15 @@ def _world(K=60, M=40, seed=0):
 
 def test_split_by_size_is_disjoint_and_notes_small_groups():
     d = _world()
-    sp = ex.split_by_size(d, 13, {"30B+": 30, "70B+": 70, "500B+": 500})
+    sp = methods.split_by_size(d, 13, {"30B+": 30, "70B+": 70, "500B+": 500})
     assert set(sp.source).isdisjoint(sp.groups["30B+"]) and set(sp.groups["70B+"]) <= set(sp.groups["30B+"])
     assert (d.size_b[sp.source] < 13).all() and (d.size_b[sp.groups["70B+"]] >= 70).all()
     assert "500B+" not in sp.groups and any("500B+ has 0 model(s)" in n for n in sp.notes)
-    with pytest.raises(ex.ExperimentError, match="below the source limit"):
-        ex.split_by_size(d, 13, {"bad": 7})
-    rel = ex.split_by_size(d, 0.5, {"top half": 0.5}, relative=True)
+    with pytest.raises(methods.ExperimentError, match="below the source limit"):
+        methods.split_by_size(d, 13, {"bad": 7})
+    rel = methods.split_by_size(d, 0.5, {"top half": 0.5}, relative=True)
     assert len(rel.source) == 30 and len(rel.groups["top half"]) == 30
-    fold = ex.largest_fold(d, sp.source, 5, seed=0)           # validation="largest": the biggest fifth
+    fold = methods.largest_fold(d, sp.source, 5, seed=0)           # validation="largest": the biggest fifth
     assert (fold == 0).sum() == round(len(sp.source) / 5)
     assert d.size_b[sp.source][fold == 0].min() >= d.size_b[sp.source][fold == -1].max()
 
@@ -48,7 +49,7 @@ def test_test_models_are_touched_once_for_the_final_score(monkeypatch):
     test targets are read once per method and seed, after that method's fits."""
     d = _world()
     d.X[:, 0] = np.arange(len(d.models)) / 100                 # every row unique, so rows are traceable
-    sp = ex.split_by_size(d, 13, {"30B+": 30})
+    sp = methods.split_by_size(d, 13, {"30B+": 30})
     test = sp.groups["30B+"]
     source_rows = {tuple(r) for r in d.X[sp.source]}
     test_rows = {tuple(r) for r in d.X[test]}
@@ -73,18 +74,19 @@ def test_test_models_are_touched_once_for_the_final_score(monkeypatch):
         events.append(("evaluate", 1))
         return real_evaluate(scores, y, groups)
 
-    real_fit_many, real_evaluate = rank.fit_many, ex.evaluate
+    real_fit_many, real_evaluate = rank.fit_many, methods.evaluate
     monkeypatch.setattr(rank, "fit_many", fit_many_spy)
-    monkeypatch.setattr(ex, "evaluate", evaluate_spy)
+    monkeypatch.setattr(studies, "evaluate", evaluate_spy)
     for name in ("best_single", "metabench_like", "tinybenchmarks_like"):
         monkeypatch.setattr(baselines, name, baseline_spy(getattr(baselines, name)))
-    ex._SUBSET_CACHE.clear()
-    comp = ex.compare(d, sp, ex.METHODS, seeds=2, cfg=ex.Config(max_steps=20, patience=20, subset_items=8))
-    assert set(comp.preds) == set(ex.METHODS)
+    methods._SUBSET_CACHE.clear()
+    cfg = methods.Config(max_steps=20, patience=20, subset_items=8)
+    comp = studies.compare(d, sp, methods.METHODS, seeds=2, cfg=cfg)
+    assert set(comp.preds) == set(methods.METHODS)
     fits = [e for e in events if e[0] == "fit"]
     assert len(fits) == 4 and all(n == 2 for _, n in fits)        # 4 learned methods, the 2 seeds batched
     assert sum(e[0] == "metabench_like" for e in events) == 2      # chosen once per seed, shared
-    assert sum(e[0] == "evaluate" for e in events) == len(ex.METHODS) * 2
+    assert sum(e[0] == "evaluate" for e in events) == len(methods.METHODS) * 2
     # per method: its fit (if any) comes before its evaluations, and nothing is fitted after them
     seen_eval = 0
     for kind, _ in events:
@@ -97,10 +99,10 @@ def test_test_models_are_touched_once_for_the_final_score(monkeypatch):
 
 def test_compare_summary_has_the_documented_format():
     d = _world(K=80, M=60)
-    sp = ex.split_by_size(d, 13, {"30B+": 30, "70B+": 70})
-    cfg = ex.Config(lr=1e-3, max_steps=200, patience=100, subset_items=10)
-    comp = ex.compare(d, sp, ("benchalign", "no_alignment", "random", "best_single"), seeds=2, cfg=cfg)
-    main = ex.summarise(comp, d.target, n_boot=200)
+    sp = methods.split_by_size(d, 13, {"30B+": 30, "70B+": 70})
+    cfg = methods.Config(lr=1e-3, max_steps=200, patience=100, subset_items=10)
+    comp = studies.compare(d, sp, ("benchalign", "no_alignment", "random", "best_single"), seeds=2, cfg=cfg)
+    main = studies.summarise(comp, d.target, n_boot=200)
     assert set(main) == {"30B+", "70B+"}
     rec = main["70B+"]["benchalign"]
     for key in ("spearman", "spearman_std", "pair_acc", "pair_acc_std", "spearman_ci", "pair_acc_ci"):
@@ -118,9 +120,9 @@ def test_compare_summary_has_the_documented_format():
 
 def test_summary_records_have_the_documented_keys_and_paired_differences():
     d = _world(K=80, M=60)
-    sp = ex.split_by_size(d, 13, {"30B+": 30, "70B+": 70})
-    cfg = ex.Config(lr=1e-3, max_steps=200, patience=100, subset_items=10)
-    comp = ex.compare(d, sp, ("no_alignment", "best_single", "benchalign"), seeds=2, cfg=cfg)
+    sp = methods.split_by_size(d, 13, {"30B+": 30, "70B+": 70})
+    cfg = methods.Config(lr=1e-3, max_steps=200, patience=100, subset_items=10)
+    comp = studies.compare(d, sp, ("no_alignment", "best_single", "benchalign"), seeds=2, cfg=cfg)
     # a method scoring exactly like no alignment: its paired difference is 0 on every resample
     comp.preds["copy"] = comp.preds["no_alignment"].copy()
     comp.rows = pd.concat([comp.rows, comp.rows[comp.rows.method == "no_alignment"].assign(method="copy")])
@@ -128,9 +130,9 @@ def test_summary_records_have_the_documented_keys_and_paired_differences():
     rng = np.random.default_rng(0)
     comp.preds["noisy"] = comp.preds["no_alignment"] + 0.002 * rng.normal(size=comp.preds["no_alignment"].shape)
     rows = [{"method": "noisy", "seed": s, "group": g, **r} for s in range(2)
-            for g, r in ex.evaluate(comp.preds["noisy"][s], d.target, sp.groups).items()]
+            for g, r in methods.evaluate(comp.preds["noisy"][s], d.target, sp.groups).items()]
     comp.rows = pd.concat([comp.rows, pd.DataFrame(rows)])
-    main = ex.summarise(comp, d.target, n_boot=300)
+    main = studies.summarise(comp, d.target, n_boot=300)
     rec = main["70B+"]["copy"]
     assert rec["spearman_diff_no_alignment"] == 0.0 and rec["spearman_diff_no_alignment_ci"] == [0.0, 0.0]
     assert rec["pair_acc_diff_no_alignment_ci"] == [0.0, 0.0]
@@ -153,46 +155,48 @@ def test_summary_records_have_the_documented_keys_and_paired_differences():
 def test_bootstrap_matches_direct_metrics_without_resampling():
     y = np.arange(10.0)
     S = np.random.default_rng(0).random((3, 10))
-    pick = np.tile(np.arange(10), (4, 1))                         # every "resample" is the full set
-    boot = ex.bootstrap(S, y, np.arange(10), pick)
+    ones = np.ones((4, 10))                                       # every "resample" is the full set
+    boot = studies.bootstrap(S, y, np.arange(10), ones)
     np.testing.assert_allclose(boot["spearman"], np.array([[rank.spearman(s, y)] * 4 for s in S]))
     np.testing.assert_allclose(boot["pair_acc"], np.array([[rank.pair_accuracy(s, y)] * 4 for s in S]))
-    pick = ex.resamples(10, 50, seed=1)                           # with repeats: counts = explicit resample
-    boot = ex.bootstrap(S, y, np.arange(10), pick)
+    counts = uncertainty.draws(10, 50, seed=1)                    # with repeats: counts = explicit resample
+    boot = studies.bootstrap(S, y, np.arange(10), counts)
     for b in (0, 7, 49):
-        assert boot["pair_acc"][1, b] == pytest.approx(rank.pair_accuracy(S[1][pick[b]], y[pick[b]]))
-        assert boot["spearman"][2, b] == pytest.approx(rank.spearman(S[2][pick[b]], y[pick[b]]))
+        pick = np.repeat(np.arange(10), counts[b].astype(int))
+        assert boot["pair_acc"][1, b] == pytest.approx(rank.pair_accuracy(S[1][pick], y[pick]))
+        assert boot["spearman"][2, b] == pytest.approx(rank.spearman(S[2][pick], y[pick]))
 
 
 def test_kcenter_selection_is_label_free_and_spreads_out():
     d = _world(K=40)
     source = np.arange(40)
-    picked = ex.kcenter_selection(d, source, 6, seed=0)
+    picked = studies.kcenter_selection(d, source, 6, seed=0)
     d2 = data.ItemData(d.X, d.models, d.item_benchmark, d.item_id, -d.target, d.size_b)
-    np.testing.assert_array_equal(picked, ex.kcenter_selection(d2, source, 6, seed=0))   # no target used
+    np.testing.assert_array_equal(picked, studies.kcenter_selection(d2, source, 6, seed=0))   # no target used
     X = d.X.astype(float)
     def min_dist(sel):
         D = ((X[sel][:, None] - X[sel][None]) ** 2).sum(-1)
         return D[np.triu_indices(len(sel), 1)].min()
     rng = np.random.default_rng(0)
     assert min_dist(picked) >= np.median([min_dist(rng.choice(40, 6, replace=False)) for _ in range(50)])
-    assert len(set(ex.spread_selection(d, source, 6, 0))) == 6 and len(ex.random_selection(d, source, 6, 1)) == 6
+    assert len(set(studies.spread_selection(d, source, 6, 0))) == 6
+    assert len(studies.random_selection(d, source, 6, 1)) == 6
 
 
 def test_too_few_models_degrade_to_notes():
     d = _world(K=4)
-    sp = ex.split_by_size(d, 13, {"30B+": 30})
+    sp = methods.split_by_size(d, 13, {"30B+": 30})
     assert not sp.groups and any("not evaluated" in n for n in sp.notes)
-    comp = ex.compare(d, sp, ex.METHODS, seeds=1, cfg=ex.Config(max_steps=5))
-    assert ex.summarise(comp, d.target) == {}
-    three = ex.split_by_size(d, 20.0, {"20B+": 20.0}, min_test=1)   # 3 source models: no cross-validation
+    comp = studies.compare(d, sp, methods.METHODS, seeds=1, cfg=methods.Config(max_steps=5))
+    assert studies.summarise(comp, d.target) == {}
+    three = methods.split_by_size(d, 20.0, {"20B+": 20.0}, min_test=1)   # 3 source models: no cross-validation
     assert any("too few to cross-validate" in n for n in three.notes)
-    comp = ex.compare(d, three, ("benchalign",), seeds=1, cfg=ex.Config(max_steps=5))
+    comp = studies.compare(d, three, ("benchalign",), seeds=1, cfg=methods.Config(max_steps=5))
     assert comp.fits["benchalign"][0].step == 0 and "too few" in comp.fits["benchalign"][0].note
-    one = ex.split_by_size(d, 1.0, {"1B+": 1.0})                # a single source model: nothing to learn
+    one = methods.split_by_size(d, 1.0, {"1B+": 1.0})                # a single source model: nothing to learn
     assert any("only 1 source model" in n for n in one.notes)
-    comp = ex.compare(d, one, ex.METHODS, seeds=1, cfg=ex.Config(max_steps=5))
-    assert set(comp.preds) == {"no_alignment", "random"} and set(ex.summarise(comp, d.target)) == {"1B+"}
+    comp = studies.compare(d, one, methods.METHODS, seeds=1, cfg=methods.Config(max_steps=5))
+    assert set(comp.preds) == {"no_alignment", "random"} and set(studies.summarise(comp, d.target)) == {"1B+"}
 
 
 # --------------------------------------------------------------------------- notebook 07
@@ -210,6 +214,7 @@ FAST = dict(seeds=1, max_steps=40, patience=40, subset_items=10, source_counts=[
             need_seeds=1, n_boot=50, threads=1)
 
 
+@pytest.mark.slow
 def test_notebook_runs_on_pipeline_items_and_degrades(tmp_path, monkeypatch):
     """Pipeline mode (smoke/mini): our direct-eval items as features, train-before-test as target."""
     profile = "smoke" if "07_benchalign" in _stages("smoke") else "published"
@@ -219,11 +224,12 @@ def test_notebook_runs_on_pipeline_items_and_degrades(tmp_path, monkeypatch):
         test_groups={"larger half": 0.5, "largest": 0.9}, cross_paper=False, **FAST))
     assert summary["data"]["data_source"] == "pipeline" and summary["data"]["items"] == 21
     assert set(summary["main"]) == {"larger half"}                 # "largest" has 1 model: noted, skipped
-    assert set(summary["main"]["larger half"]) == set(ex.METHODS)
+    assert set(summary["main"]["larger half"]) == set(methods.METHODS)
     assert any("largest has 1 model" in n for n in summary["notes"])
     assert summary["cross_paper"]["skipped"]
 
 
+@pytest.mark.slow
 def test_notebook_runs_on_leaderboard_items(tmp_path, monkeypatch, harmony_data):
     from lib import published
 
@@ -233,7 +239,7 @@ def test_notebook_runs_on_leaderboard_items(tmp_path, monkeypatch, harmony_data)
     summary = _run_notebook(tmp_path, monkeypatch, dict(profile="published", data_source="oll_items", **FAST))
     assert summary["data"]["models"] == 428 and summary["data"]["data_source"] == "oll_items"
     for group in ("30B+", "70B+"):
-        for method in ex.METHODS:
+        for method in methods.METHODS:
             rec = summary["main"][group][method]
             assert {"spearman", "spearman_std", "pair_acc", "pair_acc_std"} <= set(rec)
             assert {"spearman_seed_std", "spearman_ci", "pair_acc_ci"} <= set(rec)
@@ -242,7 +248,7 @@ def test_notebook_runs_on_leaderboard_items(tmp_path, monkeypatch, harmony_data)
     assert summary["cross_paper"]["counts"]["source"] == 32
     assert "spearman_diff_no_alignment_ci" in summary["cross_paper"]["comparison"]["benchalign"]
     assert len(summary["protocol"]["chosen_steps"]["benchalign"]) == 1 and summary["protocol"]["curve"]["step"][0] == 0
-    assert set(summary["source_selection"]["70B+"]["4"]) == set(ex.SELECTIONS)
+    assert set(summary["source_selection"]["70B+"]["4"]) == set(studies.SELECTIONS)
     assert "19 model names" in summary["data"]["duplicates_line"] and summary["data"]["duplicates"] == "first"
     assert len(summary["data"]["info"]["duplicated_names"]) == 3
     figs = tmp_path / "published" / "07_benchalign" / "figures"

@@ -13,6 +13,47 @@ from lib.benchalign import rank
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
+# --------------------------------------------------------------------------- reference code (only the tests use it)
+def _scores(X, w, floor=rank.FLOOR) -> np.ndarray:
+    """Weighted accuracy ``X w~`` of every model (numpy)."""
+    return np.asarray(X, dtype=np.float64) @ rank.normalise(w, floor)
+
+
+def _ranknet_loss_grad(X, w, y, floor=rank.FLOOR) -> tuple[float, np.ndarray]:
+    """Mean linear-RankNet loss over preferred pairs and its exact gradient w.r.t. ``w`` in closed
+    form (numpy), never forming the K^2 x M pair differences: ``dL/dw~ = X^T c`` (the module doc of
+    lib.benchalign.rank), then the chain rule through the normalisation:
+    ``dd/dw_j = (Σw + floor^2 Σ|w| sign(w_j)) / ((1 + floor^2) d)``."""
+    X, w, y = np.asarray(X, dtype=np.float64), np.asarray(w, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    P = (y[:, None] > y[None, :]).astype(np.float64)
+    n_pairs = P.sum()
+    s = X @ rank.normalise(w, floor)
+    D = s[:, None] - s[None, :]
+    loss = (P * np.logaddexp(0.0, -D)).sum() / n_pairs
+    A = P * np.exp(-np.logaddexp(0.0, D))                         # P * sigmoid(-D)
+    c = (A.sum(axis=0) - A.sum(axis=1)) / n_pairs
+    g = X.T @ c                                                   # dL/dw~
+    total, l1 = w.sum(), np.abs(w).sum()
+    d = np.sqrt((total ** 2 + (floor * l1) ** 2) / (1.0 + floor ** 2))
+    dd = (total + floor ** 2 * l1 * np.sign(w)) / ((1.0 + floor ** 2) * d)
+    return float(loss), g / d - (g @ w) / d**2 * dd
+
+
+def _pair_loss(s: torch.Tensor, target: rank.Target, loss: str) -> torch.Tensor:
+    """The ranking loss of one score vector ``s`` over all its models (:func:`rank.batch_loss`)."""
+    return rank.batch_loss(s[:, None], rank.Pairs(target, torch.ones(len(s), 1, dtype=torch.bool), s.dtype),
+                           loss)[0]
+
+
+def _loss_and_grad(X, w, y, loss: str = "ranknet", floor=rank.FLOOR) -> tuple[float, np.ndarray]:
+    """Loss and gradient w.r.t. ``w`` exactly as the fits compute them (torch autograd on s)."""
+    Xt = torch.as_tensor(np.asarray(X), dtype=torch.float64)
+    wt = torch.tensor(np.asarray(w, dtype=np.float64), requires_grad=True)
+    value = _pair_loss(Xt @ rank.normalise(wt, floor), rank.Target(y), loss)
+    value.backward()
+    return float(value.detach()), wt.grad.numpy().copy()
+
+
 def _naive_ranknet(X, w, y, floor=rank.FLOOR):
     """Mean RankNet loss by explicit loops over ordered pairs (plain Python floats)."""
     wn = rank.normalise(w, floor)
@@ -55,10 +96,10 @@ def test_fast_ranknet_gradient_equals_naive_pairwise(small, w_kind):
          "near_zero_sum": np.array([1.0, -1.0, 0.5, -0.52, 0.3, -0.25])}[w_kind]
     naive_loss, naive_grad = _naive_grad_autograd(X, w, y)
     assert _naive_ranknet(X, w, y) == pytest.approx(naive_loss, rel=1e-12)
-    loss, grad = rank.ranknet_loss_grad(X, w, y)                 # closed form X^T c
+    loss, grad = _ranknet_loss_grad(X, w, y)                 # closed form X^T c
     assert loss == pytest.approx(naive_loss, rel=1e-12)
     np.testing.assert_allclose(grad, naive_grad, rtol=1e-9, atol=1e-12)
-    loss_t, grad_t = rank.loss_and_grad(X, w, y, "ranknet")     # what fit() uses
+    loss_t, grad_t = _loss_and_grad(X, w, y, "ranknet")     # what fit() uses
     assert loss_t == pytest.approx(naive_loss, rel=1e-12)
     np.testing.assert_allclose(grad_t, naive_grad, rtol=1e-9, atol=1e-12)
 
@@ -87,7 +128,7 @@ def test_blockwise_pairwise_losses_do_not_depend_on_the_block_size(small, monkey
     s = S.detach().numpy()
     for c in range(3):                                    # each column = the loss of its rows alone
         rows = np.flatnonzero(m[:, c])
-        alone = rank.pair_loss(torch.tensor(s[rows, c]), rank.Target(y[rows]), loss)
+        alone = _pair_loss(torch.tensor(s[rows, c]), rank.Target(y[rows]), loss)
         assert values[0][c] == pytest.approx(float(alone), rel=1e-12)
         if loss == "ranknet":
             pairs_c = P & m[:, c][:, None] & m[:, c][None, :]
@@ -102,9 +143,9 @@ def test_every_loss_gradient_matches_finite_differences(small, loss):
     _, y = small
     X = np.random.default_rng(5).random((9, 6))      # continuous: no score ties, ranks stay put under ±h
     w = np.array([1.0, -0.4, 0.8, 0.3, -0.2, 0.9])
-    _, grad = rank.loss_and_grad(X, w, y, loss)
+    _, grad = _loss_and_grad(X, w, y, loss)
     h = 1e-6
-    fd = np.array([(rank.loss_and_grad(X, w + h * e, y, loss)[0] - rank.loss_and_grad(X, w - h * e, y, loss)[0])
+    fd = np.array([(_loss_and_grad(X, w + h * e, y, loss)[0] - _loss_and_grad(X, w - h * e, y, loss)[0])
                    / (2 * h) for e in np.eye(len(w))])
     np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=1e-8)
     assert np.abs(grad).max() > 1e-4                              # a real, non-zero gradient
@@ -119,7 +160,7 @@ def test_normalisation_is_weighted_accuracy_bounded_sign_free_and_scale_free():
     bound = np.sqrt(1 + rank.FLOOR ** 2) / rank.FLOOR
     assert np.abs(wn).sum() == pytest.approx(bound)
     X = np.eye(4)
-    assert np.abs(rank.scores(X, cancel)).max() <= bound + 1e-9
+    assert np.abs(_scores(X, cancel)).max() <= bound + 1e-9
     # the denominator never changes sign: w and its mirror image around Σw = 0 rank alike
     for a in (1e-3, 1e-6):
         plus, minus = cancel + a * np.array([1, 0, 0, 0]), cancel - a * np.array([1, 0, 0, 0])

@@ -20,10 +20,18 @@ NOTEBOOKS = sorted(p.stem for p in paths.NOTEBOOKS.glob("*.ipynb"))
 COMMAND = re.compile(r"`(make (run|all|data)[^`]*|export HARMONY_DATA=[^`]*)`")
 
 
-def step_through(stage: str, profile: str = PROFILE, edit: dict[str, str] | None = None) -> nbformat.NotebookNode:
+def _client(nb: nbformat.NotebookNode) -> nbclient.NotebookClient:
+    return nbclient.NotebookClient(nb, kernel_name=params.KERNEL, kernel_manager_class=run.kernel_manager_class(),
+                                   timeout=900, resources={"metadata": {"path": str(paths.NOTEBOOKS)}})
+
+
+def step_through(stage: str, profile: str = PROFILE, edit: dict[str, str] | None = None,
+                 kernel: nbclient.NotebookClient | None = None) -> nbformat.NotebookNode:
     """Execute notebook ``stage`` top to bottom in the project's kernel, as JupyterLab's "Run All"
     does: its own parameters cell, with only the ``profile`` line (and ``edit``: name -> new line)
-    changed by hand. Raises nbclient's CellExecutionError when a cell fails."""
+    changed by hand. Raises nbclient's CellExecutionError when a cell fails. With ``kernel`` (a
+    client of a running kernel, :func:`shared_kernel`) the notebook runs there, from a cleared
+    namespace; else in a kernel of its own."""
     nb = nbformat.read(paths.NOTEBOOKS / f"{stage}.ipynb", as_version=4)
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     lines = cell.source.splitlines()
@@ -32,10 +40,25 @@ def step_through(stage: str, profile: str = PROFILE, edit: dict[str, str] | None
         lines[i] = line
     cell.source = "\n".join(lines)
     assert os.environ.get("TBT_READS") is None           # not under the runner: an interactive session
-    client = nbclient.NotebookClient(nb, kernel_name=params.KERNEL, kernel_manager_class=run.kernel_manager_class(),
-                                     timeout=900, resources={"metadata": {"path": str(paths.NOTEBOOKS)}})
-    client.execute()
+    if kernel is None:
+        _client(nb).execute()
+        return nb
+    reset = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("%reset -f")])
+    for book in (reset, nb):                             # nbclient stores each executed cell in client.nb
+        kernel.nb = book
+        for index, c in enumerate(book.cells):
+            kernel.execute_cell(c, index)
     return nb
+
+
+@pytest.fixture(scope="module")
+def shared_kernel():
+    """One kernel for stepping through every notebook in turn: each starts from a cleared namespace
+    (``%reset -f``: no variable and no import of the notebook before survives), as it would in a
+    kernel of its own, without starting and importing eight kernels."""
+    client = _client(nbformat.v4.new_notebook())
+    with client.setup_kernel():
+        yield client
 
 
 def _printed(nb) -> str:
@@ -54,8 +77,8 @@ def made(smoke):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", NOTEBOOKS)
-def test_every_notebook_steps_through_and_agrees_with_make_all(made, stage):
-    nb = step_through(stage)
+def test_every_notebook_steps_through_and_agrees_with_make_all(made, stage, shared_kernel):
+    nb = step_through(stage, kernel=shared_kernel)
     assert "changed by hand" not in _printed(nb)
     assert report.read_summary(PROFILE, stage) == made[stage]["summary"]
     assert (paths.stage_dir(PROFILE, stage) / paths.STAGE_STAMP).exists()     # still cached: nothing changed

@@ -8,8 +8,8 @@ from lib import metadata, paths, util
 from lib.miniworld import world as mw
 from lib.miniworld import zoo
 
-SMALL = dict(n_creatures=30, n_corpus_docs=400, train=40, validation=10, test=20,
-             corpus_train=10, corpus_validation=4, corpus_test=4)
+SMALL = dict(n_creatures=30, n_corpus_docs=400, train=40, validation=10, test=20, reading_train=40,
+             corpus_train=10, corpus_validation=4, corpus_test=4)   # tests/test_miniworld_notebook.py's world
 
 
 ZOO = dict(doses=(10, 25), scale=0.01, sizes=["xs", "s"], prepared_sizes=["s"], workers=2)
@@ -50,6 +50,7 @@ def test_default_zoo_design():
         assert (base.family, base.d_model, base.n_layers, base.n_heads) == (r.family, r.d_model, r.n_layers, r.n_heads)
 
 
+@pytest.mark.slow
 def test_prepared_models_saw_their_doses(tiny_zoo):
     profile, summary = tiny_zoo
     wdir, mdir = zoo.world_dir(profile), zoo.models_dir(profile)
@@ -75,6 +76,7 @@ def test_prepared_models_saw_their_doses(tiny_zoo):
             assert len(docs) == SMALL["n_corpus_docs"] and rec["mix"]["prepared_char_share"] == 0
 
 
+@pytest.mark.slow
 def test_metadata_records_recipes(tiny_zoo):
     profile, summary = tiny_zoo
     root = paths.store_dir(profile)
@@ -94,6 +96,7 @@ def test_metadata_records_recipes(tiny_zoo):
     assert metadata.benchmark_info("mw_wiki", store=root).is_perplexity
 
 
+@pytest.mark.slow
 def test_second_prepare_rebuilds_nothing(tiny_zoo):
     profile, _ = tiny_zoo
     weights = sorted(zoo.models_dir(profile).glob("*/model.safetensors"))

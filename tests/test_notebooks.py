@@ -44,6 +44,7 @@ def _makefile_strip_command() -> list[str]:
     return shlex.split(line.replace("$(VENV)/bin/python", sys.executable)) + ["-t"]
 
 
+@pytest.mark.slow
 def test_git_strips_notebook_outputs_before_commit():
     """.gitattributes sends every notebook through the Makefile's nbstripout filter: a committed
     notebook is left as it is (git status stays clean), and one saved by JupyterLab after running
@@ -53,9 +54,12 @@ def test_git_strips_notebook_outputs_before_commit():
     make = (paths.ROOT / "Makefile").read_text()
     assert "git config filter.nbstripout.clean '$(NBSTRIP)'" in make and "filter.nbstripout.required true" in make
     strip = _makefile_strip_command()
-    for path in NOTEBOOKS:
-        out = subprocess.run(strip + [str(path)], capture_output=True, text=True, check=True).stdout
-        assert out == path.read_text(), f"{path.name}: not what the git filter writes; run the filter on it"
+    out = subprocess.run(strip + [str(p) for p in NOTEBOOKS], capture_output=True, text=True, check=True).stdout
+    for path in NOTEBOOKS:                               # one process, the notebooks' texts one after another
+        text = path.read_text()
+        assert out[:len(text)] == text, f"{path.name}: not what the git filter writes; run the filter on it"
+        out = out[len(text):]
+    assert out == ""
     path = NOTEBOOKS[0]
     nb = nbformat.read(path, as_version=4)
     for i, cell in enumerate(nb.cells):

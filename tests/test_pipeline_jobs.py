@@ -5,6 +5,7 @@ named, and the memory / time estimate."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from lib import paths, store
+from lib import layout, paths, store
 from lib.pipeline import cluster, jobs, localtasks, tiny
 from lib.pipeline import finetune as ft
 from lib.pipeline import tasks as tk
@@ -51,6 +52,7 @@ def _specs(world, tmp, protocol=store.DIRECT, names=("t_a", "t_b", "t_c"), model
                      work_root=tmp / "work", recipe=recipe, bootstrap_iters=0)
 
 
+@pytest.mark.slow
 def test_one_failing_unit_does_not_stop_the_others_and_is_reported_with_its_retry(world, tmp_path, capfd):
     (spec,) = _specs(world, tmp_path)
     broken = world / "tasks" / "t_b" / "test.jsonl"
@@ -65,7 +67,7 @@ def test_one_failing_unit_does_not_stop_the_others_and_is_reported_with_its_retr
     assert "FAILED direct_eval tiny-m / t_b: TaskError" in text and "retry: " in text
     assert "t_a" not in text.split("Details:")[1] and "t_c" not in text.split("Details:")[1]
     assert {r.benchmark for r in store.load(tmp_path / "store").itertuples()} == {"t_a", "t_c"}   # the others ran
-    record = json.loads(jobs.failure_path(spec.work_root, store.DIRECT, "tiny-m", "t_b").read_text())
+    record = json.loads(layout.failure_path(spec.work_root, store.DIRECT, "tiny-m", "t_b").read_text())
     assert record["spec"]["benchmarks"] == ["t_b"] and "Traceback" in record["traceback"]
     assert "FAILED direct_eval tiny-m / t_b" in capfd.readouterr().err      # on the console too
     # the printed command retries just that unit, now that the data is back
@@ -74,7 +76,7 @@ def test_one_failing_unit_does_not_stop_the_others_and_is_reported_with_its_retr
                           env={**os.environ, "TBT_TORCH_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["scores"].keys() == {"t_b"}
-    assert not jobs.failure_path(spec.work_root, store.DIRECT, "tiny-m", "t_b").exists()
+    assert not layout.failure_path(spec.work_root, store.DIRECT, "tiny-m", "t_b").exists()
     assert jobs.launch([spec], executor="local") == {}              # everything done: nothing runs
 
 
@@ -89,10 +91,10 @@ time.sleep(120)
 
 def test_a_duplicate_never_deletes_the_work_of_a_running_unit(world, tmp_path):
     (spec,) = _specs(world, tmp_path, store.TBT, names=("t_a",))
-    partial = jobs.unit_dir(spec.work_root, spec.model, "t_a", 1e-3)
+    partial = layout.unit_dir(spec.work_root, spec.model, "t_a", 1e-3)
     partial.mkdir(parents=True)
     (partial / "half-written").write_text("a live job's partial work")
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(spec.lock("t_a").path)], cwd=paths.ROOT,
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(jobs.unit_lock(spec, "t_a").path)], cwd=paths.ROOT,
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -108,7 +110,7 @@ def test_a_duplicate_never_deletes_the_work_of_a_running_unit(world, tmp_path):
         holder.wait()
     report = jobs.run_job(spec)                                     # its owner died: the lock is stale
     assert set(report["scores"]) == {"t_a"} and not (partial / "half-written").exists()
-    assert not spec.lock("t_a").path.exists()
+    assert not jobs.unit_lock(spec, "t_a").path.exists()
 
 
 def test_unit_lock_heartbeat_and_stale_takeover(tmp_path):
@@ -146,7 +148,7 @@ class _FakeJob:
 
 def _many_specs(world, tmp, n):
     (spec,) = _specs(world, tmp, names=("t_a",))
-    return [jobs.JobSpec(**{**spec.__dict__, "model": f"m{i}"}) for i in range(n)]
+    return [dataclasses.replace(spec, model=f"m{i}") for i in range(n)]
 
 
 def test_slurm_arrays_are_chunked_below_the_limit(world, tmp_path, monkeypatch):
@@ -215,12 +217,12 @@ def test_local_subprocess_jobs_never_exceed_max_jobs(world, tmp_path, monkeypatc
 
 def test_units_are_counted_from_the_files_jobs_write(world, tmp_path):
     (spec,) = _specs(world, tmp_path, store.TBT, names=("t_a", "t_b"))
-    stale = jobs.unit_dir(spec.work_root, spec.model, "t_b", 3e-3) / ft.UNIT_FILE
+    stale = layout.unit_dir(spec.work_root, spec.model, "t_b", 3e-3) / layout.UNIT_FILE
     stale.parent.mkdir(parents=True)
     stale.write_text(json.dumps({"lr": 3e-3, "curve": [], "config": {"another": "recipe"}}))
     counter = jobs.UnitCounter([spec])
     assert counter.total == 2 * (2 + 1) and counter.done() == 0      # two learning rates and a test score each
-    unit = jobs.unit_dir(spec.work_root, spec.model, "t_a", 1e-3) / ft.UNIT_FILE
+    unit = layout.unit_dir(spec.work_root, spec.model, "t_a", 1e-3) / layout.UNIT_FILE
     unit.parent.mkdir(parents=True)
     unit.write_text("{}")
     assert counter.done() == 1

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lib import paths, report, store
+from lib import layout, paths, report, store
 from lib.pipeline import evaluate as ev
 from lib.pipeline import finetune as ft
 from lib.pipeline import jobs
@@ -77,7 +77,8 @@ def test_chosen_lr_and_epoch_are_the_validation_best(smoke):
     tbt = _scores(smoke["store"], "train_before_test")
     for (model, bench), res in tbt.items():
         prov = res.provenance
-        units = [ft.read_unit(jobs.unit_dir(smoke["work"], model, bench, lr)) for lr in prov["recipe"]["lrs"]]
+        assert "recipe" not in prov and prov["config"]["recipe"]["epochs"] == 3    # the recipe, stored once
+        units = [ft.read_unit(layout.unit_dir(smoke["work"], model, bench, lr)) for lr in prov["config"]["lrs"]]
         key = "val_loss" if prov["select_on"] == "loss" else "val_score"      # the paper chose on the loss
         higher = res.higher_is_better if key == "val_score" else False
         points = [(u.lr, p["epoch"], p[key]) for u in units for p in u.curve]
@@ -85,10 +86,10 @@ def test_chosen_lr_and_epoch_are_the_validation_best(smoke):
         best = max(p[2] for p in points) if higher else min(p[2] for p in points)
         first = next(p for p in points if p[2] == best)
         assert (prov["lr"], prov["epoch"], prov[key]) == first
-        assert prov["val_curves"] == {ft.lr_name(u.lr): [p[key] for p in u.curve] for u in units}
-        chosen = jobs.unit_dir(smoke["work"], model, bench, prov["lr"]) / f"epoch={prov['epoch']}"
+        assert prov["val_curves"] == {layout.lr_name(u.lr): [p[key] for p in u.curve] for u in units}
+        chosen = layout.unit_dir(smoke["work"], model, bench, prov["lr"]) / f"epoch={prov['epoch']}"
         assert (chosen / "adapter_config.json").exists() and prov["adapter"] == str(chosen)
-        others = [d for d in jobs.benchmark_dir(smoke["work"], model, bench).glob("lr=*/epoch=*") if d != chosen]
+        others = [d for d in layout.benchmark_dir(smoke["work"], model, bench).glob("lr=*/epoch=*") if d != chosen]
         assert others == []                                            # only the chosen adapter is kept
         assert prov["n_test"] == res.n and prov["n_train"] > 0 and prov["validation_carved_from_train"] is False
 
@@ -96,7 +97,7 @@ def test_chosen_lr_and_epoch_are_the_validation_best(smoke):
 def test_per_item_correctness_matches_the_scores(smoke):
     for protocol in ("direct_eval", "train_before_test"):
         for (model, bench), res in _scores(smoke["store"], protocol).items():
-            path = ev.items_path(smoke["work"], protocol, bench, model)
+            path = layout.items_path(smoke["work"], protocol, bench, model)
             if bench == "mw_wiki":
                 assert not path.exists()
                 continue
@@ -139,7 +140,7 @@ def _spec(smoke, tmp: Path, protocol=TBT, benchmarks=("mw_quiz",), model="mw-lla
 
 def _outcome(spec):
     res = store.read(store.path_for(spec.store_root, spec.protocol, spec.benchmarks[0], spec.model))
-    items = json.loads(ev.items_path(spec.work_root, spec.protocol, spec.benchmarks[0], spec.model).read_text())
+    items = json.loads(layout.items_path(spec.work_root, spec.protocol, spec.benchmarks[0], spec.model).read_text())
     p = res.provenance
     return res.score, p["lr"], p["epoch"], p["val_curves"], items["correct"]
 
@@ -149,10 +150,10 @@ def test_killed_run_resumes_to_the_same_results_and_same_seed_same_scores(smoke,
     spec_a = _spec(smoke, tmp_path / "a")
     calls, loads = [], []
     real_eval, real_select, real_load = ev.evaluate, ft.select_best, ev.load_model
-    monkeypatch.setattr(jobs.ev, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
-    monkeypatch.setattr(jobs.ev, "evaluate", lambda lm, task, info, role, *a, **k:
+    monkeypatch.setattr(ev, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    monkeypatch.setattr(ev, "evaluate", lambda lm, task, info, role, *a, **k:
                         calls.append(role) or real_eval(lm, task, info, role, *a, **k))
-    monkeypatch.setattr(jobs.ft, "select_best", lambda *a, **k: calls.append("select") or real_select(*a, **k))
+    monkeypatch.setattr(ft, "select_best", lambda *a, **k: calls.append("select") or real_select(*a, **k))
     jobs.run_job(spec_a)
     # the test split is evaluated once, after the choice; every choice-relevant call saw validation
     assert calls == ["validation"] * 9 + ["select", "test"]
@@ -163,9 +164,9 @@ def test_killed_run_resumes_to_the_same_results_and_same_seed_same_scores(smoke,
     # 2) the same job in a subprocess, killed while it trains the second learning rate
     spec_b = _spec(smoke, tmp_path / "b")
     spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps(spec_b.__dict__))
-    first = jobs.unit_dir(spec_b.work_root, spec_b.model, "mw_quiz", 3e-3) / ft.UNIT_FILE
-    second = jobs.unit_dir(spec_b.work_root, spec_b.model, "mw_quiz", 1e-2)
+    spec_file.write_text(json.dumps(spec_b.to_dict()))
+    first = layout.unit_dir(spec_b.work_root, spec_b.model, "mw_quiz", 3e-3) / layout.UNIT_FILE
+    second = layout.unit_dir(spec_b.work_root, spec_b.model, "mw_quiz", 1e-2)
     proc = subprocess.Popen([sys.executable, "-m", "lib.pipeline.jobs", str(spec_file)], cwd=paths.ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
@@ -174,7 +175,7 @@ def test_killed_run_resumes_to_the_same_results_and_same_seed_same_scores(smoke,
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the job finished before it could be killed"
-    assert first.exists() and not (second / ft.UNIT_FILE).exists()
+    assert first.exists() and not (second / layout.UNIT_FILE).exists()
     assert not store.exists(spec_b.store_root, spec_b.protocol, "mw_quiz", spec_b.model)
     assert store.load(spec_b.store_root).empty                         # nothing half-written is read
 
@@ -184,7 +185,7 @@ def test_killed_run_resumes_to_the_same_results_and_same_seed_same_scores(smoke,
     assert first.stat().st_mtime == mtime
     assert _outcome(spec_b) == a
     assert jobs.run_job(spec_b)["scores"] == {}                        # finished: nothing to do
-    changed = dataclasses.replace(spec_b, recipe={**spec_b.recipe, "epochs": 2})
+    changed = dataclasses.replace(spec_b, recipe=dataclasses.replace(spec_b.recipe, epochs=2))
     assert changed.pending() == ["mw_quiz"]                       # another recipe is not reused
     assert ft.read_unit(first.parent, changed.config(3e-3)) is None
     assert ft.read_unit(first.parent, spec_b.config(3e-3)).curve

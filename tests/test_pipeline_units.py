@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lib import store
+from lib import layout, store
 from lib.pipeline import evaluate as ev
 from lib.pipeline import finetune as ft
 from lib.pipeline import jobs, localtasks, tiny, training
@@ -170,8 +170,8 @@ def test_plan_rejects_bad_input_before_training(taskdir, tmp_path):
 
 
 def test_recipe_and_unit_names():
-    assert ft.lr_name(2e-5) == "lr=2e-05" and ft.lr_name(0.003) == "lr=0.003"
-    assert jobs.unit_dir("/w", "org/m", "b", 1e-5).as_posix() == "/w/train_before_test/org__m/b/lr=1e-05"
+    assert layout.lr_name(2e-5) == "lr=2e-05" and layout.lr_name(0.003) == "lr=0.003"
+    assert layout.unit_dir("/w", "org/m", "b", 1e-5).as_posix() == "/w/train_before_test/org__m/b/lr=1e-05"
     with pytest.raises(ValueError, match="learning rates must be positive"):
         ft.Recipe(**{**RECIPE, "lrs": (0.0,)})
     units = [ft.UnitResult(lr=1e-3, curve=[{"epoch": 1, "val_score": 0.5}, {"epoch": 2, "val_score": 0.7}]),
@@ -198,7 +198,7 @@ def test_training_examples_are_lm_eval_renderings_with_chat_template(taskdir, to
     tokenizer.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
                                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
     try:
-        context, continuation = ft.render(task, info, task.dataset["tbt_train"][1], lm, chat_template=True)
+        context, continuation = tk.render(task, info, task.dataset["tbt_train"][1], lm, chat_template=True)
     finally:
         tokenizer.chat_template = None
     assert context.startswith("<|user|>q1:") and context.endswith("<|assistant|>") and continuation.endswith("b")
@@ -294,6 +294,7 @@ print(hashlib.sha256(json.dumps(state).encode()).hexdigest())
 """
 
 
+@pytest.mark.slow
 def test_world_and_tiny_models_are_identical_across_processes():
     """The world, the tokenizer and pre-training do not depend on Python's per-process hash seed."""
     import os

@@ -141,9 +141,8 @@ def _raw(harmony_data):
 
 @pytest.mark.slow
 @pytest.mark.published
-def test_published_profile_reproduces_the_paper(harmony_data):
-    run.run_profile("published", stages=["04", "05", "06"])    # the analysis stages (07 is tested on its own)
-    s04 = report.read_summary("published", "04_rank_agreement")
+def test_published_profile_reproduces_the_paper(harmony_data, published_analyses):
+    s04 = published_analyses["04_rank_agreement"]              # the analysis stages (07 is tested on its own)
     assert s04["n_pairs"] == 276 and s04["n_benchmarks"] == PAPER_BENCHMARKS
     assert round(s04["mean_tau"]["direct_eval"], 2) == 0.52
     assert round(s04["mean_tau"]["train_before_test"], 2) == 0.76

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .. import metadata, store
+from .. import layout, metadata, store
 from . import uncertainty
 
 MIN_MODELS = 3   # below this a tau is reported as NaN
@@ -238,17 +239,73 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     else the store's standard errors) and validation curves; ``halvings`` random half-splits per
     benchmark estimate its reliability.
     """
-    from . import budget, noise, robustness
+    from . import noise
 
     halvings = noise.HALVINGS if halvings is None else halvings
+    boot_cfg = _Boot(n_boot, seed, level, min_models, protocols)
+    benchmarks = _downstream(df, store_root, protocols)
+    notes: list[str] = []
+
+    # point estimates: every benchmark pair under both protocols, per benchmark, per category
+    points = _point_estimates(df, benchmarks, store_root, min_models, protocols, notes)
+    summary = points["summary"]
+
+    # intervals: one bootstrap over models, the same draws for both protocols
+    dirs = store.directions(df)
+    oriented = {p: store.orient(store.matrix(df, p), dirs) for p in protocols}
+    models = sorted(set().union(*(oriented[p].index for p in protocols)))
+    pair = tuple(rank_plot_pair) if rank_plot_pair else most_improved_pair(points["pairs"])
+    boot = bootstrap_agreement({p: oriented[p][benchmarks] for p in protocols}, benchmarks, points["categories"],
+                               n_boot, seed, level, min_models, protocols, rank_pair=pair)
+    _add_intervals(summary, boot, len(models), boot_cfg, notes)
+    plot = _rank_plot(oriented, pair, boot, min_models, summary)
+    per_benchmark_ci = {p: pd.DataFrame({b: boot["benchmark_mean_tau_ci"][b][p] for b in benchmarks},
+                                        index=["lo", "hi"]).T.reindex(points["per_benchmark"].index)
+                        for p in protocols}
+
+    # measurement quality and noise ceiling (one estimator: split-half reliability)
+    quality, ceiling = _noise_section(df, benchmarks, models, points, work, halvings, boot_cfg, summary, notes)
+
+    # robustness: the gain on subsets of models
+    robust = _robustness_section(df, oriented, benchmarks, models, store_root, boot_cfg, summary, notes)
+
+    # fine-tuning budget: agreement along the validation curves
+    budget_tab = _budget_section(work, models, benchmarks, boot_cfg, summary, notes)
+
+    summary["notes"] = notes
+    return {"benchmarks": points["bench_order"], "pairs": points["pairs"], "per_benchmark": points["per_benchmark"],
+            "per_benchmark_ci": per_benchmark_ci, "tau": points["tau"], "categories": points["categories"],
+            "category": points["category"], "rank_plot": plot, "quality": quality, "ceiling": ceiling,
+            "robustness": robust, "budget": budget_tab, "summary": summary, "notes": notes}
+
+
+@dataclass(frozen=True)
+class _Boot:
+    """The bootstrap settings every section of :func:`agreement_report` shares."""
+    n_boot: int
+    seed: int
+    level: float
+    min_models: int
+    protocols: tuple[str, str]
+
+
+def _downstream(df: pd.DataFrame, store_root, protocols: tuple[str, str]) -> list[str]:
+    """The downstream benchmarks of the store (perplexity corpora left out); both protocols and at
+    least two benchmarks are needed."""
     present = [p for p in protocols if p in set(df["protocol"])]
     if len(present) < 2:
         raise store.StoreError(f"rank agreement needs results of both protocols {list(protocols)}; "
                                f"the store has {sorted(set(df['protocol']))}")
     benchmarks, _ = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
-    notes: list[str] = []
     if len(benchmarks) < 2:
         raise store.StoreError(f"rank agreement needs at least two downstream benchmarks, found {benchmarks}")
+    return benchmarks
+
+
+def _point_estimates(df: pd.DataFrame, benchmarks: list[str], store_root, min_models: int,
+                     protocols: tuple[str, str], notes: list[str]) -> dict:
+    """Pairs, per-benchmark and per-category mean tau, the tau matrices in category order, and the
+    summary's point estimates."""
     bench_meta = metadata.benchmarks_frame(benchmarks, store_root)
     categories = bench_meta["category"].to_dict()
     pairs = compare_protocols(df, benchmarks, min_models, protocols)
@@ -268,6 +325,7 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
                      "score: tau NaN, left out of the means")
     compared = pairs.dropna(subset=[f"tau_{p}" for p in protocols])
     first, second = protocols
+    diag = {p: np.diag(category[p].to_numpy()) for p in protocols}
     summary = {
         "n_benchmarks": len(benchmarks),
         "n_models": {p: int(store.matrix(df, p)[benchmarks].notna().any(axis=1).sum()) for p in protocols},
@@ -279,18 +337,18 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
         "benchmark_mean_tau": {b: {p: float(per_benchmark.loc[b, p]) for p in protocols} for b in benchmarks},
         "lowest_benchmark": {p: (str(per_benchmark[p].idxmin()) if per_benchmark[p].notna().any() else None)
                              for p in protocols},
-        "category_within_mean_tau": {p: float(np.nanmean(np.diag(category[p].to_numpy())))
-                                     if np.isfinite(np.diag(category[p].to_numpy())).any() else float("nan")
+        "category_within_mean_tau": {p: float(np.nanmean(diag[p])) if np.isfinite(diag[p]).any() else float("nan")
                                      for p in protocols},
         "min_models": min_models,
     }
     summary["mean_tau_gain"] = summary["mean_tau"][second] - summary["mean_tau"][first]
-    dirs = store.directions(df)
-    oriented = {p: store.orient(store.matrix(df, p), dirs) for p in protocols}
-    plot = None
-    pair = tuple(rank_plot_pair) if rank_plot_pair else most_improved_pair(pairs)
-    boot = bootstrap_agreement({p: oriented[p][benchmarks] for p in protocols}, benchmarks, categories, n_boot,
-                               seed, level, min_models, protocols, rank_pair=pair)
+    return {"bench_meta": bench_meta, "categories": categories, "pairs": pairs, "per_benchmark": per_benchmark,
+            "bench_order": bench_order, "tau": tau, "category": category, "summary": summary}
+
+
+def _add_intervals(summary: dict, boot: dict, n_models: int, cfg: _Boot, notes: list[str]) -> None:
+    """The bootstrap's intervals into the summary (under each number's name + ``_ci``), whether the
+    gain's interval excludes zero, and the bootstrap's settings."""
     summary.update({k: v for k, v in boot.items() if k not in ("defined", "rank_plot_tau_ci")})
     lo, hi = summary["mean_tau_gain_ci"]
     summary["mean_tau_gain_excludes_zero"] = bool(np.isfinite(lo) and (lo > 0 or hi < 0))
@@ -299,28 +357,39 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
         notes.append(f"pairs_improved ({summary['pairs_improved']}) lies outside its percentile interval "
                      f"[{low_n:.0f}, {high_n:.0f}]: a count at the edge of its range, where resampled models (about "
                      "63 % distinct per draw) make more pairs noisy; read the interval's low end as a one-sided bound")
-    summary["bootstrap"] = {"unit": "models", "n_models": len(set().union(*(oriented[p].index for p in protocols))),
-                            "n_boot": n_boot, "seed": seed, "level": level, "defined": boot["defined"]}
+    summary["bootstrap"] = {"unit": "models", "n_models": n_models, "n_boot": cfg.n_boot, "seed": cfg.seed,
+                            "level": cfg.level, "defined": boot["defined"]}
     thin = [p for p, share in boot["defined"].items() if share < 0.9]
     if thin:
         notes.append(f"mean tau is undefined in more than 10 % of the bootstrap draws for {thin} (too few "
                      "distinct models): intervals cover only the draws where it is defined")
-    if pair is not None:
-        a, b = pair
-        plot = {"a": a, "b": b, "data": {p: rank_plot_data(m, a, b) for p, m in oriented.items()},
-                "tau": {p: kendall_tau(m[a], m[b], min_models)[0] for p, m in oriented.items()},
-                "ci": boot["rank_plot_tau_ci"]}
-        summary["rank_plot"] = {"a": a, "b": b, "tau": plot["tau"], "tau_ci": plot["ci"]}
-    per_benchmark_ci = {p: pd.DataFrame({b: boot["benchmark_mean_tau_ci"][b][p] for b in benchmarks},
-                                        index=["lo", "hi"]).T.reindex(per_benchmark.index) for p in protocols}
 
-    # measurement quality and noise ceiling (one estimator: split-half reliability)
-    models = sorted(set().union(*(oriented[p].index for p in protocols)))
+
+def _rank_plot(oriented: dict[str, pd.DataFrame], pair: tuple[str, str] | None, boot: dict, min_models: int,
+               summary: dict) -> dict | None:
+    """The two rankings of ``pair`` under each protocol, with their tau and its interval."""
+    if pair is None:
+        return None
+    a, b = pair
+    plot = {"a": a, "b": b, "data": {p: rank_plot_data(m, a, b) for p, m in oriented.items()},
+            "tau": {p: kendall_tau(m[a], m[b], min_models)[0] for p, m in oriented.items()},
+            "ci": boot["rank_plot_tau_ci"]}
+    summary["rank_plot"] = {"a": a, "b": b, "tau": plot["tau"], "tau_ci": plot["ci"]}
+    return plot
+
+
+def _noise_section(df: pd.DataFrame, benchmarks: list[str], models: list[str], points: dict, work,
+                   halvings: int, cfg: _Boot, summary: dict, notes: list[str]) -> tuple[pd.DataFrame, dict]:
+    """Measurement quality of every benchmark and the noise ceiling of every pair
+    (:mod:`lib.analysis.noise`), into the summary."""
+    from . import noise
+
+    protocols, seed, min_models = cfg.protocols, cfg.seed, cfg.min_models
     meas = {p: noise.load_measurements(df, p, benchmarks, work, models) for p in protocols}
     rel = {p: noise.reliabilities(meas[p], halvings, seed, min_models) for p in protocols}
-    quality = noise.quality_table(meas, bench_meta["chance"].where(bench_meta["chance"].notna(), None).to_dict(),
-                                  rel=rel)
-    ceiling_pairs = noise.ceiling_pairs(pairs, {p: rel[p]["reliability"] for p in protocols}, protocols)
+    chance = points["bench_meta"]["chance"]
+    quality = noise.quality_table(meas, chance.where(chance.notna(), None).to_dict(), rel=rel)
+    ceiling_pairs = noise.ceiling_pairs(points["pairs"], {p: rel[p]["reliability"] for p in protocols}, protocols)
     missing = noise.missing_line(meas)
     if missing:
         notes.append(missing)
@@ -346,36 +415,49 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
             for r in g.to_dict("records")} for p, g in quality.groupby("protocol", sort=False)}
     summary["cannot_rank"] = {p: sorted(g.loc[g["cannot_rank"], "benchmark"]) for p, g in
                               quality.groupby("protocol", sort=False)}
+    return quality, ceiling
 
-    # robustness: the gain on subsets of models
+
+def _robustness_section(df: pd.DataFrame, oriented: dict[str, pd.DataFrame], benchmarks: list[str],
+                        models: list[str], store_root, cfg: _Boot, summary: dict, notes: list[str]) -> pd.DataFrame:
+    """The gain in mean tau on subsets of models (:mod:`lib.analysis.robustness`); the first row is
+    the full sample, whose interval is the main bootstrap's."""
+    from . import robustness
+
+    protocols = cfg.protocols
     models_meta = metadata.models_frame(models, store_root)
-    subsets, sub_notes = robustness.model_subsets(models_meta, robustness.complete_models(df, protocols), min_models)
+    subsets, sub_notes = robustness.model_subsets(models_meta, robustness.complete_models(df, protocols),
+                                                  cfg.min_models)
     notes += sub_notes
     subsets.pop(robustness.ALL, None)             # the full sample's row is the bootstrap above
-    robust = robustness.tau_gain({p: oriented[p][benchmarks] for p in protocols}, subsets, n_boot, seed, level,
-                                 min_models, protocols)
+    robust = robustness.tau_gain({p: oriented[p][benchmarks] for p in protocols}, subsets, cfg.n_boot, cfg.seed,
+                                 cfg.level, cfg.min_models, protocols)
+    lo, hi = summary["mean_tau_gain_ci"]
     full = {"subset": robustness.ALL, "n_models": len(models), **summary["mean_tau"],
             "gain": summary["mean_tau_gain"], "gain_lo": lo, "gain_hi": hi}
     robust = pd.concat([pd.DataFrame([full]), robust], ignore_index=True)
     summary["robustness"] = robustness.summary(robust)
+    return robust
 
-    # fine-tuning budget: agreement along the validation curves
+
+def _budget_section(work, models: list[str], benchmarks: list[str], cfg: _Boot, summary: dict,
+                    notes: list[str]) -> pd.DataFrame | None:
+    """Agreement along the validation curves of stage 02 (:mod:`lib.analysis.budget`); None without
+    curves (published results carry final scores only)."""
+    from . import budget
+
     budget_tab = None
     if work is not None:
-        curves = budget.read_curves(work, models, benchmarks)
+        curves = layout.curves_frame(work, models, benchmarks)
         if len(curves):
-            budget_tab = budget.budget_table(curves, benchmarks, n_boot, seed, level, min_models)
+            budget_tab = budget.budget_table(curves, benchmarks, cfg.n_boot, cfg.seed, cfg.level, cfg.min_models)
     if budget_tab is None:
         notes.append("no validation curves in this profile's work folder (published results carry final "
                      "scores only): the fine-tuning budget section is skipped")
         summary["budget"] = None
     else:
         summary["budget"] = budget.summary(budget_tab)
-    summary["notes"] = notes
-    return {"benchmarks": bench_order, "pairs": pairs, "per_benchmark": per_benchmark,
-            "per_benchmark_ci": per_benchmark_ci, "tau": tau, "categories": categories, "category": category,
-            "rank_plot": plot, "quality": quality, "ceiling": ceiling, "robustness": robust, "budget": budget_tab,
-            "summary": summary, "notes": notes}
+    return budget_tab
 
 
 def _lo_hi(ci) -> tuple[float, float]:

@@ -1,7 +1,7 @@
 """How much fine-tuning does it take before benchmarks agree? Agreement along the validation curves.
 
 Stage 02 records, for every (model, benchmark, learning rate), the validation value the recipe
-chooses on after each epoch (:func:`lib.pipeline.jobs.curves_frame`): the benchmark's score when it
+chooses on after each epoch (:func:`lib.layout.curves_frame`): the benchmark's score when it
 selects on the metric, the validation loss when it selects on the loss as the paper did (then lower
 loss ranks higher). **Only validation values exist per epoch**: the test split is scored once, at
 the checkpoint chosen on validation. So the curves rank models by that validation value:
@@ -20,31 +20,13 @@ agreement is notebook 05's question).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from ..util import note_read
 from . import uncertainty
 
 BEST = "best so far"
 COLUMNS = ["curve", "epoch", "n_models", "n_pairs", "mean_tau", "lo", "hi"]
-
-
-def read_curves(work: str | Path, models: list[str], benchmarks: list[str]) -> pd.DataFrame:
-    """Validation curves of the train-before-test units under ``work`` (empty frame when none)."""
-    from ..store import TBT
-
-    if not (Path(work) / TBT).is_dir():                  # published results: no fine-tuning here
-        return pd.DataFrame(columns=["model", "benchmark", "lr", "epoch", "val_score"])
-    from ..pipeline import finetune, jobs
-
-    for m in models:                       # the unit records, not the (large) adapters beside them
-        for b in benchmarks:
-            for unit in sorted(jobs.benchmark_dir(work, m, b).glob(f"lr=*/{finetune.UNIT_FILE}")):
-                note_read(unit)
-    return jobs.curves_frame(work, models, benchmarks)
 
 
 def curve_matrices(curves: pd.DataFrame, benchmarks: list[str]) -> dict[tuple[str, int], pd.DataFrame]:

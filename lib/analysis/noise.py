@@ -59,8 +59,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import store
-from ..util import note_read, read_json
+from .. import layout, store
+from ..util import note_read
 from . import uncertainty
 
 HALVINGS = 100               # random halvings averaged
@@ -88,41 +88,20 @@ class Measurements:
         return int(self.items[benchmark].shape[1]) if benchmark in self.items else None
 
 
-class ItemFileError(ValueError):
-    """A per-item results file is malformed; the message names it."""
-
-
-def read_items_file(path: Path) -> dict:
-    """One per-item results file (:func:`lib.pipeline.evaluate.write_items`), checked: the keys,
-    as many values as doc ids, unique ids, values in [0, 1] or null."""
-    data = read_json(path)                               # a file that does not parse: CorruptFile names it
-    for key in ("model", "benchmark", "doc_ids", "correct"):
-        if not isinstance(data, dict) or key not in data:
-            raise ItemFileError(f"{path}: missing key {key!r}")
-    ids, correct = data["doc_ids"], data["correct"]
-    if len(ids) != len(correct) or len(set(map(str, ids))) != len(ids):
-        raise ItemFileError(f"{path}: {len(ids)} doc_ids (unique: {len(set(map(str, ids)))}) for "
-                            f"{len(correct)} values")
-    bad = [v for v in correct if v is not None and not (isinstance(v, (int, float)) and 0 <= v <= 1)]
-    if bad:
-        raise ItemFileError(f"{path}: values outside [0, 1], e.g. {bad[0]!r}")
-    return data
-
-
-def _read_items(folder: Path, models: list[str]) -> np.ndarray | None:
+def _read_items(work, protocol: str, benchmark: str, models: list[str]) -> np.ndarray | None:
     """models x items correctness on the doc ids every model has; None unless every model has a file."""
     per = {}
     for m in models:
-        path = folder / f"{store.slug(m)}.json"
+        path = layout.items_path(work, protocol, benchmark, m)
         if not path.exists():
             return None
-        data = read_items_file(path)
+        data = layout.read_items(path)
         per[m] = dict(zip(data["doc_ids"], data["correct"]))
     common = set.intersection(*(set(v) for v in per.values())) if per else set()
     ids = sorted(common, key=str)
     if not ids:
         return None
-    return np.array([[np.nan if per[m][i] is None else float(per[m][i]) for i in ids] for m in models])
+    return np.array([[float(per[m][i]) for i in ids] for m in models])
 
 
 def load_measurements(df: pd.DataFrame, protocol: str, benchmarks: list[str], work: str | Path | None = None,
@@ -141,15 +120,14 @@ def load_measurements(df: pd.DataFrame, protocol: str, benchmarks: list[str], wo
         scores, ses = scores.reindex(models), ses.reindex(models)
     scores.columns.name = ses.columns.name = None
     ses = ses.astype(float)
-    items_root = Path(work) / "items" / store.slug(protocol) if work is not None else None
-    if items_root is not None:
-        note_read(items_root)
+    if work is not None:
+        note_read(layout.items_dir(work, protocol))
     source, items = {}, {}
     for b in benchmarks:
         scored = list(scores.index[scores[b].notna()])
         mat = None
-        if items_root is not None and (items_root / store.slug(b)).is_dir() and scored:
-            mat = _read_items(items_root / store.slug(b), scored)
+        if work is not None and layout.items_dir(work, protocol, b).is_dir() and scored:
+            mat = _read_items(work, protocol, b, scored)
         if mat is not None:
             full = np.full((len(scores), mat.shape[1]), np.nan)
             full[[scores.index.get_loc(m) for m in scored]] = mat
@@ -207,14 +185,6 @@ def spearman_brown(rho_half):
     r = np.asarray(rho_half, float)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(r > 0, 2 * r / (1 + r), np.where(np.isfinite(r), 0.0, np.nan))
-
-
-def _from_half_taus(taus: np.ndarray) -> dict[str, float]:
-    used = int(np.isfinite(taus).sum())
-    tau_half = float(np.nanmean(taus)) if used else float("nan")
-    rel = float(spearman_brown(tau_to_rho(tau_half)))
-    return {"tau_half": tau_half, "reliability": rel, "tau_reliability": float(rho_to_tau(rel)),
-            "halvings_used": used}
 
 
 def split_half(meas: Measurements, benchmark: str, halvings: int = HALVINGS, seed: int = 0,

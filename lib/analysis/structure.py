@@ -148,38 +148,25 @@ def pca_report(df: pd.DataFrame, store_root=None, min_models: int = 3, max_compo
     dirs = store.directions(df)
     matrices = {p: store.orient(store.matrix(df, p).reindex(columns=downstream), dirs) for p in protocols}
     models = metadata.models_frame(sorted(df["model"].unique()), store_root)
+    notes: list[str] = []
+
+    # PCA of each protocol's model x benchmark matrix, and its bootstrap over models
     fits = {p: pca(m, min_models) for p, m in matrices.items()}
-    notes = [f"{p}: too few complete models or benchmarks for PCA" for p, f in fits.items() if f is None]
-    notes += [f"{p}: dropped incomplete models {f.dropped_models}" for p, f in fits.items() if f and f.dropped_models]
-    notes += [f"{p}: dropped constant benchmarks {f.dropped_benchmarks}"
-              for p, f in fits.items() if f and f.dropped_benchmarks]
+    notes += _fit_notes(fits)
     explained = pd.DataFrame({p: f.explained.iloc[:max_components] for p, f in fits.items() if f})
     boot = bootstrap_pca(matrices, models, n_boot, seed, level, min_models)
-    family = pd.concat([by_group(m, models.loc[m.index, "family"], min_models).assign(protocol=p)
-                        for p, m in matrices.items()], ignore_index=True)
-    family["lo"] = [boot["family_pc1_ci"][r.protocol].get(r.group, [np.nan] * 2)[0] for r in family.itertuples()]
-    family["hi"] = [boot["family_pc1_ci"][r.protocol].get(r.group, [np.nan] * 2)[1] for r in family.itertuples()]
-    small = sorted(family.loc[family["pc1"].isna(), "group"].unique())
-    if small:
-        notes.append(f"families too small for PCA (NaN): {small}")
-    scores = pd.DataFrame({p: f.scores["PC1"] for p, f in fits.items() if f})
-    instruct = models.loc[scores.index, "instruct"]
-    frames = {p: pd.DataFrame({"flops_1e21": models.loc[scores.index, "flops_1e21"], "pc1": scores[p],
-                               "type": np.where(instruct, "instruct", "base")}).dropna() for p in scores}
-    compute = pd.DataFrame([{"protocol": p, "models": grp,
-                             **pc1_vs_compute(scores[p] if grp == "all" else scores[p][~instruct],
-                                              models["flops_1e21"], min_models)}
-                            for p in scores for grp in ("all", "base")])
-    if len(compute):
-        compute["r_lo"] = [boot["pc1_vs_log_compute_r_ci"][r.protocol][r.models][0] for r in compute.itertuples()]
-        compute["r_hi"] = [boot["pc1_vs_log_compute_r_ci"][r.protocol][r.models][1] for r in compute.itertuples()]
-    if not any(len(f) for f in frames.values()):
-        notes.append("no model with known pre-training compute: PC1 vs compute skipped")
-    complete = robustness.complete_models(df, tuple(protocols))
-    subsets, sub_notes = robustness.model_subsets(models, complete, min_models)
+
+    # within each model family, and against pre-training compute
+    family = _families(matrices, models, boot, min_models, notes)
+    scores, frames, compute = _compute_section(fits, models, boot, min_models, notes)
+
+    # robustness: the gain in PC1 share on subsets of models
+    subsets, sub_notes = robustness.model_subsets(models, robustness.complete_models(df, tuple(protocols)),
+                                                  min_models)
     notes += sub_notes
     robust = robustness.pc1_gain(matrices, subsets, n_boot, seed, level, min_models, tuple(protocols)) \
         if len(protocols) == 2 else pd.DataFrame()
+
     summary = {
         "n_benchmarks": len(downstream), "min_models": min_models,
         "n_models": {p: (f.n_models if f else 0) for p, f in fits.items()},
@@ -200,6 +187,48 @@ def pca_report(df: pd.DataFrame, store_root=None, min_models: int = 3, max_compo
     summary["robustness"] = robustness.summary(robust) if len(robust) else {}
     return {"fits": fits, "explained": explained, "family": family, "scores": scores, "frames": frames,
             "compute": compute, "robustness": robust, "notes": notes, "summary": summary}
+
+
+def _fit_notes(fits: dict[str, PCAResult | None]) -> list[str]:
+    """Why a protocol has no PCA, and which models and benchmarks each fit left out."""
+    notes = [f"{p}: too few complete models or benchmarks for PCA" for p, f in fits.items() if f is None]
+    notes += [f"{p}: dropped incomplete models {f.dropped_models}" for p, f in fits.items() if f and f.dropped_models]
+    notes += [f"{p}: dropped constant benchmarks {f.dropped_benchmarks}"
+              for p, f in fits.items() if f and f.dropped_benchmarks]
+    return notes
+
+
+def _families(matrices: dict[str, pd.DataFrame], models: pd.DataFrame, boot: dict, min_models: int,
+              notes: list[str]) -> pd.DataFrame:
+    """PC1 share within each model family per protocol (:func:`by_group`), with its interval."""
+    family = pd.concat([by_group(m, models.loc[m.index, "family"], min_models).assign(protocol=p)
+                        for p, m in matrices.items()], ignore_index=True)
+    family["lo"] = [boot["family_pc1_ci"][r.protocol].get(r.group, [np.nan] * 2)[0] for r in family.itertuples()]
+    family["hi"] = [boot["family_pc1_ci"][r.protocol].get(r.group, [np.nan] * 2)[1] for r in family.itertuples()]
+    small = sorted(family.loc[family["pc1"].isna(), "group"].unique())
+    if small:
+        notes.append(f"families too small for PCA (NaN): {small}")
+    return family
+
+
+def _compute_section(fits: dict[str, PCAResult | None], models: pd.DataFrame, boot: dict, min_models: int,
+                     notes: list[str]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], pd.DataFrame]:
+    """PC1 scores per model, the scatter frames against pre-training compute, and the correlation of
+    PC1 with log compute for all and for base models, with its interval."""
+    scores = pd.DataFrame({p: f.scores["PC1"] for p, f in fits.items() if f})
+    instruct = models.loc[scores.index, "instruct"]
+    frames = {p: pd.DataFrame({"flops_1e21": models.loc[scores.index, "flops_1e21"], "pc1": scores[p],
+                               "type": np.where(instruct, "instruct", "base")}).dropna() for p in scores}
+    compute = pd.DataFrame([{"protocol": p, "models": grp,
+                             **pc1_vs_compute(scores[p] if grp == "all" else scores[p][~instruct],
+                                              models["flops_1e21"], min_models)}
+                            for p in scores for grp in ("all", "base")])
+    if len(compute):
+        compute["r_lo"] = [boot["pc1_vs_log_compute_r_ci"][r.protocol][r.models][0] for r in compute.itertuples()]
+        compute["r_hi"] = [boot["pc1_vs_log_compute_r_ci"][r.protocol][r.models][1] for r in compute.itertuples()]
+    if not any(len(f) for f in frames.values()):
+        notes.append("no model with known pre-training compute: PC1 vs compute skipped")
+    return scores, frames, compute
 
 
 def headline_table(summary: dict) -> pd.DataFrame:

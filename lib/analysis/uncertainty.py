@@ -20,6 +20,9 @@ statistic becomes a weighted sum over models and one matrix product computes it 
   the denominators when scores are missing; with none missing they need one product per column),
   in float32 (the sums are small integers, so exact). The mean tau over all pairs
   (:func:`mean_pair_tau`) needs no per-pair product at all when no score is missing.
+- **Spearman's rho and pairwise accuracy of a ranking against a target** (:func:`weighted_spearman`,
+  :func:`weighted_pair_accuracy`): the expanded sample's average ranks are count-weighted sums,
+  so rho needs no resampled copy of the data (BenchAlign's test models, notebook 07).
 - **PCA of standardised columns** (:func:`pca_draws`). Each draw's weighted correlation matrix
   (the population correlation of the expanded sample, as scikit-learn's ``StandardScaler`` + ``PCA``
   compute it), its largest eigenvalue (PC1 share = eigenvalue / number of non-constant columns)
@@ -202,10 +205,47 @@ def paired_tau(x: np.ndarray, y: np.ndarray, min_models: int = 3) -> np.ndarray:
     return tau
 
 
-def pairs_of(columns: Sequence[str], pairs: Sequence[tuple[str, str]]) -> list[tuple[int, int]]:
-    """Column-name pairs -> column-index pairs of ``columns``."""
-    pos = {c: k for k, c in enumerate(columns)}
-    return [(pos[a], pos[b]) for a, b in pairs]
+# --------------------------------------------------------------------------- a ranking against a target
+def weighted_ranks(x, weights: np.ndarray) -> np.ndarray:
+    """(draws x n) average ranks (1 = lowest; tied values share the mean of their ranks) of the n
+    values ``x`` in each draw's expanded sample: a model drawn ``w`` times is ``w`` tied entries.
+    With count weights the ranks are whole or half numbers, exactly as ``scipy.stats.rankdata``
+    gives them on the expanded sample."""
+    x = np.asarray(x, float)
+    w = np.asarray(weights, float)
+    below = (x[None, :] < x[:, None]).astype(float)           # [i, j]: x_j < x_i
+    tied = (x[None, :] == x[:, None]).astype(float)
+    return w @ below.T + (w @ tied.T + 1) / 2
+
+
+def weighted_spearman(x, y, weights: np.ndarray) -> np.ndarray:
+    """Spearman's rho of ``x`` against ``y`` (n values each) on every draw of (draws x n) count
+    ``weights``: the Pearson correlation of the expanded sample's average ranks; NaN where a side
+    is constant. Bit for bit what rho of the explicitly resampled values gives (every sum here is
+    a sum of whole or quarter numbers, so exact), without building the resamples."""
+    w = np.asarray(weights, float)
+    total = w.sum(axis=1, keepdims=True)
+    rx, ry = weighted_ranks(x, w), weighted_ranks(y, w)
+    rx = rx - (w * rx).sum(axis=1, keepdims=True) / total
+    ry = ry - (w * ry).sum(axis=1, keepdims=True) / total
+    den = np.sqrt((w * rx ** 2).sum(axis=1) * (w * ry ** 2).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (w * rx * ry).sum(axis=1) / den, np.nan)
+
+
+def weighted_pair_accuracy(x, y, weights: np.ndarray) -> np.ndarray:
+    """Share of the pairs ordered by ``y`` that ``x`` orders the same way (a tie in ``x`` counts
+    half), on every draw of (draws x n) count ``weights``: ``c^T H c / c^T P c`` with
+    ``P_ij = [y_i > y_j]`` and ``H_ij = P_ij ([x_i > x_j] + [x_i = x_j] / 2)``; NaN without an
+    ordered pair."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    c = np.asarray(weights, float)
+    P = (y[:, None] > y[None, :]).astype(np.float64)
+    H = P * ((x[:, None] > x[None, :]) + 0.5 * (x[:, None] == x[None, :]))
+    num = ((c @ H) * c).sum(1)
+    den = ((c @ P) * c).sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, np.nan)
 
 
 # --------------------------------------------------------------------------- PCA

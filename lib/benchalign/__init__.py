@@ -7,7 +7,10 @@ ranking; trained on small (source) models, tested on unseen larger ones (noteboo
                  blockwise O(K M + K^2) gradient, metrics, the early-stopped Adam fit
     baselines    no alignment, random weights, best single benchmark, MetaBench-like IRT subset,
                  tinyBenchmarks-like anchor points
-    experiments  size splits, method comparison with seeds and bootstrap, ablation, data needs,
-                 the cross-paper experiment, summary pieces
+    methods      size splits, the registry of methods and the cross-validated protocol they share,
+                 the test metrics
+    studies      method comparison with seeds and bootstrap intervals (lib.analysis.uncertainty),
+                 ablation, data needs, the cross-paper experiment
+    experiments  notebook 07 in one call: its summary, tables and numbers
     figures      the notebook's figures
 """

@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from .. import paths
-from ..util import did_you_mean, note_read, read_json
+from .. import layout, paths
+from ..util import did_you_mean, note_read
 
 OLL_DIR = "oll-v2-items"
 DUPLICATES = ("first", "mean", "error")
@@ -127,12 +126,6 @@ class ItemData:
         sel = np.asarray(mask_or_index)
         return ItemData(self.X[:, sel], list(self.models), self.item_benchmark[sel], self.item_id[sel],
                         self.target, self.size_b, dict(self.info))
-
-    def benchmark_means(self) -> pd.DataFrame:
-        """Model x benchmark mean correctness."""
-        return pd.DataFrame({b: self.X[:, self.item_benchmark == b].mean(axis=1) for b in self.benchmarks},
-                            index=pd.Index(self.models, name="model"))
-
 
 # --------------------------------------------------------------------------- validation
 def check_matrix(X: np.ndarray, where: str, models: Sequence[str], binary: bool) -> np.ndarray:
@@ -256,23 +249,6 @@ def load_oll(features: Sequence[str], target: str | None = None, data: str | Pat
 
 
 # --------------------------------------------------------------------------- our pipeline
-def read_items_file(path: str | Path) -> dict:
-    """One per-item correctness file of the pipeline, validated (doc ids unique, values in [0, 1])."""
-    path = Path(path)
-    data = read_json(path)
-    for key in ("model", "benchmark", "doc_ids", "correct"):
-        if key not in data:
-            raise ItemDataError(f"{path}: missing key {key!r}")
-    ids, correct = data["doc_ids"], data["correct"]
-    if len(ids) != len(correct):
-        raise ItemDataError(f"{path}: {len(ids)} doc_ids but {len(correct)} correctness values")
-    if len(set(ids)) != len(ids):
-        raise ItemDataError(f"{path}: duplicated doc_ids")
-    vals = np.array([np.nan if v is None else v for v in correct], dtype=np.float64)[None, :]
-    check_matrix(vals, str(path), [data["model"]], binary=False)
-    return data
-
-
 def load_pipeline(store: str | Path, work: str | Path, benchmarks: Sequence[str] = (),
                   protocol: str = "direct_eval", target_protocol: str = "train_before_test") -> ItemData:
     """Features from the per-item files of ``protocol``; target = mean ``target_protocol`` score.
@@ -284,7 +260,7 @@ def load_pipeline(store: str | Path, work: str | Path, benchmarks: Sequence[str]
     from .. import metadata
     from ..store import load, orient
 
-    root = Path(work) / "items" / protocol
+    root = layout.items_dir(work, protocol)
     note_read(root)
     if not root.is_dir():
         raise ItemDataError(f"no per-item correctness under {root} (run direct evaluation first: "
@@ -296,8 +272,8 @@ def load_pipeline(store: str | Path, work: str | Path, benchmarks: Sequence[str]
             raise ItemDataError(f"no per-item files for benchmark {b!r} under {root}{did_you_mean(b, present)}")
     per: dict[str, dict[str, dict[int, float]]] = {}
     for b in benchmarks:
-        for f in sorted((root / b).glob("*.json")):
-            d = read_items_file(f)
+        for f in sorted(layout.items_dir(work, protocol, b).glob("*.json")):
+            d = layout.read_items(f)
             per.setdefault(b, {})[d["model"]] = dict(zip(map(int, d["doc_ids"]), map(float, d["correct"])))
     df = load(store)
     tbt = df[(df["protocol"] == target_protocol) & df["benchmark"].isin(benchmarks)]

@@ -30,12 +30,12 @@ Exact full-batch loss without the K^2 x M pair differences. With ``s = X w~`` ev
 below is a function of the K x K matrix of score differences ``s_i - s_j``; its gradient with
 respect to ``w~`` is ``X^T c`` for the K-vector ``c = dL/ds``. For the linear RankNet
 ``L = Σ_{y_i > y_j} log(1 + exp(-(s_i - s_j)))``, ``c_i = Σ_j A_ji - Σ_j A_ij`` with
-``A_ij = [y_i > y_j] σ(-(s_i - s_j))`` (:func:`ranknet_loss_grad`). One step costs O(K M + K^2)
-time; :meth:`Pairs.pairwise` computes the loss and ``c`` in blocks of rows, in descending target order
-(model i is preferred only to models after it, so half the pairs are visited), so the memory is
-O(K M + block K C) for C fits at once: neither a K x K matrix nor a K^2 x M tensor is formed. Losses are averaged over
-the preferred pairs (a constant factor that makes learning rates comparable across numbers of
-models).
+``A_ij = [y_i > y_j] σ(-(s_i - s_j))`` (tests/test_benchalign_rank.py checks this closed form against
+autograd). One step costs O(K M + K^2) time; :meth:`Pairs.pairwise` computes the loss and ``c`` in
+blocks of rows, in descending target order (model i is preferred only to models after it, so half
+the pairs are visited), so the memory is O(K M + block K C) for C fits at once: neither a K x K
+matrix nor a K^2 x M tensor is formed. Losses are averaged over the preferred pairs (a constant
+factor that makes learning rates comparable across numbers of models).
 
 Many fits at once. :func:`descend` trains C weight vectors side by side (a C x M parameter, one
 *column* per fit, each with its own training rows, validation rows, items and start): the losses of
@@ -88,49 +88,6 @@ def normalise(w, floor: float = FLOOR):
     total = w.sum(-1, keepdims=True)
     l1 = np.maximum(np.abs(w).sum(-1, keepdims=True), _EPS)
     return w / np.sqrt((total ** 2 + (floor * l1) ** 2) / (1.0 + floor ** 2))
-
-
-def scores(X, w, floor: float = FLOOR) -> np.ndarray:
-    """Weighted accuracy ``X w~`` of every model (numpy)."""
-    return np.asarray(X, dtype=np.float64) @ normalise(w, floor)
-
-
-def preferences(y) -> np.ndarray:
-    """``P[i, j] = 1`` where the target strictly prefers model i to model j (ties give no pair)."""
-    y = np.asarray(y, dtype=np.float64)
-    if not np.isfinite(y).all():
-        raise RankError("target scores contain NaN or infinite values")
-    return (y[:, None] > y[None, :]).astype(np.float64)
-
-
-# --------------------------------------------------------------------------- RankNet, closed form
-def ranknet_loss_grad(X, w, y, floor: float = FLOOR) -> tuple[float, np.ndarray]:
-    """Mean linear-RankNet loss over preferred pairs and its exact gradient w.r.t. ``w`` (numpy).
-
-    Never forms the K^2 x M pair differences: ``dL/dw~ = X^T c`` (module doc), then the chain rule
-    through :func:`normalise`: ``dd/dw_j = (Σw + floor^2 Σ|w| sign(w_j)) / ((1 + floor^2) d)``.
-    """
-    X = np.asarray(X, dtype=np.float64)
-    w = np.asarray(w, dtype=np.float64)
-    P = preferences(y)
-    n_pairs = P.sum()
-    if n_pairs == 0:
-        raise RankError("the target ranks no pair of models (all target scores equal)")
-    wn = normalise(w, floor)
-    s = X @ wn
-    D = s[:, None] - s[None, :]
-    loss = (P * np.logaddexp(0.0, -D)).sum() / n_pairs
-    A = P * _sigmoid(-D)
-    c = (A.sum(axis=0) - A.sum(axis=1)) / n_pairs
-    g = X.T @ c                                  # dL/dw~
-    total, l1 = w.sum(), max(np.abs(w).sum(), _EPS)
-    d = np.sqrt((total ** 2 + (floor * l1) ** 2) / (1.0 + floor ** 2))
-    dd = (total + floor ** 2 * l1 * np.sign(w)) / ((1.0 + floor ** 2) * d)
-    return float(loss), g / d - (g @ w) / d**2 * dd
-
-
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return np.exp(-np.logaddexp(0.0, -z))
 
 
 # --------------------------------------------------------------------------- losses of many columns
@@ -311,19 +268,6 @@ def batch_loss(S: torch.Tensor, pairs: Pairs, loss: str) -> torch.Tensor:
     return torch.where(n_pairs > 0, (((z(s) - z(y)) ** 2) * mf).sum(1) / n[:, 0], nan)
 
 
-def pair_loss(s: torch.Tensor, target: Target, loss: str) -> torch.Tensor:
-    """The ranking loss of one score vector ``s`` over all its models (see :func:`batch_loss`)."""
-    return batch_loss(s[:, None], Pairs(target, torch.ones(len(s), 1, dtype=torch.bool), s.dtype), loss)[0]
-
-def loss_and_grad(X, w, y, loss: str = "ranknet", floor: float = FLOOR) -> tuple[float, np.ndarray]:
-    """Loss and gradient w.r.t. ``w`` exactly as the fits compute them (torch autograd on s)."""
-    Xt = torch.as_tensor(np.asarray(X), dtype=torch.float64)
-    wt = torch.tensor(np.asarray(w, dtype=np.float64), requires_grad=True)
-    value = pair_loss(Xt @ normalise(wt, floor), Target(y), loss)
-    value.backward()
-    return float(value.detach()), wt.grad.numpy().copy()
-
-
 # --------------------------------------------------------------------------- metrics
 def pair_accuracy(s, y) -> float:
     """Share of strictly ordered target pairs that the scores order the same way (score ties: 1/2)."""
@@ -482,93 +426,140 @@ def fit_many(X, y, tasks: Sequence[Task], *, folds: int = 5, loss: str = "rankne
     """
     X = np.asarray(X)
     y = np.asarray(y, dtype=np.float64)
-    K, M = X.shape
-    if loss not in LOSSES:
-        raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
-    if len(y) != K:
-        raise RankError(f"{K} models but {len(y)} target scores")
-    if not np.isfinite(X).all():
-        raise RankError("features contain NaN or infinite values")
+    _check_data(X, y, loss)
     if not tasks:
         return []
-    plans = []                     # per task: its fold columns and its refit column
-    columns: dict[bytes, int] = {}  # identical columns (e.g. the refit of several seeds) run once
-    cols_train, cols_val, cols_items, cols_init = [], [], [], []
+    columns = _Columns(*X.shape)             # every fold's fit and every refit: one column of one run
+    plans = [_plan(t, y, columns, folds) for t in tasks]
+    train, val, items, init = columns.arrays()
+    run = descend(X, y, train, val, item_mask=items, init=init, loss=loss, lr=lr, floor=floor,
+                  eval_every=eval_every, dtype=dtype)
+    steps_run = _follow(run, plans, max_steps, patience)
+    return [p.fit(loss, steps_run) for p in plans]
 
-    def column(tr, va, items, init) -> int:
-        key = b"".join(a.tobytes() for a in (tr, va, items, init))
-        if key not in columns:
-            columns[key] = len(cols_train)
-            cols_train.append(tr), cols_val.append(va), cols_items.append(items), cols_init.append(init)
-        return columns[key]
 
-    for t in tasks:
-        rows = np.asarray(t.rows, dtype=int)
-        if len(np.unique(rows)) != len(rows):
-            raise RankError("a task lists a model twice")
-        if len(rows) < 2:
-            raise RankError(f"need at least 2 models to learn from, got {len(rows)}")
-        if not np.isfinite(y[rows]).all():
-            raise RankError("target scores contain NaN or infinite values")
-        if np.ptp(y[rows]) == 0:
-            raise RankError("the target ranks no pair of models (all target scores equal)")
-        items = np.zeros(M, dtype=bool)
-        items[np.arange(M) if t.items is None else np.asarray(t.items, dtype=int)] = True
-        init = np.zeros(M)
-        init[items] = 1.0 if t.init is None else np.asarray(t.init, dtype=np.float64)
-        if not np.isfinite(init).all() or np.abs(init).sum() == 0:
-            raise RankError("initial weights must be finite and not all 0")
-        if t.folds is not None:
-            fold = np.asarray(t.folds, dtype=int)
-            if fold.shape != rows.shape:
-                raise RankError(f"{len(fold)} fold ids for {len(rows)} models")
-            ids = sorted(set(fold.tolist()) - {-1})
-            fold = np.array([ids.index(f) if f >= 0 else -1 for f in fold], dtype=int)
-            k = len(ids) if all((fold == j).sum() >= 2 and (fold != j).sum() >= 2 for j in range(len(ids))) else 0
-        else:
-            k = min(folds, len(rows) // 2)
-            k = k if k >= 2 else 0
-            fold = kfold(y[rows], k, t.seed) if k else np.zeros(len(rows), dtype=int)
-        fold_cols = []
-        for j in range(k):
-            tr, va = np.zeros(K, dtype=bool), np.zeros(K, dtype=bool)
-            tr[rows[fold != j]], va[rows[fold == j]] = True, True
-            fold_cols.append(column(tr, va, items, init))
-        full = np.zeros(K, dtype=bool)
-        full[rows] = True
-        plans.append({"folds": fold_cols, "refit": column(full, np.zeros(K, dtype=bool), items, init), "k": k,
-                      "best": (np.inf, 0), "weights": None, "curve": [], "fold_val": [], "done": not k})
-    run = descend(X, y, np.array(cols_train).T, np.array(cols_val).T, item_mask=np.array(cols_items),
-                  init=np.array(cols_init), loss=loss, lr=lr, floor=floor, eval_every=eval_every, dtype=dtype)
+def _check_data(X: np.ndarray, y: np.ndarray, loss: str) -> None:
+    if loss not in LOSSES:
+        raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+    if len(y) != X.shape[0]:
+        raise RankError(f"{X.shape[0]} models but {len(y)} target scores")
+    if not np.isfinite(X).all():
+        raise RankError("features contain NaN or infinite values")
+
+
+class _Columns:
+    """The columns of one :func:`descend` run (training rows, validation rows, items, start);
+    identical columns (e.g. the refit of several seeds) run once."""
+
+    def __init__(self, K: int, M: int):
+        self.K, self.M = K, M
+        self.index: dict[bytes, int] = {}
+        self.train, self.val, self.items, self.init = [], [], [], []
+
+    def add(self, train: np.ndarray, val: np.ndarray, items: np.ndarray, init: np.ndarray) -> int:
+        key = b"".join(a.tobytes() for a in (train, val, items, init))
+        if key not in self.index:
+            self.index[key] = len(self.train)
+            self.train.append(train), self.val.append(val), self.items.append(items), self.init.append(init)
+        return self.index[key]
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """K x C training and validation masks, C x M item masks and starting weights."""
+        return np.array(self.train).T, np.array(self.val).T, np.array(self.items), np.array(self.init)
+
+
+@dataclass
+class _Plan:
+    """One task in the run: its fold columns, its refit column, and what the run has shown so far."""
+    task: Task
+    folds: list[int]                   # columns validated on one fold each
+    refit: int                         # the column trained on all the task's rows
+    k: int                             # folds (0: too few models to cross-validate)
+    best: tuple[float, int] = (np.inf, 0)   # lowest mean validation loss and its step
+    weights: np.ndarray | None = None  # the refit's weights at that step
+    curve: list = field(default_factory=list)
+    fold_val: list = field(default_factory=list)
+    done: bool = False
+
+    def fit(self, loss: str, steps_run: int) -> Fit:
+        note = "" if self.k else f"{len(self.task.rows)} models: too few to cross-validate, initial weights kept"
+        if self.k and not np.isfinite(self.best[0]):
+            note = "no validation fold ranks a pair of models: initial weights kept"
+        return Fit(weights=self.weights, loss=loss, step=self.best[1], steps_run=steps_run, folds=self.k,
+                   curve=np.array(self.curve).reshape(-1, 3),
+                   fold_val=np.array(self.fold_val).reshape(len(self.fold_val), self.k), note=note)
+
+
+def _plan(t: Task, y: np.ndarray, columns: _Columns, folds: int) -> _Plan:
+    """Check a task and add its fold columns and its refit column to the run."""
+    K, M = columns.K, columns.M
+    rows = np.asarray(t.rows, dtype=int)
+    if len(np.unique(rows)) != len(rows):
+        raise RankError("a task lists a model twice")
+    if len(rows) < 2:
+        raise RankError(f"need at least 2 models to learn from, got {len(rows)}")
+    if not np.isfinite(y[rows]).all():
+        raise RankError("target scores contain NaN or infinite values")
+    if np.ptp(y[rows]) == 0:
+        raise RankError("the target ranks no pair of models (all target scores equal)")
+    items = np.zeros(M, dtype=bool)
+    items[np.arange(M) if t.items is None else np.asarray(t.items, dtype=int)] = True
+    init = np.zeros(M)
+    init[items] = 1.0 if t.init is None else np.asarray(t.init, dtype=np.float64)
+    if not np.isfinite(init).all() or np.abs(init).sum() == 0:
+        raise RankError("initial weights must be finite and not all 0")
+    fold, k = _task_folds(t, rows, y, folds)
+    fold_cols = []
+    for j in range(k):
+        tr, va = np.zeros(K, dtype=bool), np.zeros(K, dtype=bool)
+        tr[rows[fold != j]], va[rows[fold == j]] = True, True
+        fold_cols.append(columns.add(tr, va, items, init))
+    full = np.zeros(K, dtype=bool)
+    full[rows] = True
+    return _Plan(t, fold_cols, columns.add(full, np.zeros(K, dtype=bool), items, init), k, done=not k)
+
+
+def _task_folds(t: Task, rows: np.ndarray, y: np.ndarray, folds: int) -> tuple[np.ndarray, int]:
+    """(fold id per row, number of folds): the task's own folds (renumbered; 0 folds unless each
+    has at least 2 models on either side) or ``min(folds, n // 2)`` stratified ones (:func:`kfold`)."""
+    if t.folds is not None:
+        fold = np.asarray(t.folds, dtype=int)
+        if fold.shape != rows.shape:
+            raise RankError(f"{len(fold)} fold ids for {len(rows)} models")
+        ids = sorted(set(fold.tolist()) - {-1})
+        fold = np.array([ids.index(f) if f >= 0 else -1 for f in fold], dtype=int)
+        k = len(ids) if all((fold == j).sum() >= 2 and (fold != j).sum() >= 2 for j in range(len(ids))) else 0
+        return fold, k
+    k = min(folds, len(rows) // 2)
+    k = k if k >= 2 else 0
+    return (kfold(y[rows], k, t.seed) if k else np.zeros(len(rows), dtype=int)), k
+
+
+def _follow(run: Iterator[Checkpoint], plans: list[_Plan], max_steps: int, patience: int) -> int:
+    """Follow the run's checkpoints: each plan keeps the refit's weights at its lowest mean
+    validation loss and stops ``patience`` steps after it; the run stops when every plan has (or at
+    ``max_steps``). Returns the steps run."""
     step = 0
     for cp in run:
         step = cp.step
         for p in plans:
-            if p["weights"] is None:                                      # step 0: the initial weights
-                p["weights"] = cp.weights(p["refit"])
-            if p["done"]:
+            if p.weights is None:                                        # step 0: the initial weights
+                p.weights = cp.weights(p.refit)
+            if p.done:
                 continue
-            fv = cp.val[p["folds"]]
+            fv = cp.val[p.folds]
             mean_val = float(np.nanmean(fv)) if np.isfinite(fv).any() else np.nan
-            p["curve"].append((cp.step, float(np.nanmean(cp.train[p["folds"]])), mean_val))
-            p["fold_val"].append(fv)
-            if np.isfinite(mean_val) and mean_val < p["best"][0] - 1e-7:
-                p["best"] = (mean_val, cp.step)
-                p["weights"] = cp.weights(p["refit"])
-            elif cp.step - p["best"][1] >= patience:
-                p["done"] = True
-        if step >= max_steps or all(p["done"] for p in plans):
+            p.curve.append((cp.step, float(np.nanmean(cp.train[p.folds])), mean_val))
+            p.fold_val.append(fv)
+            if np.isfinite(mean_val) and mean_val < p.best[0] - 1e-7:
+                p.best = (mean_val, cp.step)
+                p.weights = cp.weights(p.refit)
+            elif cp.step - p.best[1] >= patience:
+                p.done = True
+        if step >= max_steps or all(p.done for p in plans):
             break
     run.close()
-    out = []
-    for t, p in zip(tasks, plans):
-        note = "" if p["k"] else f"{len(t.rows)} models: too few to cross-validate, initial weights kept"
-        if p["k"] and not np.isfinite(p["best"][0]):
-            note = "no validation fold ranks a pair of models: initial weights kept"
-        out.append(Fit(weights=p["weights"], loss=loss, step=p["best"][1], steps_run=step, folds=p["k"],
-                       curve=np.array(p["curve"]).reshape(-1, 3), fold_val=np.array(p["fold_val"]).reshape(
-                           len(p["fold_val"]), p["k"]), note=note))
-    return out
+    return step
 
 
 def fit(X, y, *, seed: int = 0, items=None, init=None, **kwargs) -> Fit:

@@ -55,7 +55,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import paths, store
+from .. import layout, paths, store
 from ..pipeline import tiny, training
 from ..util import atomic_dir, atomic_write_json, current, did_you_mean, read_json, sha256_bytes
 from . import world as mw
@@ -467,11 +467,11 @@ def model_meta(builds: dict[str, dict]) -> dict[str, dict]:
 
 
 def world_dir(profile: str) -> Path:
-    return paths.work_dir(profile) / "world"
+    return layout.world_dir(paths.work_dir(profile))
 
 
 def models_dir(profile: str) -> Path:
-    return paths.work_dir(profile) / "models"
+    return layout.models_dir(paths.work_dir(profile))
 
 
 ZOO_OPTIONS = ["doses", "families", "sizes", "prepared_sizes", "sham_size", "answers", "answers_dose", "twin_kinds",
@@ -503,5 +503,5 @@ def prepare(profile: str, seed: int = 0, workers: int | None = None, **options) 
     store.write_meta(root, "benchmarks", mw.benchmark_meta())
     summary = {"world_key": manifest["key"], "task_dir": manifest["task_dir"], "models": list(builds),
                "seconds": time.time() - t0}
-    atomic_write_json(paths.work_dir(profile) / "zoo.json", summary)
+    atomic_write_json(layout.zoo_summary_path(paths.work_dir(profile)), summary)
     return summary

@@ -1,19 +1,24 @@
 """The train-before-test pipeline: task selection, fine-tuning, evaluation, perplexity, job grid.
 
-    tasks       lm-eval registry (built-ins + include_path folders), selection, split rule and plans
+    tasks       lm-eval registry (built-ins + include_path folders), selection, split rule and plans,
+                one document rendered as lm-eval scores it
     evaluate    model loading/resolution, lm-eval scoring of a preloaded model, per-item files
-    finetune    the recipe (the paper's choices, named), training examples rendered by lm-eval,
-                one learning-rate unit
+    finetune    the recipe (the paper's choices, named), tokenised training examples, one
+                learning-rate unit
     training    the two training loops (pre-training, LoRA epochs with micro-batches, checkpointing
                 and out-of-memory back-off), their optimiser step, the validation loss
     perplexity  local text corpora as loglikelihood_rolling tasks; bits-per-byte tables
-    jobs        the (model, benchmark, lr) grid: resumable units, local or submitit launcher, every
-                outcome collected, progress
+    protocols   the paper's two protocols for one (model, benchmark), read top to bottom
+    spec        what one job runs (JobSpec): what determines a result, its provenance
+    jobs        the (model, benchmark, lr) grid: resumable units, locks, local or submitit launcher,
+                every outcome collected, progress
+    reports     the tables and summaries of notebooks 02 and 03
     locks       one lock file per unit, so two jobs never work on (or delete) the same unit
     cluster     memory / time estimates, hub access and downloads (`make models`), published comparison
     tiny        tiny causal LMs built offline: tokenizer and model primitives
-    localtasks  writes local lm-eval task YAML + JSONL (ground floor)
+    localtasks  writes local lm-eval task YAML + JSONL
     device      torch device and CPU thread count
+    figures     the figures of notebooks 01-03
 
 Heavy imports (torch, transformers, peft, lm_eval) happen inside functions, so importing a
 module here is cheap.

@@ -85,30 +85,31 @@ def estimate(specs, selection: dict, gpu_memory_gb: float = 80.0, tflops: float 
     tasks = selection.get("tasks") or {}
     for spec in specs:
         shape = model_shape(spec.source)
-        recipe = spec.recipe or {}
+        recipe = spec.recipe                      # None for direct evaluation
         n = shape["n_params"]
         flops = 0.0
         for bench in spec.benchmarks:
             t = tasks.get(bench, {})
-            tok = min(recipe.get("max_length", 1024), t.get("chars_per_example", 400) / CHARS_PER_TOKEN + 2)
+            max_length = recipe.max_length if recipe is not None else 1024
+            tok = min(max_length, t.get("chars_per_example", 400) / CHARS_PER_TOKEN + 2)
             n_test = t.get("plan_test") or 0
             choices = 4 if t.get("kind") == "multiple_choice" else 1
             flops += 2 * n * tok * n_test * choices
-            if recipe:
-                n_lrs, epochs = len(recipe["lrs"]), recipe["epochs"]
-                flops += (6 if recipe.get("gradient_checkpointing") else 4) * n * tok * (t.get("plan_train") or 0) \
+            if recipe is not None:
+                n_lrs, epochs = len(recipe.lrs), recipe.epochs
+                flops += (6 if recipe.gradient_checkpointing else 4) * n * tok * (t.get("plan_train") or 0) \
                     * epochs * n_lrs
-                per_val = 1 if recipe.get("select_on") == "loss" else choices
+                per_val = 1 if recipe.select_on == "loss" else choices
                 flops += 2 * n * tok * (t.get("plan_validation") or 0) * per_val * epochs * n_lrs
         row = {"model": spec.model, "family": shape["family"], "params_b": n / 1e9,
                "weights_gb": n * BYTES[spec.dtype] / 1e9, "benchmarks": len(spec.benchmarks),
                "gpu_hours": flops / ((tflops or TFLOPS[spec.dtype]) * 1e12) / 3600}
-        if recipe:
-            micro = recipe.get("micro_batch_size") or recipe["batch_size"]
-            ckpt = bool(recipe.get("gradient_checkpointing"))
-            row["peak_gb"] = training_memory_gb(shape, spec.dtype, micro, recipe["max_length"], ckpt)
-            fits = [m for m in range(recipe["batch_size"], 0, -1)
-                    if training_memory_gb(shape, spec.dtype, m, recipe["max_length"], ckpt) <= gpu_memory_gb]
+        if recipe is not None:
+            micro = recipe.micro_batch_size or recipe.batch_size
+            ckpt = recipe.gradient_checkpointing
+            row["peak_gb"] = training_memory_gb(shape, spec.dtype, micro, recipe.max_length, ckpt)
+            fits = [m for m in range(recipe.batch_size, 0, -1)
+                    if training_memory_gb(shape, spec.dtype, m, recipe.max_length, ckpt) <= gpu_memory_gb]
             row["micro_batch_that_fits"] = fits[0] if fits else 0
         rows.append(row)
     return pd.DataFrame(rows)

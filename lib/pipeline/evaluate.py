@@ -2,7 +2,7 @@
 
 The model is loaded once and wrapped in lm-eval's ``HFLM`` as a preloaded object, so validation
 after every epoch and every learning rate reuses it (no reload). lm-eval's logged samples give the
-per-item correctness that BenchAlign reads: ``<work>/items/<protocol>/<benchmark>/<model>.json``.
+per-item correctness that BenchAlign reads (:func:`lib.layout.items_path`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import store
-from ..util import atomic_write_json, did_you_mean
+from .. import layout, store
+from ..util import did_you_mean
 from .tasks import TaskError, TaskInfo, docs, use_split
 
 log = logging.getLogger(__name__)
@@ -215,19 +215,6 @@ def evaluate(lm, task, info: TaskInfo, role: str, doc_ids: list[int], *, chat_te
                    extra={"doc_ids_are": "split indices" if n_docs == len(doc_ids) else "positions"})
 
 
-def items_path(work: str | Path, protocol: str, benchmark: str, model: str) -> Path:
-    return Path(work) / "items" / store.slug(protocol) / store.slug(benchmark) / f"{store.slug(model)}.json"
-
-
-def write_items(work: str | Path, protocol: str, benchmark: str, model: str, outcome: Outcome) -> Path | None:
-    """Per-item correctness for BenchAlign (nothing for perplexity corpora, which have no items)."""
-    if outcome.correct is None:
-        return None
-    return atomic_write_json(items_path(work, protocol, benchmark, model), {
-        "model": model, "benchmark": benchmark, "protocol": protocol, "metric": outcome.metric,
-        "doc_ids": outcome.doc_ids, "correct": outcome.correct})
-
-
 def versions() -> dict[str, str]:
     import lm_eval
     import peft
@@ -242,8 +229,11 @@ def versions() -> dict[str, str]:
 
 def record(store_root: str | Path, work: str | Path, protocol: str, info: TaskInfo, model: str,
            outcome: Outcome, provenance: dict) -> Path:
-    """Write per-item values, then the result (the result file is the unit's 'done' marker)."""
-    write_items(work, protocol, info.name, model, outcome)
+    """Write per-item values (none for perplexity corpora, which have no items), then the result
+    (the result file is the unit's 'done' marker)."""
+    if outcome.correct is not None:
+        layout.write_items(work, protocol, info.name, model, metric=outcome.metric, doc_ids=outcome.doc_ids,
+                           correct=outcome.correct)
     prov = {"filter": info.filter, "kind": info.kind, "n_test": outcome.n, "versions": versions(),
             "eval_seconds": outcome.seconds, **provenance}
     return store.write(store_root, store.Result(

@@ -1,14 +1,15 @@
 """Train-before-test fine-tuning: LoRA on a task's training split, as lm-eval renders it.
 
-A training example is the task's own prompt and target: the context comes from lm-eval's
-``fewshot_context`` (zero-shot, optionally through the model's chat template), the continuation is
-the gold request lm-eval itself would score (multiple choice: the gold choice's request from
-``construct_requests``; generative: ``target_delimiter + doc_to_target``; perplexity corpora: the
-text in model-length windows), tokenised with lm-eval's own ``_encode_pair`` so training and
-scoring see identical tokens. Which tokens carry the loss, whether an end-of-text token follows
-the answer, how a list of gold answers and the task's description are rendered and how an
-overlong example is cut are recipe fields (:class:`Recipe`; the paper's values are notebook 02's
-defaults: TRL's SFT trainer on ``prompt + " " + answer + EOS`` with the loss on every token).
+A training example is the task's own prompt and target, rendered by
+:func:`lib.pipeline.tasks.render`: the context comes from lm-eval's ``fewshot_context`` (zero-shot,
+optionally through the model's chat template), the continuation is the gold request lm-eval
+itself would score (multiple choice: the gold choice's request from ``construct_requests``;
+generative: ``target_delimiter + doc_to_target``; perplexity corpora: the text in model-length
+windows). This module tokenises it with lm-eval's own ``_encode_pair``, so training and scoring
+see identical tokens. Which tokens carry the loss, whether an end-of-text token follows the
+answer, how a list of gold answers and the task's description are rendered and how an overlong
+example is cut are recipe fields (:class:`Recipe`; the paper's values are notebook 02's defaults:
+TRL's SFT trainer on ``prompt + " " + answer + EOS`` with the loss on every token).
 
 One learning-rate *unit* trains ``epochs`` epochs, validates after each (the validation loss, as
 the paper's trainer chose its checkpoint, or the benchmark's own lm-eval metric), keeps the best
@@ -26,12 +27,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..util import atomic_dir, atomic_write_json, current, did_you_mean, read_json
-from .tasks import TaskInfo, docs
+from .. import layout
+from ..util import atomic_dir, atomic_write_json, did_you_mean
+from .tasks import TaskInfo, docs, render
 from .training import lora_epochs
-
-UNIT_FILE = "unit.json"
-
 
 CHOICES = {
     "loss_on": ("all", "target"),             # every token (the paper: TRL's default) or the answer only
@@ -111,11 +110,6 @@ class Recipe:
         return "val_loss" if self.select_on == "loss" else "val_score"
 
 
-def lr_name(lr: float) -> str:
-    """``2e-05`` -> ``lr=2e-05`` (the folder name of a learning-rate unit)."""
-    return f"lr={lr:g}"
-
-
 def lora_targets(model, modules: str = "default") -> list[str] | str | None:
     """The modules LoRA adapts: ``default``, peft's default for the model's architecture (what the
     paper used; for llama, qwen2 and gemma the query and value projections, gpt2 ``c_attn``, gpt_neox
@@ -130,58 +124,6 @@ def lora_targets(model, modules: str = "default") -> list[str] | str | None:
 
 # ---------------------------------------------------------------------------------------------
 # training examples
-
-
-def _gold_index(task, doc, choices: list[str]) -> int:
-    gold = task.doc_to_text(doc) if task.multiple_input else task.doc_to_target(doc)
-    if isinstance(gold, list):
-        gold = gold[0]
-    if isinstance(gold, str):
-        gold = choices.index(gold) if gold in choices else int(gold)
-    return int(gold)
-
-
-@contextmanager
-def _description(task, keep: bool):
-    """The task's description kept in the prompt or left out while training text is rendered."""
-    saved = task.config.description
-    if not keep:
-        task.config.description = ""
-    try:
-        yield
-    finally:
-        task.config.description = saved
-
-
-def render(task, info: TaskInfo, doc, lm, chat_template: bool = False, list_targets: str = "first",
-           task_description: bool = True) -> tuple[str, str]:
-    """(context, continuation) of one training document, as lm-eval renders it zero-shot.
-
-    ``task_description`` False leaves the task's description out of the context (the paper trained
-    on ``doc_to_text`` alone); ``list_targets`` renders a generative task's list of gold answers
-    (nq_open) as ``"join"`` (all, space-separated: the paper) or ``"first"``.
-    """
-    if info.kind == "loglikelihood_rolling":
-        return "", str(task.doc_to_target(doc))
-    chat = lm.apply_chat_template if chat_template else None
-    with _description(task, task_description):
-        ctx = task.fewshot_context(doc, num_fewshot=0, apply_chat_template=chat_template,
-                                   fewshot_as_multiturn=chat_template, chat_template=chat,
-                                   gen_prefix=task.doc_to_prefix(doc))
-    if info.kind == "multiple_choice":
-        requests = task.construct_requests(doc=doc, ctx=ctx, metadata=(info.name, 0, 1),
-                                           apply_chat_template=chat_template, chat_template=chat)
-        choices = task.doc_to_choice(doc)
-        context, continuation = requests[_gold_index(task, doc, choices)].args[:2]
-        return context, continuation
-    if info.kind == "loglikelihood":
-        return ctx, str(task.doc_to_target(doc))
-    target = task.doc_to_target(doc)
-    if isinstance(target, list):
-        target = " ".join(str(t) for t in target) if list_targets == "join" else target[0]
-    if isinstance(target, int) and task.config.doc_to_choice is not None:
-        target = task.doc_to_choice(doc)[target]
-    return ctx, f"{task.config.target_delimiter}{target}"
 
 
 def training_examples(task, info: TaskInfo, lm, recipe: Recipe, chat_template: bool = False,
@@ -238,7 +180,7 @@ class UnitResult:
     adapter: str | None = None
     n_train_examples: int = 0
     seconds: float = 0.0
-    config: dict = field(default_factory=dict)        # what produced it (see jobs.JobSpec.config)
+    config: dict = field(default_factory=dict)        # what produced it (see spec.JobSpec.config)
 
 
 def _better(a: float, b: float | None, higher_is_better: bool) -> bool:
@@ -312,25 +254,21 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
             epoch = point["epoch"]
             if _better(value, res.best_score, higher):
                 old = Path(res.adapter) if res.adapter else None
-                target = atomic_dir(unit_dir / f"epoch={epoch}", model.save_pretrained)
+                target = atomic_dir(layout.adapter_dir(unit_dir, epoch), model.save_pretrained)
                 if old is not None and old != target:
                     shutil.rmtree(old, ignore_errors=True)
                 res.best_epoch, res.best_score, res.adapter = epoch, value, str(target)
             if progress:
-                progress(f"{lr_name(lr)} epoch={epoch} {key}={value:.4f}")
+                progress(f"{layout.lr_name(lr)} epoch={epoch} {key}={value:.4f}")
     res.seconds = time.time() - t_unit
-    atomic_write_json(unit_dir / UNIT_FILE, asdict(res))
+    atomic_write_json(unit_dir / layout.UNIT_FILE, asdict(res))
     return res
 
 
 def read_unit(unit_dir: str | Path, config: dict | None = None) -> UnitResult | None:
     """A finished unit's record; None when it has not finished or (given ``config``) was made
     with another configuration (recipe, splits, model), so that it is redone."""
-    path = Path(unit_dir) / UNIT_FILE
-    if config is not None:
-        data = current(path, config, field="config")
-    else:
-        data = read_json(path) if path.exists() else None
+    data = layout.read_unit(unit_dir, config)
     if data is None:
         return None
     return UnitResult(**{k: v for k, v in data.items() if k in UnitResult.__dataclass_fields__})

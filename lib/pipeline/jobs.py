@@ -1,15 +1,9 @@
 """The job grid: every (protocol, model, benchmark, learning rate) unit, resumable, run locally or on Slurm.
 
-Units and where they live (``<work>`` = ``outputs/<profile>/work``)::
-
-    <work>/train_before_test/<model>/<benchmark>/lr=2e-05/unit.json   one learning rate: curve (done marker)
-    <work>/train_before_test/<model>/<benchmark>/lr=2e-05/epoch=3/    its best epoch's LoRA adapter
-    <work>/train_before_test/<model>/<benchmark>/selection.json       chosen (lr, epoch) and all curves
-    <store>/train_before_test/<benchmark>/<model>.json                 test score of the chosen adapter
-    <store>/direct_eval/<benchmark>/<model>.json                       zero-shot test score
-    <work>/items/<protocol>/<benchmark>/<model>.json                   per-item correctness
-    <work>/locks/<protocol>/<model>/<benchmark>.lock                   held while a job works on it
-    <work>/failed/<protocol>/<model>/<benchmark>.json                  why it failed, and the retry spec
+What one (model, benchmark) does is :mod:`lib.pipeline.protocols`; what a job runs and what
+determines its results, :class:`lib.pipeline.spec.JobSpec`; where the files go, :mod:`lib.layout`
+and :mod:`lib.store`. This module plans the grid, runs jobs under locks, collects failures and
+launches the jobs.
 
 Every file is written atomically and the last one of a unit marks it done, so finished units are
 skipped and a killed unit is redone from scratch (deterministically), never read half-written. A
@@ -31,24 +25,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import paths, store
+from .. import layout, paths, store
 from ..progress import Progress
-from ..store import DIRECT, PROTOCOLS, TBT
-from ..util import atomic_write_json, did_you_mean, jsonable
+from ..store import TBT
+from ..util import atomic_write_json, did_you_mean
 from . import evaluate as ev
 from . import finetune as ft
+from . import protocols
 from . import tasks as tk
 from .device import free_memory
 from .locks import UnitBusy, UnitLock
-from .training import mean_loss
+from .spec import JobSpec
 
 EXECUTORS = ("local", "slurm", "submitit_local")
 POLL_SECONDS = {"local": 2.0, "submitit_local": 2.0, "slurm": 30.0}   # how often job states are checked
@@ -58,81 +51,9 @@ class JobError(RuntimeError):
     """Jobs failed or could not run (the message lists every failed unit and how to retry it)."""
 
 
-@dataclass
-class JobSpec:
-    """Everything one job needs, as plain data (picklable for submitit, JSON for the CLI)."""
-    protocol: str                           # lib.store.DIRECT or lib.store.TBT
-    model: str                              # name in the store
-    source: str                             # local folder or hub id
-    benchmarks: list[str]
-    include_paths: list[str]
-    include_defaults: bool
-    store_root: str
-    work_root: str
-    recipe: dict = field(default_factory=dict)   # finetune.Recipe fields (train-before-test only)
-    splits: dict = field(default_factory=dict)   # tasks.SplitRule fields (from notebook 01)
-    chat_template: bool = False                  # apply the model's chat template (instruct models)
-    dtype: str = "float32"                       # weights and compute (the paper: float32)
-    add_bos_token: bool = True                   # lm-eval encodes contexts with special tokens (paper)
-    max_gen_toks: int = 256                      # generation cap (the paper's gen_kwargs; 0: the task's)
-    eval_batch_size: int = 8
-    bootstrap_iters: int = 1000
-    task_timeout: float = 300.0                  # seconds to load a dataset (notebook 01's task_timeout)
-
-    def __post_init__(self):
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"job protocol must be one of {list(PROTOCOLS)}, got {self.protocol!r}")
-
-    def config(self, lr: float | None = None) -> dict:
-        """What determines a result (recorded with it): a result or unit made with another
-        recipe, split rule, model source, precision or evaluation setting is not reused but redone."""
-        cfg = {"protocol": self.protocol, "source": self.source, "splits": self.splits,
-               "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
-               "max_gen_toks": self.max_gen_toks}
-        if self.protocol == TBT:
-            recipe = {k: v for k, v in self.recipe.items() if k != "lrs" and k not in ft.EXECUTION_FIELDS}
-            cfg["recipe"] = recipe if lr is None else {**recipe, "lr": lr}
-            if lr is None:
-                cfg["lrs"] = list(self.recipe["lrs"])
-        return jsonable(cfg)
-
-    def provenance(self, plan: tk.SplitPlan, **extra) -> dict:
-        """The provenance of a result of this job (the one place it is put together)."""
-        rule = tk.SplitRule.from_dict(self.splits)
-        return {"source": self.source, "seed": self.recipe.get("seed", 0), "split_seed": rule.seed,
-                "n_train": plan.sizes["train"], "n_val": plan.sizes["validation"], "n_test": plan.sizes["test"],
-                "test_split": plan.source["test"], "validation_carved_from_train": plan.carved,
-                "validation_in_test": plan.validation_in_test, "split_procedure": rule.procedure,
-                "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
-                "max_gen_toks": self.max_gen_toks, "caps": plan.caps, "config": self.config(), **extra}
-
-    def done(self, benchmark: str) -> bool:
-        path = store.path_for(self.store_root, self.protocol, benchmark, self.model)
-        return path.exists() and store.read(path).provenance.get("config") == self.config()
-
-    def pending(self) -> list[str]:
-        """Benchmarks without a result of this configuration in the store."""
-        return [b for b in self.benchmarks if not self.done(b)]
-
-    def lock(self, benchmark: str) -> UnitLock:
-        return UnitLock(Path(self.work_root) / "locks" / self.protocol / store.slug(self.model)
-                        / f"{store.slug(benchmark)}.lock")
-
-    def only(self, benchmark: str) -> JobSpec:
-        """This job restricted to one benchmark (what a retry runs)."""
-        return JobSpec(**{**asdict(self), "benchmarks": [benchmark]})
-
-
-def benchmark_dir(work: str | Path, model: str, benchmark: str) -> Path:
-    return Path(work) / TBT / store.slug(model) / store.slug(benchmark)
-
-
-def unit_dir(work: str | Path, model: str, benchmark: str, lr: float) -> Path:
-    return benchmark_dir(work, model, benchmark) / ft.lr_name(lr)
-
-
-def failure_path(work: str | Path, protocol: str, model: str, benchmark: str) -> Path:
-    return Path(work) / "failed" / protocol / store.slug(model) / f"{store.slug(benchmark)}.json"
+def unit_lock(spec: JobSpec, benchmark: str) -> UnitLock:
+    """The lock a job holds while it works on one of its benchmarks."""
+    return UnitLock(layout.lock_path(spec.work_root, spec.protocol, spec.model, benchmark))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +108,7 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
                                  include_paths=[str(p) for p in selection.get("include_paths") or []],
                                  include_defaults=bool(selection.get("include_defaults")),
                                  store_root=str(store_root), work_root=str(work_root),
-                                 recipe=recipe.to_dict() if protocol == TBT else {},
+                                 recipe=recipe if protocol == TBT else None,
                                  splits=rule.to_dict(), chat_template=bool(chat_template and instruct),
                                  dtype=dtype, add_bos_token=add_bos_token, max_gen_toks=max_gen_toks,
                                  eval_batch_size=eval_batch_size, bootstrap_iters=bootstrap_iters,
@@ -208,7 +129,7 @@ def run_job(spec: JobSpec | dict, progress=None) -> dict:
     the others. Returns ``{"model", "protocol", "scores": {benchmark: score}, "failed":
     {benchmark: reason}, "busy": {benchmark: who holds it}}``; every failure is also written to
     ``<work>/failed/`` with its traceback and a spec that retries it."""
-    spec = JobSpec(**spec) if isinstance(spec, dict) else spec
+    spec = JobSpec.from_dict(spec) if isinstance(spec, dict) else spec
     say = progress or _log
     report = {"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": {}, "busy": {}}
     pending = spec.pending()
@@ -223,10 +144,10 @@ def run_job(spec: JobSpec | dict, progress=None) -> dict:
         return report
     for bench in pending:
         try:
-            with spec.lock(bench):
+            with unit_lock(spec, bench):
                 if spec.done(bench):                      # finished by another job meanwhile
                     continue
-                score = run_benchmark(spec, manager, model, tokenizer, bench, say)
+                score = protocols.run(spec, manager, model, tokenizer, bench, say)
         except UnitBusy as busy:
             report["busy"][bench] = str(busy)
             say(f"{spec.model} / {bench}: skipped, running elsewhere ({busy})")
@@ -237,100 +158,22 @@ def run_job(spec: JobSpec | dict, progress=None) -> dict:
             free_memory()
             continue
         report["scores"][bench] = score
-        failure_path(spec.work_root, spec.protocol, spec.model, bench).unlink(missing_ok=True)
+        layout.failure_path(spec.work_root, spec.protocol, spec.model, bench).unlink(missing_ok=True)
         say(f"{spec.model} / {bench}: {score:.4f}")
     return report
 
 
 def _record_failure(spec: JobSpec, bench: str, exc: BaseException) -> str:
     reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-    atomic_write_json(failure_path(spec.work_root, spec.protocol, spec.model, bench), {
-        "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
-        "traceback": "".join(traceback.format_exception(exc)), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "spec": asdict(spec.only(bench))})
+    _write_failure(spec, bench, reason, "".join(traceback.format_exception(exc)))
     return reason
 
 
-def run_benchmark(spec: JobSpec, manager, model, tokenizer, bench: str, say=_log) -> float:
-    """One (model, benchmark) of a job: plan the splits, run the protocol, record the result."""
-    task, info = tk.inspect(manager, bench, spec.store_root, spec.task_timeout)
-    split_plan = tk.plan_splits(task, info, tk.SplitRule.from_dict(spec.splits))
-    tk.install_splits(task, split_plan)
-    protocol = train_before_test if spec.protocol == TBT else direct_eval
-    return protocol(spec, model, tokenizer, task, info, split_plan, say)
-
-
-def direct_eval(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, split_plan: tk.SplitPlan,
-                say=_log) -> float:
-    """Direct evaluation of one benchmark: the model as it is, zero-shot, on the planned test split."""
-    outcome = _score(spec, model, tokenizer, task, info, split_plan, "test")
-    ev.record(spec.store_root, spec.work_root, DIRECT, info, spec.model, outcome, spec.provenance(split_plan))
-    return outcome.score
-
-
-def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, split_plan: tk.SplitPlan,
-                      say=_log) -> float:
-    """Train-before-test of one benchmark, as the paper does it: train a LoRA adapter at each
-    learning rate (validating after every epoch), choose the (learning rate, epoch) that is best on
-    validation, score the test split once with that adapter, record the result."""
-    recipe = ft.Recipe(**spec.recipe)
-    lm = ev.make_lm(model, tokenizer, spec.eval_batch_size, add_bos_token=spec.add_bos_token)
-    examples = {}
-
-    def rendered(role: str):
-        if role not in examples:
-            examples[role] = ft.training_examples(task, info, lm, recipe, spec.chat_template, role=role)
-        return examples[role]
-
-    def validate(tuned) -> float:                 # the criterion of the recipe, on the validation split
-        if recipe.select_on == "loss":
-            return mean_loss(tuned, rendered("validation"), batch_size=spec.eval_batch_size,
-                             pad_id=tokenizer.pad_token_id)
-        return _score(spec, tuned, tokenizer, task, info, split_plan, "validation").score
-
-    # 1. train each learning rate (a finished unit of the same configuration is reused)
-    units = []
-    for lr in recipe.lrs:
-        udir = unit_dir(spec.work_root, spec.model, info.name, lr)
-        unit = ft.read_unit(udir, spec.config(lr))
-        if unit is None or (unit.adapter and not Path(unit.adapter).exists()):   # missing or pruned: retrain
-            unit = ft.train_unit(model, tokenizer, rendered("train"), recipe, lr, udir, validate,
-                                 info.higher_is_better, config=spec.config(lr),
-                                 progress=lambda m: say(f"{spec.model} / {info.name}: {m}"))
-        units.append(unit)
-
-    # 2. choose on validation
-    lr, epoch, val_value = ft.select_best(units, info.higher_is_better, recipe.criterion)
-    chosen = next(u for u in units if u.lr == lr)
-    if chosen.best_epoch != epoch or not Path(chosen.adapter).exists():
-        raise JobError(f"{spec.model} / {info.name}: adapter of {ft.lr_name(lr)} epoch={epoch} missing at "
-                       f"{chosen.adapter}")
-    curves = {ft.lr_name(u.lr): [p[recipe.criterion] for p in u.curve] for u in units}
-    atomic_write_json(benchmark_dir(spec.work_root, spec.model, info.name) / "selection.json",
-                      {"lr": lr, "epoch": epoch, recipe.criterion: val_value, "adapter": chosen.adapter,
-                       "curves": curves, "criterion": recipe.criterion, "higher_is_better": info.higher_is_better})
-
-    # 3. score the test split once, with the chosen adapter
-    with ft.adapter(model, chosen.adapter) as tuned:
-        outcome = _score(spec, tuned, tokenizer, task, info, split_plan, "test")
-
-    # 4. record, and keep only the chosen adapter
-    ev.record(spec.store_root, spec.work_root, TBT, info, spec.model, outcome, spec.provenance(
-        split_plan, lr=lr, epoch=epoch, select_on=recipe.select_on, **{recipe.criterion: val_value},
-        val_curves=curves, adapter=chosen.adapter, recipe=recipe.to_dict(),
-        micro_batch_size=min(p.get("micro_batch_size", recipe.batch_size) for u in units for p in u.curve),
-        train_seconds=sum(u.seconds for u in units)))
-    for u in units:
-        if u.lr != lr and u.adapter:
-            shutil.rmtree(u.adapter, ignore_errors=True)
-    return outcome.score
-
-
-def _score(spec: JobSpec, model, tokenizer, task, info, split_plan, role: str) -> ev.Outcome:
-    lm = ev.make_lm(model, tokenizer, spec.eval_batch_size, add_bos_token=spec.add_bos_token)
-    return ev.evaluate(lm, task, info, role, split_plan.ids[role], chat_template=spec.chat_template,
-                       bootstrap_iters=spec.bootstrap_iters if role == "test" else 0,
-                       seed=spec.recipe.get("seed", 0), max_gen_toks=spec.max_gen_toks)
+def _write_failure(spec: JobSpec, bench: str, reason: str, trace: str) -> None:
+    """The failure record of one unit: why, the traceback, when, and the spec that retries it alone."""
+    atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench), {
+        "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
+        "traceback": trace, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": spec.only(bench).to_dict()})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,10 +191,10 @@ class UnitCounter:
         for spec in specs:
             for bench in spec.pending():
                 if spec.protocol == TBT:
-                    for lr in spec.recipe["lrs"]:
-                        udir = unit_dir(spec.work_root, spec.model, bench, lr)
+                    for lr in spec.recipe.lrs:
+                        udir = layout.unit_dir(spec.work_root, spec.model, bench, lr)
                         if ft.read_unit(udir, spec.config(lr)) is None:
-                            self.paths.append(udir / ft.UNIT_FILE)
+                            self.paths.append(udir / layout.UNIT_FILE)
                 self.paths.append(store.path_for(spec.store_root, spec.protocol, bench, spec.model))
         self.start = {p: self._mtime(p) for p in self.paths}
 
@@ -413,14 +256,14 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
         pending = spec.pending()
         if not pending:
             continue
-        held = {b: spec.lock(b) for b in pending}
+        held = {b: unit_lock(spec, b) for b in pending}
         busy = {b: lk.describe(lk.holder()) for b, lk in held.items() if lk.holder() is not None and not lk.stale()}
         if len(busy) == len(pending):                  # all of it runs elsewhere: do not resubmit
             reports.append({"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": {}, "busy": busy})
         else:
             todo.append(spec)
     if todo:
-        folder = Path(log_folder or Path(todo[0].work_root) / "submitit")
+        folder = Path(log_folder or layout.submitit_dir(todo[0].work_root))
         counter = UnitCounter(todo)
         with Progress(total=counter.total, label=f"{todo[0].protocol} ({len(todo)} jobs)", every=progress_every) as bar:
             if executor == "local":
@@ -502,16 +345,14 @@ def _job_report(spec: JobSpec, job) -> dict:
         failed = {}
         for bench in spec.pending():
             failed[bench] = reason
-            atomic_write_json(failure_path(spec.work_root, spec.protocol, spec.model, bench), {
-                "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
-                "traceback": str(exc), "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": asdict(spec.only(bench))})
+            _write_failure(spec, bench, reason, str(exc))
         return {"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": failed, "busy": {}}
 
 
 def retry_command(spec: JobSpec, bench: str) -> str:
     """The command that retries one failed unit where it is typed, from the repository's root (its
     spec is in the failure record); re-running the stage retries every unfinished unit."""
-    path = failure_path(spec.work_root, spec.protocol, spec.model, bench)
+    path = layout.failure_path(spec.work_root, spec.protocol, spec.model, bench)
     return f"{paths.show(sys.executable)} -m lib.pipeline.jobs {paths.show(path)}"
 
 
@@ -540,34 +381,6 @@ def _summarise(reports: list[dict], specs: list[JobSpec]) -> dict[str, dict]:
     return results
 
 
-# ---------------------------------------------------------------------------------------------
-# reading back
-
-
-def curves_frame(work: str | Path, models: list[str], benchmarks: list[str]):
-    """Validation curves of finished units: one row per (model, benchmark, lr, epoch), with the
-    validation loss and/or score and the criterion the unit was chosen on."""
-    import pandas as pd
-
-    rows = []
-    for m in models:
-        for b in benchmarks:
-            bdir = benchmark_dir(work, m, b)
-            if not bdir.is_dir():
-                continue
-            for udir in sorted(bdir.glob("lr=*")):
-                unit = ft.read_unit(udir)
-                if unit is None:
-                    continue
-                for p in unit.curve:
-                    rows.append({"model": m, "benchmark": b, "lr": unit.lr, "epoch": p["epoch"],
-                                 "val_score": p.get("val_score"), "val_loss": p.get("val_loss"),
-                                 "criterion": unit.criterion, "train_loss": p["train_loss"],
-                                 "best_of_unit": p["epoch"] == unit.best_epoch})
-    return pd.DataFrame(rows, columns=["model", "benchmark", "lr", "epoch", "val_score", "val_loss", "criterion",
-                                       "train_loss", "best_of_unit"])
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m lib.pipeline.jobs SPEC.json``: run one job spec (a JobSpec, a list of them, or a
     failure record from ``<work>/failed/``, which holds the spec that retries it)."""
@@ -578,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     items = data if isinstance(data, list) else [data.get("spec", data) if "reason" in data else data]
     failed = 0
     for item in items:
-        report = run_job(JobSpec(**item), progress=_log)
+        report = run_job(JobSpec.from_dict(item), progress=_log)
         failed += len(report["failed"]) + len(report["busy"])
         print(json.dumps(report), flush=True)
     return 1 if failed else 0

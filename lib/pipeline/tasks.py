@@ -1,4 +1,6 @@
-"""The lm-eval task registry: find tasks, check them, count their splits, select benchmarks.
+"""The lm-eval task registry: find tasks, check them, count their splits, select benchmarks, plan
+their splits, and render one document as lm-eval scores it (:func:`render`: what fine-tuning
+trains on).
 
 Tasks come from lm-eval's own registry (the installed package, ``include_defaults``) and from
 ``include_path`` folders of local task YAML (``lib.pipeline.localtasks``). Nothing of lm-eval is
@@ -23,6 +25,7 @@ import logging
 import random
 import threading
 from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,7 +89,7 @@ def check_task_yaml(include_paths: Iterable[str | Path]) -> list[Path]:
 
 def resolve_include_paths(include_paths: Iterable[str | Path], work: str | Path) -> list[Path]:
     """Absolute include paths; relative ones are taken relative to the profile's work folder
-    (where prepare hooks write local tasks, e.g. ``tiny/tasks``)."""
+    (where prepare hooks write local tasks, e.g. the mini world's ``world/tasks``)."""
     out = []
     for p in include_paths:
         p = Path(p).expanduser()
@@ -334,8 +337,6 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
 def _chars_per_example(task, info: TaskInfo, plan: SplitPlan, sample: int = 200) -> float:
     """Mean characters of a rendered training example over up to ``sample`` planned training
     documents (for the memory and time estimates printed before submission)."""
-    from .finetune import render
-
     install_splits(task, plan)
     train = docs(task, "train")
     n = min(sample, len(train))
@@ -558,3 +559,59 @@ def selection_summary(rows: list[dict], include_paths: Iterable[str | Path], inc
         "split_rule": rule.to_dict(), "caps": dict(rule.caps), "split_seed": rule.seed,
         "task_timeout": float(task_timeout),
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering: one document as lm-eval scores it (what fine-tuning trains on)
+
+
+def _gold_index(task, doc, choices: list[str]) -> int:
+    gold = task.doc_to_text(doc) if task.multiple_input else task.doc_to_target(doc)
+    if isinstance(gold, list):
+        gold = gold[0]
+    if isinstance(gold, str):
+        gold = choices.index(gold) if gold in choices else int(gold)
+    return int(gold)
+
+
+@contextmanager
+def _description(task, keep: bool):
+    """The task's description kept in the prompt or left out while training text is rendered."""
+    saved = task.config.description
+    if not keep:
+        task.config.description = ""
+    try:
+        yield
+    finally:
+        task.config.description = saved
+
+
+def render(task, info: TaskInfo, doc, lm, chat_template: bool = False, list_targets: str = "first",
+           task_description: bool = True) -> tuple[str, str]:
+    """(context, continuation) of one training document, as lm-eval renders it zero-shot.
+
+    ``task_description`` False leaves the task's description out of the context (the paper trained
+    on ``doc_to_text`` alone); ``list_targets`` renders a generative task's list of gold answers
+    (nq_open) as ``"join"`` (all, space-separated: the paper) or ``"first"``.
+    """
+    if info.kind == "loglikelihood_rolling":
+        return "", str(task.doc_to_target(doc))
+    chat = lm.apply_chat_template if chat_template else None
+    with _description(task, task_description):
+        ctx = task.fewshot_context(doc, num_fewshot=0, apply_chat_template=chat_template,
+                                   fewshot_as_multiturn=chat_template, chat_template=chat,
+                                   gen_prefix=task.doc_to_prefix(doc))
+    if info.kind == "multiple_choice":
+        requests = task.construct_requests(doc=doc, ctx=ctx, metadata=(info.name, 0, 1),
+                                           apply_chat_template=chat_template, chat_template=chat)
+        choices = task.doc_to_choice(doc)
+        context, continuation = requests[_gold_index(task, doc, choices)].args[:2]
+        return context, continuation
+    if info.kind == "loglikelihood":
+        return ctx, str(task.doc_to_target(doc))
+    target = task.doc_to_target(doc)
+    if isinstance(target, list):
+        target = " ".join(str(t) for t in target) if list_targets == "join" else target[0]
+    if isinstance(target, int) and task.config.doc_to_choice is not None:
+        target = task.doc_to_choice(doc)[target]
+    return ctx, f"{task.config.target_delimiter}{target}"

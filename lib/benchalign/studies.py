@@ -1,0 +1,263 @@
+"""The studies of notebook 07, on the methods of :mod:`lib.benchalign.methods`.
+
+- :func:`compare` -- every method for several seeds; :func:`summarise` turns the predictions into
+  the ``{group: {method: {...}}}`` comparison: seed means, the spread over seeds, 95 % bootstrap
+  intervals over the test models, and paired differences to no alignment and to the best single
+  benchmark on the same bootstrap draws (:func:`bootstrap`: the draws and the statistics over them
+  are :mod:`lib.analysis.uncertainty`'s).
+- :func:`ablation` (ranking losses), :func:`data_needs` (source models chosen at random, spread
+  over the target, or by label-free k-center selection; items) and :func:`cross_paper`
+  (direct-evaluation scores -> train-before-test ranking).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import uncertainty
+from . import rank
+from .data import ItemData
+from .methods import (
+    METHODS,
+    Config,
+    ExperimentError,
+    Split,
+    best_single_choice,
+    clean,
+    cv_fits,
+    evaluate,
+    run_method,
+    split_by_size,
+)
+
+REFERENCES = ("no_alignment", "best_single")      # paired differences are taken against these
+
+
+@dataclass
+class Comparison:
+    rows: pd.DataFrame                       # method, seed, group, spearman, pair_acc
+    preds: dict[str, np.ndarray]             # method -> seeds x models scores
+    weights: dict[str, list[np.ndarray]]     # method -> per-seed item weights (weighted methods)
+    split: Split
+    fits: dict[str, list[rank.Fit]] = field(default_factory=dict)   # method -> per-seed fits (learned)
+
+
+def compare(data: ItemData, split: Split, methods=tuple(METHODS), seeds: int = 5, cfg: Config | None = None,
+            progress=None) -> Comparison:
+    """Fit and evaluate every method for seeds 0..seeds-1 (methods that learn from source models
+    are skipped when there are fewer than 2); ``progress`` (a :class:`lib.progress.Progress`)
+    advances by one per method."""
+    cfg = cfg or Config()
+    if data.target is None:
+        raise ExperimentError("the item data carries no target scores")
+    rows, preds, weights, fits = [], {}, {}, {}
+    for method in methods:
+        if len(split.source) < 2 and METHODS[method].learns:
+            advance(progress)
+            continue                                   # nothing to fit on (the split's notes say so)
+        outcomes = run_method(method, data, split.source, range(seeds), cfg)
+        preds[method] = np.array([o.scores for o in outcomes])
+        if outcomes[0].weights is not None:
+            weights[method] = [o.weights for o in outcomes]
+        if outcomes[0].fit is not None:
+            fits[method] = [o.fit for o in outcomes]
+        for seed, o in enumerate(outcomes):
+            for g, res in evaluate(o.scores, data.target, split.groups).items():
+                rows.append({"method": method, "seed": seed, "group": g, **res})
+        advance(progress)
+    df = pd.DataFrame(rows, columns=["method", "seed", "group", "spearman", "pair_acc"])
+    return Comparison(df, preds, weights, split, fits)
+
+
+def advance(progress, note: str = "") -> None:
+    if progress is not None:
+        progress.advance(note=note)
+
+
+# --------------------------------------------------------------------------- uncertainty
+def bootstrap(preds: np.ndarray, y: np.ndarray, idx: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Metrics of each seed's predictions (``preds``: seeds x models) on the test models ``idx``
+    under bootstrap ``weights`` (draws x len(idx) counts, :func:`lib.analysis.uncertainty.draws`):
+    ``{metric: seeds x draws}``."""
+    preds = np.atleast_2d(preds)
+    return {"spearman": np.array([uncertainty.weighted_spearman(p[idx], y[idx], weights) for p in preds]),
+            "pair_acc": np.array([uncertainty.weighted_pair_accuracy(p[idx], y[idx], weights) for p in preds])}
+
+
+def _interval(draws: np.ndarray) -> list | None:
+    """The 2.5 and 97.5 percentiles of the finite draws, rounded (None with fewer than 2)."""
+    draws = draws[np.isfinite(draws)]
+    return [clean(v) for v in np.percentile(draws, [2.5, 97.5])] if len(draws) > 1 else None
+
+
+
+def summarise(comp: Comparison, y: np.ndarray, n_boot: int = 1000, seed: int = 0) -> dict:
+    """``{group: {method: record}}``. A record holds, for ``metric`` in (spearman, pair_acc):
+
+    - ``metric``: the mean over seeds of the metric on all test models of the group;
+    - ``metric_seed_std``: its standard deviation over seeds (what a different fold assignment,
+      random draw or subset changes);
+    - ``metric_ci``, ``metric_std``: 95 % percentile interval and standard deviation of the seed
+      mean over ``n_boot`` bootstrap resamples of the test models (what a different sample of
+      test models changes);
+    - ``metric_diff_<ref>``, ``metric_diff_<ref>_ci`` for ref in :data:`REFERENCES`: the paired
+      difference to that method (same resamples for both; point = difference of the means) with
+      its 95 % interval;
+
+    and ``n_models``, ``n_seeds``.
+    """
+    out: dict[str, dict] = {}
+    for g, idx in comp.split.groups.items():
+        weights = uncertainty.draws(len(idx), n_boot, seed)      # shared by every method: paired
+        draws = {m: {k: uncertainty.nanmean_rows(v.T) for k, v in bootstrap(P, y, idx, weights).items()}
+                 for m, P in comp.preds.items()}
+        out[g] = {}
+        for method in comp.preds:
+            sub = comp.rows[(comp.rows.method == method) & (comp.rows.group == g)]
+            rec = {"n_models": int(len(idx)), "n_seeds": int(len(sub))}
+            for metric in ("spearman", "pair_acc"):
+                d = draws[method][metric]
+                fin = d[np.isfinite(d)]
+                rec[metric] = clean(sub[metric].mean())
+                rec[f"{metric}_std"] = clean(fin.std(ddof=1)) if len(fin) > 1 else None
+                rec[f"{metric}_ci"] = _interval(d)
+                rec[f"{metric}_seed_std"] = clean(sub[metric].std(ddof=0)) if len(sub) else None
+                for ref in REFERENCES:
+                    if ref == method or ref not in comp.preds:
+                        continue
+                    other = comp.rows[(comp.rows.method == ref) & (comp.rows.group == g)][metric].mean()
+                    rec[f"{metric}_diff_{ref}"] = clean(sub[metric].mean() - other)
+                    rec[f"{metric}_diff_{ref}_ci"] = _interval(d - draws[ref][metric])
+            out[g][method] = rec
+    return out
+
+
+# --------------------------------------------------------------------------- ablation
+def ablation(data: ItemData, split: Split, losses=rank.LOSSES, seeds: int = 5, cfg: Config | None = None,
+             done: dict[str, list[rank.Fit]] | None = None, progress=None) -> pd.DataFrame:
+    """BenchAlign with each ranking loss (same protocol, folds and settings); rows per loss, seed,
+    group, with the chosen step. ``done`` holds fits already made (e.g. the comparison's BenchAlign
+    for ``cfg.loss``), reused instead of refitted."""
+    cfg = cfg or Config()
+    rows = []
+    for loss in losses:
+        fits = (done or {}).get(loss) or cv_fits(data, [rank.Task(split.source, s) for s in range(seeds)],
+                                                 cfg, loss)
+        for seed, f in enumerate(fits):
+            for g, res in evaluate(f.scores(data.X), data.target, split.groups).items():
+                rows.append({"loss": loss, "seed": seed, "group": g, "step": f.step, **res})
+        advance(progress, f"ablation {loss}")
+    return pd.DataFrame(rows, columns=["loss", "seed", "group", "step", "spearman", "pair_acc"])
+
+
+# --------------------------------------------------------------------------- choosing source models
+def spread_selection(data: ItemData, source: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """``k`` source models spread evenly over the range of their target ranks (uses every source
+    model's target label: a selection made after the fact)."""
+    y = data.target[source]
+    order = np.argsort(y, kind="stable")
+    pos = np.unique(np.round(np.linspace(0, len(order) - 1, min(k, len(order)))).astype(int))
+    return np.sort(source[order[pos]])
+
+
+def random_selection(data: ItemData, source: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """``k`` source models drawn at random (no label needed)."""
+    return np.sort(np.random.default_rng(10_000 + seed).choice(source, size=k, replace=False))
+
+
+def kcenter_selection(data: ItemData, source: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """``k`` source models chosen before any target label is known: greedy k-center (farthest-point)
+    selection on the models' item-response vectors (Euclidean distance), starting from a model drawn
+    with ``seed``; each next model is the one farthest from those already chosen."""
+    X = np.asarray(data.X[source], dtype=np.float64)
+    rng = np.random.default_rng(20_000 + seed)
+    chosen = [int(rng.integers(len(source)))]
+    dist = ((X - X[chosen[0]]) ** 2).sum(1)
+    while len(chosen) < min(k, len(source)):
+        nxt = int(np.argmax(dist))
+        chosen.append(nxt)
+        dist = np.minimum(dist, ((X - X[nxt]) ** 2).sum(1))
+    return np.sort(source[chosen])
+
+
+# kind of data-needs row -> how its source models are chosen (the ones marked label-free need no target)
+SELECTIONS: dict[str, tuple[Callable, bool]] = {
+    "source_random": (random_selection, True),
+    "source_kcenter": (kcenter_selection, True),
+    "source_spread": (spread_selection, False),
+}
+
+
+# --------------------------------------------------------------------------- data needs
+def data_needs(data: ItemData, split: Split, source_counts=(10, 20, 40, 80), item_counts=(50, 100, 200, 400),
+               seeds: int = 5, cfg: Config | None = None, progress=None, kinds=tuple(SELECTIONS)) -> pd.DataFrame:
+    """Test rho/pair accuracy against the number of source models (chosen by each selection of
+    :data:`SELECTIONS`) and of items (random subsets), BenchAlign under the cross-validated protocol
+    next to no alignment on the same items. Counts above what the data has are skipped; the seeds
+    of one (kind, count) run as one batch. Rows: kind, n, seed, group, method, metrics, step."""
+    cfg = cfg or Config()
+    rows = []
+    n_src, M = len(split.source), data.X.shape[1]
+    jobs = [(kind, n) for kind in kinds for n in source_counts if 2 <= n <= n_src]
+    jobs += [("items", n) for n in item_counts if 1 <= n <= M]
+    for kind, n in jobs:
+        tasks = []
+        for seed in range(seeds):
+            if kind == "items":
+                rng = np.random.default_rng(10_000 + seed)
+                tasks.append(rank.Task(split.source, seed, np.sort(rng.choice(M, size=n, replace=False))))
+            else:
+                tasks.append(rank.Task(SELECTIONS[kind][0](data, split.source, n, seed), seed))
+        for seed, (t, f) in enumerate(zip(tasks, cv_fits(data, tasks, cfg))):
+            plain = data.X.mean(axis=1) if t.items is None else data.X[:, t.items].mean(axis=1)
+            for method, sc in (("benchalign", f.scores(data.X)), ("no_alignment", plain)):
+                for g, res in evaluate(sc, data.target, split.groups).items():
+                    rows.append({"kind": kind, "n": n, "seed": seed, "group": g, "method": method,
+                                 "step": f.step if method == "benchalign" else 0, **res})
+        advance(progress, f"data needs {kind} {n}")
+    return pd.DataFrame(rows, columns=["kind", "n", "seed", "group", "method", "step", "spearman", "pair_acc"])
+
+
+def needs_jobs(split: Split, source_counts, item_counts, n_items: int, kinds=tuple(SELECTIONS)) -> int:
+    """Number of (kind, count) runs :func:`data_needs` makes (for progress reports)."""
+    n_src = len(split.source)
+    return (len(kinds) * sum(2 <= n <= n_src for n in source_counts)
+            + sum(1 <= n <= n_items for n in item_counts))
+
+
+# --------------------------------------------------------------------------- across the two papers
+CROSS_METHODS = tuple(m for m, spec in METHODS.items() if spec.headline)
+
+
+def cross_paper(data: ItemData, source_max_b: float, test_min_b: float, seeds: int = 5,
+                cfg: Config | None = None, n_boot: int = 1000) -> dict:
+    """Can direct-evaluation scores predict the train-before-test ranking of larger models?
+
+    ``data`` comes from :func:`lib.benchalign.data.load_cross_paper` (one feature per benchmark, so
+    no alignment is the plain mean of the benchmark scores). Returns the split counts, the
+    comparison of :data:`CROSS_METHODS` on the test models (same protocol and summary as the main
+    comparison, with paired differences to the plain mean), the chosen steps, the learned weight per
+    benchmark (seed mean and std) and the source and test models.
+    """
+    cfg = cfg or Config()
+    group = f"{test_min_b:g}B+"
+    split = split_by_size(data, source_max_b, {group: test_min_b})
+    out = {"counts": split.counts(), "notes": split.notes, "source_max_b": source_max_b,
+           "test_min_b": test_min_b, "benchmarks": list(data.item_benchmark)}
+    if not split.groups or len(split.source) < 2:
+        out["skipped"] = "; ".join(split.notes) or "too few models"
+        return out
+    comp = compare(data, split, CROSS_METHODS, seeds, cfg)
+    out["comparison"] = summarise(comp, data.target, n_boot)[group]
+    out["chosen_steps"] = {m: [int(f.step) for f in fs] for m, fs in comp.fits.items()}
+    out["best_single"] = best_single_choice(data, split)
+    W = np.array(comp.weights["benchalign"])
+    out["weights"] = {b: {"mean": round(float(W[:, j].mean()), 5), "std": round(float(W[:, j].std()), 5)}
+                      for j, b in enumerate(data.item_benchmark)}
+    out["source_models"] = [data.models[i] for i in split.source]
+    out["test_models"] = [data.models[i] for i in split.groups[group]]
+    return out

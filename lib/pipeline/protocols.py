@@ -1,0 +1,118 @@
+"""The paper's two protocols for one (model, benchmark), read top to bottom.
+
+**Direct evaluation** scores the model as it is, zero-shot, on the benchmark's test split.
+
+**Train-before-test** first fine-tunes the model on the benchmark's own training split with one
+fixed recipe (:class:`lib.pipeline.finetune.Recipe`), then scores it on the same test split:
+
+1. plan the splits: train / validation / test document ids under notebook 01's rule (both
+   protocols test on the same documents);
+2. train a LoRA adapter at each learning rate, validating after every epoch (a finished unit of
+   the same configuration is reused);
+3. choose the (learning rate, epoch) that is best on validation;
+4. score the test split once, with that adapter;
+5. record the score, its per-item values and its provenance; keep only the chosen adapter.
+
+The test split never takes part in the choice. Which units run where and when (the grid, locks,
+failures, local or Slurm jobs) is the job launcher's business (:mod:`lib.pipeline.jobs`); where
+the files go is :mod:`lib.layout`'s.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from .. import layout
+from ..store import DIRECT, TBT
+from ..util import atomic_write_json
+from . import evaluate as ev
+from . import finetune as ft
+from . import tasks as tk
+from .spec import JobSpec
+from .training import mean_loss
+
+
+class ProtocolError(RuntimeError):
+    """A unit's own files contradict each other (e.g. the chosen adapter is gone); the message names it."""
+
+
+def run(spec: JobSpec, manager, model, tokenizer, benchmark: str, say=print) -> float:
+    """One (model, benchmark) of a job: plan the splits, run the spec's protocol, record the result.
+    Returns the test score."""
+    task, info = tk.inspect(manager, benchmark, spec.store_root, spec.task_timeout)
+    plan = tk.plan_splits(task, info, tk.SplitRule.from_dict(spec.splits))
+    tk.install_splits(task, plan)
+    protocol = train_before_test if spec.protocol == TBT else direct_eval
+    return protocol(spec, model, tokenizer, task, info, plan, say)
+
+
+def direct_eval(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, plan: tk.SplitPlan, say=print) -> float:
+    """Direct evaluation: the model as it is, zero-shot, on the planned test split."""
+    outcome = _score(spec, model, tokenizer, task, info, plan, "test")
+    ev.record(spec.store_root, spec.work_root, DIRECT, info, spec.model, outcome, spec.provenance(plan))
+    return outcome.score
+
+
+def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, plan: tk.SplitPlan,
+                      say=print) -> float:
+    """Train-before-test, as the paper does it (the module's steps 2-5)."""
+    recipe = spec.recipe
+    lm = ev.make_lm(model, tokenizer, spec.eval_batch_size, add_bos_token=spec.add_bos_token)
+    rendered: dict[str, list] = {}
+
+    def examples(role: str) -> list:              # a split's training examples, tokenised once
+        if role not in rendered:
+            rendered[role] = ft.training_examples(task, info, lm, recipe, spec.chat_template, role=role)
+        return rendered[role]
+
+    def validate(tuned) -> float:                 # the recipe's criterion, on the validation split
+        if recipe.select_on == "loss":
+            return mean_loss(tuned, examples("validation"), batch_size=spec.eval_batch_size,
+                             pad_id=tokenizer.pad_token_id)
+        return _score(spec, tuned, tokenizer, task, info, plan, "validation").score
+
+    # 2. train each learning rate (a finished unit of the same configuration is reused)
+    units = []
+    for lr in recipe.lrs:
+        udir = layout.unit_dir(spec.work_root, spec.model, info.name, lr)
+        unit = ft.read_unit(udir, spec.config(lr))
+        if unit is None or (unit.adapter and not Path(unit.adapter).exists()):   # missing or pruned: retrain
+            unit = ft.train_unit(model, tokenizer, examples("train"), recipe, lr, udir, validate,
+                                 info.higher_is_better, config=spec.config(lr),
+                                 progress=lambda m: say(f"{spec.model} / {info.name}: {m}"))
+        units.append(unit)
+
+    # 3. choose on validation
+    lr, epoch, val_value = ft.select_best(units, info.higher_is_better, recipe.criterion)
+    chosen = next(u for u in units if u.lr == lr)
+    if chosen.best_epoch != epoch or not Path(chosen.adapter).exists():
+        raise ProtocolError(f"{spec.model} / {info.name}: adapter of {layout.lr_name(lr)} epoch={epoch} missing at "
+                            f"{chosen.adapter}")
+    curves = {layout.lr_name(u.lr): [p[recipe.criterion] for p in u.curve] for u in units}
+    atomic_write_json(layout.selection_path(spec.work_root, spec.model, info.name),
+                      {"lr": lr, "epoch": epoch, recipe.criterion: val_value, "adapter": chosen.adapter,
+                       "curves": curves, "criterion": recipe.criterion, "higher_is_better": info.higher_is_better})
+
+    # 4. score the test split once, with the chosen adapter
+    with ft.adapter(model, chosen.adapter) as tuned:
+        outcome = _score(spec, tuned, tokenizer, task, info, plan, "test")
+
+    # 5. record, and keep only the chosen adapter
+    ev.record(spec.store_root, spec.work_root, TBT, info, spec.model, outcome, spec.provenance(
+        plan, lr=lr, epoch=epoch, select_on=recipe.select_on, **{recipe.criterion: val_value},
+        val_curves=curves, adapter=chosen.adapter, gradient_checkpointing=recipe.gradient_checkpointing,
+        micro_batch_size=min(p.get("micro_batch_size", recipe.batch_size) for u in units for p in u.curve),
+        train_seconds=sum(u.seconds for u in units)))
+    for u in units:
+        if u.lr != lr and u.adapter:
+            shutil.rmtree(u.adapter, ignore_errors=True)
+    return outcome.score
+
+
+def _score(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, plan: tk.SplitPlan, role: str) -> ev.Outcome:
+    """lm-eval's score of ``role`` (validation or test) of the planned splits, with the spec's settings."""
+    lm = ev.make_lm(model, tokenizer, spec.eval_batch_size, add_bos_token=spec.add_bos_token)
+    return ev.evaluate(lm, task, info, role, plan.ids[role], chat_template=spec.chat_template,
+                       bootstrap_iters=spec.bootstrap_iters if role == "test" else 0,
+                       seed=spec.seed, max_gen_toks=spec.max_gen_toks)

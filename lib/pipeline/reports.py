@@ -1,0 +1,75 @@
+"""What notebooks 02 and 03 show once their jobs have run: one call each returns the tables, the
+figure data and the summary; the notebook displays and saves them.
+
+Both read only the results store and the work folder (never a job's variables), restricted to
+the models and benchmarks the stage ran on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .. import layout, store
+from ..store import DIRECT, TBT
+from .finetune import Recipe
+from .perplexity import table as perplexity_table
+
+SCORE_COLUMNS = ["model", "benchmark", "metric", "score", "stderr"]
+CHOICE_COLUMNS = ["lr", "epoch", "select_on", "val_loss", "val_score", "n_train", "n_val", "n_test"]
+
+
+def _ran(df: pd.DataFrame, models: list[str], benchmarks: list[str]) -> pd.DataFrame:
+    return df[df.model.isin(models) & df.benchmark.isin(benchmarks)]
+
+
+def finetune_report(store_root: str | Path, work: str | Path, models: list[str], selection: dict,
+                    recipe: Recipe, executor: str) -> dict:
+    """Notebook 02: ``scores`` (one row per train-before-test result: test score, chosen learning
+    rate and epoch, validation value, split sizes), ``matrix`` (model x benchmark test scores),
+    ``curves`` (validation curves, :func:`lib.layout.curves_frame`) and ``summary`` (``n_models``,
+    ``n_benchmarks``, ``n_results``, ``mean_score`` per benchmark, ``chosen_lr_counts``,
+    ``chosen_epoch_counts``, ``train_seconds``, ``recipe``, ``executor``, ``select_on``)."""
+    bench = selection["selected"]
+    results = _ran(store.load(store_root, TBT), models, bench)
+    prov = pd.DataFrame(list(results["provenance"]), index=results.index)
+    prov = prov.reindex(columns=CHOICE_COLUMNS + ["train_seconds"])
+    scores = results[SCORE_COLUMNS].join(prov.drop(columns="train_seconds"))
+    summary = {
+        "n_models": len(models), "n_benchmarks": len(bench), "n_results": len(results),
+        "mean_score": scores.groupby("benchmark")["score"].mean().to_dict(),
+        "chosen_lr_counts": {str(k): int(v) for k, v in scores["lr"].value_counts().items()},
+        "chosen_epoch_counts": {str(k): int(v) for k, v in scores["epoch"].value_counts().items()},
+        "train_seconds": float(prov["train_seconds"].sum()),
+        "recipe": recipe.to_dict(), "executor": executor, "select_on": recipe.select_on,
+    }
+    return {"scores": scores, "matrix": store.matrix(results, TBT),
+            "curves": layout.curves_frame(work, models, bench), "summary": summary}
+
+
+def direct_eval_report(store_root: str | Path, models: list[str], selection: dict) -> dict:
+    """Notebook 03: ``direct`` (one row per direct-evaluation result), ``matrix`` (model x benchmark
+    scores), ``protocols`` (both protocols side by side per (benchmark, model), with ``gain`` =
+    train-before-test - direct where 02 has run), ``perplexity`` (bits per byte of the corpora
+    before and after fine-tuning) and ``summary`` (``n_models``, ``n_benchmarks``, ``n_results``,
+    ``mean_direct``, ``mean_gain_tbt_minus_direct``, ``perplexity_mean_change``, per benchmark or
+    corpus)."""
+    bench = selection["selected"]
+    df = _ran(store.load(store_root), models, bench)
+    direct = df[df.protocol == DIRECT]
+    both = df.pivot_table(index=["benchmark", "model"], columns="protocol", values="score").reset_index()
+    both.columns.name = None
+    if TBT in both:
+        both["gain"] = both[TBT] - both[DIRECT]
+    ppl = perplexity_table(store_root, selection["corpora"])
+    ppl = ppl[ppl.model.isin(models)]
+    summary = {
+        "n_models": len(models), "n_benchmarks": len(bench), "n_results": len(direct),
+        "mean_direct": direct.groupby("benchmark")["score"].mean().to_dict(),
+        "mean_gain_tbt_minus_direct": both.groupby("benchmark")["gain"].mean().dropna().to_dict()
+        if "gain" in both else {},
+        "perplexity_mean_change": ppl.groupby("corpus")["change"].mean().to_dict() if len(ppl) else {},
+    }
+    return {"direct": direct[SCORE_COLUMNS + ["n"]], "matrix": store.matrix(direct, DIRECT), "protocols": both,
+            "perplexity": ppl, "summary": summary}

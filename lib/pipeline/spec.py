@@ -1,0 +1,100 @@
+"""What one job runs (:class:`JobSpec`): a model, its benchmarks, the protocol, the recipe and the
+evaluation settings; and, from them, what determines a result (:meth:`JobSpec.config`, stored with
+it so that a result of another configuration is redone) and a result's provenance.
+
+The job grid (:mod:`lib.pipeline.jobs`) makes the specs and launches them; the protocols
+(:mod:`lib.pipeline.protocols`) run one (model, benchmark) of a spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from .. import store
+from ..store import PROTOCOLS, TBT
+from ..util import jsonable
+from . import finetune as ft
+from . import tasks as tk
+
+
+@dataclass
+class JobSpec:
+    """Everything one job needs: a dataclass of plain values and the typed recipe, so it pickles for
+    submitit as it is and becomes a dict only at the JSON command-line boundary (:meth:`to_dict`,
+    :meth:`from_dict`)."""
+    protocol: str                           # lib.store.DIRECT or lib.store.TBT
+    model: str                              # name in the store
+    source: str                             # local folder or hub id
+    benchmarks: list[str]
+    include_paths: list[str]
+    include_defaults: bool
+    store_root: str
+    work_root: str
+    recipe: ft.Recipe | None = None              # the fine-tuning recipe (train-before-test only)
+    splits: dict = field(default_factory=dict)   # tasks.SplitRule fields (from notebook 01)
+    chat_template: bool = False                  # apply the model's chat template (instruct models)
+    dtype: str = "float32"                       # weights and compute (the paper: float32)
+    add_bos_token: bool = True                   # lm-eval encodes contexts with special tokens (paper)
+    max_gen_toks: int = 256                      # generation cap (the paper's gen_kwargs; 0: the task's)
+    eval_batch_size: int = 8
+    bootstrap_iters: int = 1000
+    task_timeout: float = 300.0                  # seconds to load a dataset (notebook 01's task_timeout)
+
+    def __post_init__(self):
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"job protocol must be one of {list(PROTOCOLS)}, got {self.protocol!r}")
+        if self.protocol == TBT and not isinstance(self.recipe, ft.Recipe):
+            raise ValueError(f"a train-before-test job needs a finetune.Recipe, got {type(self.recipe).__name__}")
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready values (what a failure record keeps to retry the job)."""
+        return jsonable(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> JobSpec:
+        """The spec of :meth:`to_dict`'s values (the recipe typed again)."""
+        recipe = data.get("recipe")
+        return cls(**{**data, "recipe": ft.Recipe(**recipe) if recipe else None})
+
+    def config(self, lr: float | None = None) -> dict:
+        """What determines a result (recorded with it): a result or unit made with another
+        recipe, split rule, model source, precision or evaluation setting is not reused but redone."""
+        cfg = {"protocol": self.protocol, "source": self.source, "splits": self.splits,
+               "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
+               "max_gen_toks": self.max_gen_toks}
+        if self.protocol == TBT:
+            recipe = {k: v for k, v in self.recipe.key().items() if k != "lrs"}
+            cfg["recipe"] = recipe if lr is None else {**recipe, "lr": lr}
+            if lr is None:
+                cfg["lrs"] = list(self.recipe.lrs)
+        return jsonable(cfg)
+
+    def provenance(self, plan: tk.SplitPlan, **extra) -> dict:
+        """The provenance of a result of this job (the one place it is put together). The recipe is
+        in it once, as part of ``config`` (what determines the result: its fields, the learning
+        rates, splits, model source, evaluation settings); how a unit ran (micro-batch,
+        gradient checkpointing, seconds) comes in ``extra``."""
+        rule = tk.SplitRule.from_dict(self.splits)
+        return {"source": self.source, "seed": self.seed, "split_seed": rule.seed,
+                "n_train": plan.sizes["train"], "n_val": plan.sizes["validation"], "n_test": plan.sizes["test"],
+                "test_split": plan.source["test"], "validation_carved_from_train": plan.carved,
+                "validation_in_test": plan.validation_in_test, "split_procedure": rule.procedure,
+                "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
+                "max_gen_toks": self.max_gen_toks, "caps": plan.caps, "config": self.config(), **extra}
+
+    @property
+    def seed(self) -> int:
+        """The recipe's seed (0 for direct evaluation: lm-eval's few-shot seed, unused zero-shot)."""
+        return self.recipe.seed if self.recipe is not None else 0
+
+    def done(self, benchmark: str) -> bool:
+        path = store.path_for(self.store_root, self.protocol, benchmark, self.model)
+        return path.exists() and store.read(path).provenance.get("config") == self.config()
+
+    def pending(self) -> list[str]:
+        """Benchmarks without a result of this configuration in the store."""
+        return [b for b in self.benchmarks if not self.done(b)]
+
+    def only(self, benchmark: str) -> JobSpec:
+        """This job restricted to one benchmark (what a retry runs)."""
+        return replace(self, benchmarks=[benchmark])

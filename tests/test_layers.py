@@ -1,0 +1,104 @@
+"""The package's shape: imports follow the layer list in lib/__init__.py, no import cycle, and the
+analysis stages' cache keys hold no pipeline module (editing the launcher re-runs no analysis)."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+import lib
+from lib import params, paths, run
+
+
+def _modules() -> dict[str, object]:
+    """Every module of ``lib`` by dotted name -> its file."""
+    out = {}
+    for path in sorted((paths.ROOT / "lib").rglob("*.py")):
+        parts = list(path.relative_to(paths.ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path, modules) -> set[str]:
+    """The ``lib`` modules a module imports anywhere in its code (lazy imports included)."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join((package[:len(package) - node.level + 1] if node.level else [])
+                            + ([node.module] if node.module else []))
+            for a in node.names:                          # `from pkg import module` or `from module import name`
+                found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base)
+    return {m for m in found if m in modules and m != name}
+
+
+def _layer(name: str) -> int:
+    for i, layer in enumerate(lib.LAYERS):
+        if any(name == top or name.startswith(top + ".") for top in layer):
+            return i
+    raise AssertionError(f"{name} is in no layer of lib.LAYERS: add it to the list in lib/__init__.py")
+
+
+MODULES = _modules()
+GRAPH = {name: _imports(name, path, MODULES) for name, path in MODULES.items()}
+
+
+def test_imports_point_down_the_layer_list():
+    upward = [f"{a} imports {b}" for a, deps in GRAPH.items() if a != "lib" for b in deps
+              if b != "lib" and _layer(b) > _layer(a)]
+    assert not upward, upward
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every cycle a depth-first search meets (a module reached again while it is still followed)."""
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(name, trail):
+        state[name] = 1
+        for dep in sorted(graph[name]):
+            if state.get(dep) == 1:
+                cycles.append(" -> ".join(trail[trail.index(dep):] + [dep]))
+            elif dep not in state:
+                visit(dep, trail + [dep])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    return cycles
+
+
+def test_no_import_cycle():
+    assert not _cycles(GRAPH), _cycles(GRAPH)
+
+
+def test_the_checks_see_lazy_imports_and_cycles(tmp_path):
+    """What the checks would say about the cycle the issue found: tasks imported finetune.render
+    lazily, inside a function, while finetune imports tasks."""
+    (tmp_path / "tasks.py").write_text("def chars_per_example():\n    from .finetune import render\n")
+    lazy = _imports("lib.pipeline.tasks", tmp_path / "tasks.py", MODULES)
+    assert lazy == {"lib.pipeline.finetune"}
+    (cycle,) = _cycles({**GRAPH, "lib.pipeline.tasks": GRAPH["lib.pipeline.tasks"] | lazy})
+    assert set(cycle.split(" -> ")) == {"lib.pipeline.finetune", "lib.pipeline.tasks"}
+    assert _layer("lib.analysis.budget") > _layer("lib.pipeline.jobs") > _layer("lib.layout")
+
+
+@pytest.mark.parametrize("profile", ["mini", "published"])
+def test_analysis_stages_do_not_depend_on_the_pipeline(profile):
+    """Editing lib/pipeline/jobs.py or locks.py (the launcher) re-runs no analysis stage: the cache
+    keys of 04-07 hold no lib/pipeline module."""
+    prof = params.load_profile(profile)
+    for stage in prof.stages:
+        if stage[:2] in ("04", "05", "06", "07"):
+            files = run.stage_key(stage, prof.params(stage))["lib"]
+            assert not [f for f in files if f.startswith("lib/pipeline/")], (stage, sorted(files))
+    keys = {s: run.stage_key(s, prof.params(s))["lib"] for s in prof.stages}
+    for module in ("lib/pipeline/jobs.py", "lib/pipeline/locks.py"):
+        assert [s for s, files in keys.items() if module in files] == \
+            [s for s in prof.stages if s[:2] in ("02", "03")], module
