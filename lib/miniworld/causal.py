@@ -288,3 +288,116 @@ def _rank(scores: np.ndarray, row: int) -> float:
     """Mean rank (1 = best, ties averaged) of model ``row`` over the columns of (models x benchmarks)."""
     return float(np.mean([pd.Series(scores[:, c]).rank(ascending=False, method="average").iloc[row]
                           for c in range(scores.shape[1])]))
+
+
+# ----------------------------------------------------------------------------- health of the manipulation
+LEAD_MIN = 0.10               # P1: the highest dose leads its base by at least this much ...
+LEAD_Z = 3.0                  # ... at this many standard errors (item bootstrap)
+SHAM_MAX = 0.03               # P1: a sham's lead stays within this of 0
+
+
+def manipulation_check(lead_table: pd.DataFrame, des: pd.DataFrame) -> dict:
+    """P1 from the per-model leads: does every kind's highest-dose twin lead its base by at least
+    :data:`LEAD_MIN` at z > :data:`LEAD_Z` under direct evaluation on what it was prepared for, and
+    do the shams stay within :data:`SHAM_MAX`? (Perplexity: :func:`lib.miniworld.analysis.twin_health`.)"""
+    rows = lead_table[lead_table["base"].astype(bool)]
+    out = {}
+    for kind, part in rows.groupby("kind"):
+        if kind == "sham":
+            out[kind] = {"n": int(len(part)), "max_abs_lead_direct": float(part[f"lead_{DIRECT}"].abs().max()),
+                         "ok": bool((part[f"lead_{DIRECT}"].abs() <= SHAM_MAX).all())}
+            continue
+        top = part[part["dose"] == part["dose"].max()]
+        out[kind] = {"dose": float(top["dose"].max()), "n": int(len(top)),
+                     "lead_direct": float(top[f"lead_{DIRECT}"].mean()), "min_z": float(top["z_direct"].min()),
+                     "ok": bool(((top[f"lead_{DIRECT}"] >= LEAD_MIN) & (top["z_direct"] > LEAD_Z)).all())}
+    out["all_ok"] = all(v["ok"] for v in out.values() if isinstance(v, dict))
+    return out
+
+
+# ----------------------------------------------------------------------------- the report of notebook 04
+def report(df: pd.DataFrame, store_root: str | Path, work: str | Path, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Everything notebook 04 shows of the controlled comparison: tables ``subsets`` (i),
+    ``compositions`` (ii), ``leads`` (iii), the ``attemptable`` benchmarks, figures and a plain
+    ``summary``."""
+    des = design(store_root)
+    downstream, _ = agreement.split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    mats = {p: store.orient(store.matrix(df, p)[downstream], store.directions(df)) for p in PROTOCOLS}
+    models = [m for m in des["model"] if all(m in mats[p].index for p in PROTOCOLS)]
+    des = des[des["model"].isin(models)]
+    bases = sorted(des.loc[des["kind"] == "base", "model"])
+    can = attemptable(df, store_root, work, bases, downstream, seed)
+    sets = {"all benchmarks": downstream, "attemptable": can}
+    subsets = agreement_subsets(mats, sets, {"base models": bases, "whole zoo": models}, n_boot, seed)
+    items = Items(work, models, downstream)
+    comp = composition_agreement(items, des, sets, n_boot, seed)
+    lead = leads(items, des, downstream, n_boot, seed)
+    check = manipulation_check(lead, des)
+    summary = {"attemptable": can, "floor": [b for b in downstream if b not in can],
+               "n_models": len(models), "n_bases": len(bases), "n_twins": len(twins(des)),
+               "subsets": subsets.to_dict(orient="records"),
+               "compositions": comp.drop(columns=[c for c in comp.columns if c.endswith(("_lo", "_hi"))
+                                                  and not c.startswith("change")]).to_dict(orient="records"),
+               "leads": lead.to_dict(orient="records"), "manipulation": check}
+    figs = {"causal_compositions": plot_compositions(comp), "causal_leads": plot_leads(lead)}
+    return {"design": des, "subsets": subsets, "compositions": comp, "leads": lead, "attemptable": can,
+            "summary": summary, "figures": figs}
+
+
+# ----------------------------------------------------------------------------- figures
+KIND_MARKERS = {"format": "o", "instruct": "s", "contam": "^", "answers": "*", "sham": "x"}
+KIND_LABELS = {"format": "format exposure", "instruct": "instruction-style", "contam": "contamination (train)",
+               "answers": "test answers (positive control)", "sham": "sham (negative control)"}
+
+
+def plot_compositions(comp: pd.DataFrame):
+    """(ii): mean Kendall tau under both protocols as a third, two thirds and all of the twins are
+    swapped in for their bases, one panel per benchmark set; 95 % item-bootstrap intervals."""
+    import matplotlib.pyplot as plt
+
+    sets = list(dict.fromkeys(comp["benchmarks"]))
+    fig, axes = plt.subplots(1, len(sets), figsize=(plots.WIDTH_DOUBLE, 2.6), sharey=True, squeeze=False,
+                             layout="constrained")
+    for ax, label in zip(axes[0], sets):
+        part = comp[(comp["benchmarks"] == label) & comp["zoo"].str.startswith("share")].sort_values("share")
+        for i, p in enumerate(PROTOCOLS):
+            y = part[f"tau_{p}"].to_numpy(float)
+            err = np.abs(np.vstack([y - part[f"tau_{p}_lo"], part[f"tau_{p}_hi"] - y]))
+            ax.errorbar(part["share"] + (i - 0.5) * 0.02, y, yerr=err, fmt="o-", ms=4, capsize=2,
+                        color=plots.PROTOCOL_COLORS[p], label=plots.PROTOCOL_LABELS[p])
+        ax.set_xticks(list(SHARES), ["0", "1/3", "2/3", "all"])
+        ax.set_xlabel("share of twins swapped in for their bases")
+        n = int(comp.loc[comp["benchmarks"] == label, "n_models"].iloc[0])
+        ax.set_title(f"{label.capitalize()} ({n} models)")
+    axes[0][0].set_ylabel("mean Kendall τ between benchmarks")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=2, frameon=False)
+    return fig
+
+
+def plot_leads(lead: pd.DataFrame):
+    """(iii): each prepared model's lead over its base on its tasks, direct evaluation (x) against
+    train-before-test (y); the diagonal keeps the whole lead, the dashed line half of it."""
+    import matplotlib.pyplot as plt
+
+    rows = lead[lead["base"].astype(bool)]
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 3.2), layout="constrained")
+    lo = float(min(0.0, np.nanmin(rows[[f"lead_{p}_lo" for p in PROTOCOLS]].to_numpy()))) - 0.02
+    hi = float(np.nanmax(rows[[f"lead_{p}_hi" for p in PROTOCOLS]].to_numpy())) + 0.02
+    ax.plot([lo, hi], [lo, hi], color="0.5", lw=0.8, label="lead kept")
+    ax.plot([0, hi], [0, hi / 2], color="0.5", lw=0.8, ls="--", label="half kept")
+    ax.axhline(0, color="0.8", lw=0.6)
+    ax.axvline(0, color="0.8", lw=0.6)
+    for kind, part in rows.groupby("kind"):
+        x, y = part[f"lead_{DIRECT}"].to_numpy(float), part[f"lead_{TBT}"].to_numpy(float)
+        xerr = np.abs(np.vstack([x - part[f"lead_{DIRECT}_lo"], part[f"lead_{DIRECT}_hi"] - x]))
+        yerr = np.abs(np.vstack([y - part[f"lead_{TBT}_lo"], part[f"lead_{TBT}_hi"] - y]))
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=KIND_MARKERS.get(kind, "o"), ms=5, capsize=1.5, lw=0.7,
+                    label=KIND_LABELS.get(kind, kind))
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("lead over its base, direct evaluation")
+    ax.set_ylabel("lead over its base, train-before-test")
+    ax.set_title("Does fine-tuning erase preparation?")
+    fig.legend(loc="outside lower center", ncol=2, frameon=False)
+    return fig

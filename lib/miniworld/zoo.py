@@ -52,7 +52,7 @@ import random
 import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import layout, paths, store
@@ -192,7 +192,8 @@ def twin_plan(families: list[str], sizes: list[str], doses: tuple[float, ...],
 def default_zoo(doses: tuple[float, ...] = (0.25, 0.5, 0.75), families: Iterable[str] = ("llama", "gpt2", "gpt_neox"),
                 sizes: Iterable[str] = ("xs", "s", "m", "l"), prepared_sizes: Iterable[str] = ("s", "m", "l"),
                 sham_size: str | None = "m", answers: tuple[str, str] | None = ("gpt_neox", "m"),
-                answers_dose: float = 0.5, twin_kinds: Iterable[str] = TWIN_KINDS, post_examples: int = 3000, post_epochs: int = 2, post_lr: float = 1e-3,
+                answers_dose: float = 0.5, twin_kinds: Iterable[str] = TWIN_KINDS, post_examples: int = 3000,
+                post_epochs: int = 2, post_lr: float = 1e-3,
                 scale: float = 1.0) -> list[Recipe]:
     """The mini profile's zoo: a base of every (family, size), the twins of :func:`twin_plan`, a sham
     of every family at ``sham_size`` (None: no shams) and one answer-contaminated twin at
