@@ -127,7 +127,8 @@ def main() -> int:
               "load_after": os.getloadavg()}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"written {RESULTS.relative_to(ROOT)} (load average {load[0]:.1f} before, {result['load_after'][0]:.1f} after)")
+    print(f"written {RESULTS.relative_to(ROOT)} (load average {load[0]:.1f} before, "
+          f"{result['load_after'][0]:.1f} after)")
     return 0
 
 
