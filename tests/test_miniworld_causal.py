@@ -54,7 +54,7 @@ def zoo(tmp_path_factory):
             for b in BENCH:
                 floor = b == "floor" and p == DIRECT
                 _write(root, work, p, b, model, 0.0 if floor else skill, u[b])
-    for twin, (base, kind, dose, targets) in TWINS.items():
+    for twin, (base, _kind, dose, targets) in TWINS.items():
         for p in store.PROTOCOLS:
             for b in BENCH:
                 lift = 0.6 * dose if (p == DIRECT and b in targets) else 0.0
