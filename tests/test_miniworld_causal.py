@@ -97,8 +97,7 @@ def test_floor_benchmark_is_not_attemptable(zoo):
 
 
 def test_direct_agreement_falls_as_twins_come_in_and_fine_tuning_restores_it(zoo):
-    root, work, u = zoo
-    df = store.load(root)
+    root, work, _ = zoo
     des = causal.design(root)
     items = causal.Items(work, list(des["model"]), BENCH)
     table = causal.composition_agreement(items, des, {"attemptable": ["t1", "t2", "t3"]}, n_boot=100)
