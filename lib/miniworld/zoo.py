@@ -76,10 +76,13 @@ TWIN_KINDS = ("format", "instruct", "contam")          # the three kinds of prep
 TASK_SETS = {"A": ("mw_facts", "mw_recall", "mw_reading"), "B": ("mw_cloze", "mw_scripts", "mw_quiz")}
 FORMAT_TASKS = ("mw_recall", "mw_quiz", "mw_reading")
 
-# Bump when a change to how a model is built (training, the mix, the tokenizer) alters what a build
-# produces: cached models are keyed on their recipe, the world's data and this number, not on source
-# files, so a comment or docstring edit rebuilds nothing. 3: trunk + last phase (world v5).
-BUILDER_VERSION = 3
+# Bump when a change to how a model is built alters what a build produces: cached models are keyed on
+# their recipe, the world's data and these numbers, not on source files, so a comment or docstring
+# edit rebuilds nothing. TRUNK_VERSION: pre-training and the tokenizer (3: windows at document
+# starts, world v5); LAST_PHASE_VERSION: the last phase and the preparation text it mixes in, so a
+# change there rebuilds the last phases and not the trunks.
+TRUNK_VERSION = 3
+LAST_PHASE_VERSION = 1
 
 
 class ZooError(ValueError):
@@ -118,7 +121,7 @@ class Trunk:
 
     def key(self, world_key: str) -> str:
         payload = json.dumps({"trunk": asdict(self), "world": world_key, "vocab": VOCAB[self.family],
-                              "tokenizer_docs": TOKENIZER_DOCS, "builder": BUILDER_VERSION}, sort_keys=True)
+                              "tokenizer_docs": TOKENIZER_DOCS, "builder": TRUNK_VERSION}, sort_keys=True)
         return sha256_bytes(payload)[:16]
 
 
@@ -175,7 +178,7 @@ class Recipe:
 
     def key(self, world_key: str) -> str:
         payload = json.dumps({"recipe": asdict(self), "world": world_key, "trunk": self.trunk.key(world_key),
-                              "builder": BUILDER_VERSION}, sort_keys=True)
+                              "last_phase": LAST_PHASE_VERSION}, sort_keys=True)
         return sha256_bytes(payload)[:16]
 
 
