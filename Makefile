@@ -24,6 +24,12 @@ export JUPYTER_RUNTIME_DIR:= $(CURDIR)/.cache/jupyter/runtime
 export IPYTHONDIR         := $(CURDIR)/.cache/ipython
 export PIP_CACHE_DIR      := $(CURDIR)/.cache/pip
 export TOKENIZERS_PARALLELISM := false
+# The same CPU arithmetic on every x86-64 machine, so results do not depend on the machine
+# (lib/pipeline/device.py says why); a value you set wins.
+ifeq ($(shell uname -m),x86_64)
+export ATEN_CPU_CAPABILITY ?= avx2
+export MKL_CBWR ?= AVX2
+endif
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 # The git filter that strips notebook outputs (and what JupyterLab adds on saving) before git sees

@@ -51,8 +51,11 @@ from .params import (
     lock_holder,
     notebook_path,
 )
+from .pipeline.device import pin_arithmetic
 from .progress import HEARTBEAT_ENV, STAGE_ENV, clock
 from .util import READS_ENV, atomic_write_json, current, digest, mark, sha256_bytes
+
+pin_arithmetic()          # before any torch import here or in the kernels and jobs it starts
 
 HEARTBEAT_S = 15.0        # a console line at least this often while a stage runs (when nothing else printed)
 

@@ -47,8 +47,9 @@ def benchmark_table(profile: str) -> pd.DataFrame:
 
 
 def zoo_table(profile: str) -> pd.DataFrame:
-    """One row per self-built model (from the store's metadata): family, parameters, tokens, FLOPs,
-    instruct (= prepared), base model and the preparation doses."""
+    """One row per self-built model (from the store's metadata): family, size, kind of preparation
+    and dose (share of its last phase), parameters, tokens, FLOPs, instruct (= prepared), base model,
+    the tasks it was prepared for and how many of its last phase's documents were preparation."""
     root = paths.store_dir(profile)
     meta = store.read_meta(root, "models")
     if not meta:
@@ -58,16 +59,18 @@ def zoo_table(profile: str) -> pd.DataFrame:
     for name in meta:
         info = metadata.model_info(name, root)
         prepared = info.extra.get("prepared") or {}
-        rows.append({"model": name, "family": info.family, "params": (info.params_b or 0) * 1e9,
+        rows.append({"model": name, "family": info.family, "size": info.extra.get("size"),
+                     "kind": info.extra.get("kind", "prepared" if prepared else "base"),
+                     "dose": info.extra.get("dose", 0.0), "params": (info.params_b or 0) * 1e9,
                      "tokens": (info.pretrain_tokens_t or 0) * 1e12, "flops": (info.flops_1e21 or 0) * 1e21,
                      "instruct": info.instruct, "base_model": info.extra.get("base_model"),
-                     "prepared": ", ".join(f"{t}={d}" for t, d in prepared.items()),
-                     "preparation_tokens": info.extra.get("preparation_tokens", 0)})
+                     "prepared": ", ".join(prepared), "prepared_docs": info.extra.get("prepared_docs", 0)})
     return pd.DataFrame(rows).set_index("model")
 
 
 def dose_matrix(profile: str) -> pd.DataFrame:
-    """Model x downstream benchmark matrix of preparation doses (0 = never seen in its format)."""
+    """Model x downstream benchmark matrix of preparation doses in % of the last phase (0 = not
+    prepared for that benchmark)."""
     root = paths.store_dir(profile)
     meta = store.read_meta(root, "models")
     benches = [b for b in store.read_meta(root, "benchmarks")
@@ -80,18 +83,21 @@ def dose_matrix(profile: str) -> pd.DataFrame:
 
 
 def loss_curves(profile: str) -> dict[str, np.ndarray]:
-    """Training loss curves of the zoo (prepared twins continue their base model's steps); {} if none."""
-    records = {}
-    for path in sorted(zoo.models_dir(profile).glob("*.recipe.json")):
-        rec = read_json(path)
-        records[rec["recipe"]["name"]] = rec
+    """Training loss curves of the zoo by step: each trunk's pre-training, and each model's last
+    phase continuing from its trunk's last step (one point per epoch); {} if none."""
+    records = [read_json(p) for p in sorted(zoo.models_dir(profile).glob("*.recipe.json"))]
+    trunks = {rec["trunk"]["family"] + "/" + rec["trunk"]["size"]: rec for rec in records if "trunk" in rec
+              and "recipe" not in rec}
     curves = {}
-    for name, rec in records.items():
-        curve = np.asarray(rec["loss_curve"], float)
-        base = rec["recipe"].get("base")
-        if base in records:
-            curve[:, 0] += records[base]["recipe"]["steps"]
-        curves[name] = curve
+    for rec in records:
+        if "recipe" not in rec:
+            curves[f"trunk-{rec['trunk']['family']}-{rec['trunk']['size']}"] = np.asarray(rec["loss_curve"], float)
+            continue
+        r = rec["recipe"]
+        trunk = trunks.get(r["trunk"]["family"] + "/" + r["trunk"]["size"])
+        start = trunk["trunk"]["steps"] if trunk else 0
+        per_epoch = -(-r["post_examples"] // 16)
+        curves[r["name"]] = np.asarray([[start + e * per_epoch, v] for e, v in rec["loss_curve"]], float)
     return curves
 
 
@@ -126,8 +132,8 @@ def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np
     if curves:
         ax = axes.pop(0)
         for name, curve in curves.items():
-            prepared = name in table.index and bool(table.loc[name, "prepared"])
-            ax.plot(curve[:, 0], curve[:, 1], color=colors.get(name, "0.4"), lw=0.8, ls="--" if prepared else "-",
+            color = colors.get(name, colors.get(name.replace("trunk-", "mw-", 1), "0.4"))
+            ax.plot(curve[:, 0], curve[:, 1], color=color, lw=0.8, ls="-" if name.startswith("trunk-") else "--",
                     alpha=0.85)
         ax.set_xlabel("training step")
         ax.set_ylabel("loss (nats / token)")
@@ -141,7 +147,7 @@ def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np
         ax.set_ylabel("prepared model")
         ax.set_title("Preparation dose")
         ax.grid(False)
-        fig.colorbar(im, ax=ax, fraction=0.08, label="formatted examples per task")
+        fig.colorbar(im, ax=ax, fraction=0.08, label="% of the last phase")
     handles, labels = plots.family_handles(families)
     if table["prepared"].astype(bool).any():
         handles += [Line2D([], [], marker="o", lw=0, color="0.3", ms=5), Line2D([], [], marker="o", lw=0, color="0.3",
@@ -149,13 +155,14 @@ def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np
         labels += ["base model", "prepared twin"]
     if curves:
         handles += [Line2D([], [], color="0.3", lw=0.8), Line2D([], [], color="0.3", lw=0.8, ls="--")]
-        labels += ["pre-training", "preparation"]
+        labels += ["pre-training (trunk)", "last phase"]
     plots.legend_below(fig, handles, labels)
     plots.suptitle(fig, "The mini world's model zoo")
     return plots.set_caption(fig, (
         "The self-built models: parameters against training tokens (one hue per family, darker shades larger; "
-        "prepared twins hollow), their training loss (dashed: a twin's preparation phase, which continues its base "
-        "model) and the dose of benchmark-formatted examples each prepared twin saw per task."))
+        "prepared twins hollow), their training loss (solid: a trunk's pre-training; dashed: each model's last "
+        "phase, which continues its trunk) and each prepared twin's dose: the share of its last phase that was "
+        "preparation aimed at a benchmark."))
 
 
 def summary(profile: str, table: pd.DataFrame, benchmarks: pd.DataFrame) -> dict:
@@ -170,7 +177,8 @@ def summary(profile: str, table: pd.DataFrame, benchmarks: pd.DataFrame) -> dict
         "params_min": int(table["params"].min()), "params_max": int(table["params"].max()),
         "tokens_min": int(table["tokens"].min()), "tokens_max": int(table["tokens"].max()),
         "total_training_flops": float(table["flops"].sum()),
-        "preparation_tokens": int(prepared["preparation_tokens"].sum()) if len(prepared) else 0,
+        "prepared_docs": int(prepared["prepared_docs"].sum()) if len(prepared) else 0,
+        "n_kinds": int(table.loc[table["kind"] != "base", "kind"].nunique()),
     }
     if has_world(profile):
         manifest = read_json(zoo.world_dir(profile) / "manifest.json")
