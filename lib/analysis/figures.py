@@ -404,6 +404,7 @@ def scatter_grid(frames: Mapping[str, pd.DataFrame], x: str, y: str, hue: str | 
                            facecolors=c if filled else "none", edgecolors=c)
         if logx:
             ax.set_xscale("log")
+            _narrow_log_ticks(ax, [v * xfactor for df in frames.values() if x in df for v in df[x].dropna()])
         ax.set_xlabel(xlabel or x)
         ax.set_title(plots.wrap((titles or {}).get(key, _label(key)), fig.get_figwidth() / k - 0.2))
     axes[0][0].set_ylabel(ylabel or y)
@@ -421,6 +422,18 @@ def scatter_grid(frames: Mapping[str, pd.DataFrame], x: str, y: str, hue: str | 
     return plots.set_caption(fig, (
         f"{suptitle or 'Scatter per setting'}: one point per model, coloured by model family{shades}{kind_text}. "
         "Panel titles: the setting with its rank correlation and 95 % bootstrap interval over models."))
+
+
+def _narrow_log_ticks(ax, values) -> None:
+    """A log axis whose values span less than a decade gets three plain ticks (matplotlib would label
+    every minor tick there, and the labels run into each other)."""
+    import matplotlib.ticker as mticker
+
+    values = [v for v in values if v > 0]
+    if values and max(values) / min(values) < 10:
+        ax.xaxis.set_major_locator(mticker.MaxNLocator(nbins=3))
+        ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:.3g}"))
+        ax.xaxis.set_minor_formatter(mticker.NullFormatter())
 
 
 def explained_variance(curves: Mapping[str, pd.Series], max_components: int = 10,
