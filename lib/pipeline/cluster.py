@@ -24,6 +24,7 @@ import pandas as pd
 
 from .. import paths, store
 from ..util import did_you_mean
+from . import hub
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # sustained TFLOP/s assumed for the time estimate: an A100/H100-class GPU at about 40 % of peak
@@ -216,12 +217,24 @@ def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_rep
 
     models, task_names = profile_needs(profile)
     cache = hub_cache()
-    print(f"[{profile}] {len(models)} models and {len(task_names)} tasks; hub cache: {cache}", flush=True)
-    if download and not allow_repo_cache and cache.is_relative_to(paths.ROOT) and \
-            any(not Path(m).expanduser().is_dir() for m in models):
+    hub_models = [m for m in models if not Path(m).expanduser().is_dir()]
+    if download and not allow_repo_cache and cache.is_relative_to(paths.ROOT) and hub_models:
         raise HubError(f"the hub cache {cache} lies inside the repository: set HF_HOME (or HF_HUB_CACHE) to "
                        "your shared model cache first, e.g. `export HF_HOME=$HOME/.cache/huggingface`, or pass "
                        "--allow-repo-cache")
+    command = f"make models PROFILE={profile}"
+    if hub_models and hub.offline():               # the cache is all there is: say at once what it lacks
+        missing = [m for m in hub_models if not hub.cached(m)]
+        if missing:
+            raise HubError(f"HF_HUB_OFFLINE is set and the hub cache {cache} lacks {len(missing)} of {len(hub_models)} "
+                           f"models ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): "
+                           f"{hub.fix(command)}")
+    elif hub_models or task_names:                 # one quick request instead of five retries per file
+        try:
+            hub.require(f"profile {profile!r}", command)
+        except hub.HubUnreachable as exc:
+            raise HubError(str(exc)) from None
+    print(f"[{profile}] {len(models)} models and {len(task_names)} tasks; hub cache: {cache}", flush=True)
     problems = check_models(models, download=download)
     print(f"[{profile}] models: {len(problems['ok'])} of {len(models)} ready", flush=True)
     s1 = params.load_profile(profile).params("01_select_benchmarks")

@@ -60,6 +60,14 @@ def resolve_model(entry: str, store_root: str | Path | None = None, offline: boo
             raise ModelError(f"unknown model {entry!r}: not a local folder, a model of the store's "
                              f"metadata{did_you_mean(entry, known, n=3)}, nor a hub id in the local cache "
                              "(HF_HUB_OFFLINE is set)")
+    else:
+        from .hub import HubUnreachable, require
+
+        profile = Path(store_root).parent.name if store_root else "<profile>"     # outputs/<profile>/store
+        try:
+            require(f"model {entry!r}", f"make models PROFILE={profile}")
+        except HubUnreachable as exc:
+            raise ModelError(str(exc)) from None
     return entry, entry
 
 

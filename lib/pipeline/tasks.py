@@ -287,6 +287,14 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
     (perplexity corpora) need a training split but no minimum size.
     """
     rule = rule or SplitRule(caps={})
+    if include_defaults and not allow_unreachable:     # built-in tasks load from the hub: ask it once, quickly
+        from .hub import HubUnreachable, require
+
+        profile = Path(store).parent.name if store else "<profile>"     # store: outputs/<profile>/store
+        try:
+            require("lm-eval's built-in tasks", f"make models PROFILE={profile}")
+        except HubUnreachable as exc:
+            raise TaskError(str(exc)) from None
     manager = task_manager(include_paths, include_defaults)
     corpora = list(corpora)
     check_names(manager, list(names) + corpora)
