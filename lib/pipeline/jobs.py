@@ -61,7 +61,7 @@ def unit_lock(spec: JobSpec, benchmark: str) -> UnitLock:
 
 
 def plan(protocol: str, models: list[str], selection: dict, *, store_root: str | Path, work_root: str | Path,
-         recipe: ft.Recipe | None = None, chat_template: bool = False, eval_batch_size: int = 8,
+         recipe: ft.Recipe | None = None, chat_template: bool = False, eval_batch_size: int | str = 1,
          bootstrap_iters: int = 1000, benchmarks_per_job: int = 0, dtype: str = "float32",
          add_bos_token: bool = True, max_gen_toks: int = 256) -> list[JobSpec]:
     """One :class:`JobSpec` per model (and chunk of ``benchmarks_per_job`` benchmarks, 0 = all).

@@ -68,7 +68,7 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
 
     def validate(tuned) -> float:                 # the recipe's criterion, on the validation split
         if recipe.select_on == "loss":
-            return mean_loss(tuned, examples("validation"), batch_size=spec.eval_batch_size,
+            return mean_loss(tuned, examples("validation"), batch_size=ev.rows_per_batch(spec.eval_batch_size),
                              pad_id=tokenizer.pad_token_id)
         return _score(spec, tuned, tokenizer, task, info, plan, "validation").score
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from .. import store
 from ..store import PROTOCOLS, TBT
 from ..util import jsonable
+from . import evaluate as ev
 from . import finetune as ft
 from . import tasks as tk
 
@@ -36,7 +37,7 @@ class JobSpec:
     dtype: str = "float32"                       # weights and compute (the paper: float32)
     add_bos_token: bool = True                   # lm-eval encodes contexts with special tokens (paper)
     max_gen_toks: int = 256                      # generation cap (the paper's gen_kwargs; 0: the task's)
-    eval_batch_size: int = 8
+    eval_batch_size: int | str = 1               # documents per forward pass (the paper: 1) or "auto"
     bootstrap_iters: int = 1000
     task_timeout: float = 300.0                  # seconds to load a dataset (notebook 01's task_timeout)
 
@@ -45,6 +46,7 @@ class JobSpec:
             raise ValueError(f"job protocol must be one of {list(PROTOCOLS)}, got {self.protocol!r}")
         if self.protocol == TBT and not isinstance(self.recipe, ft.Recipe):
             raise ValueError(f"a train-before-test job needs a finetune.Recipe, got {type(self.recipe).__name__}")
+        ev.check_batch_size(self.eval_batch_size)
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values (what a failure record keeps to retry the job)."""
@@ -80,7 +82,8 @@ class JobSpec:
                 "test_split": plan.source["test"], "validation_carved_from_train": plan.carved,
                 "validation_in_test": plan.validation_in_test, "split_procedure": rule.procedure,
                 "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
-                "max_gen_toks": self.max_gen_toks, "caps": plan.caps, "config": self.config(), **extra}
+                "max_gen_toks": self.max_gen_toks, "eval_batch_size": self.eval_batch_size, "caps": plan.caps,
+                "config": self.config(), **extra}
 
     @property
     def seed(self) -> int:
