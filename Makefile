@@ -38,7 +38,7 @@ TEST_WORKERS ?= 2
 LAB_ARGS ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help venv hooks all run test test-fast lint lab data models bench lock clean
+.PHONY: help venv hooks all run test test-fast lint lab data models preflight bench lock clean
 
 help: ## list the targets (default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -93,6 +93,9 @@ data: $(STAMP) ## download the published reference data (pinned commits, sha256-
 
 models: $(STAMP) ## download and check every model and dataset of PROFILE before GPU jobs start (hub profiles)
 	$(PY) -m lib.pipeline.cluster models $(PROFILE) $(if $(CHECK_ONLY),--check-only,)
+
+preflight: $(STAMP) ## GPU-hours, memory and jobs of PROFILE's notebook 02 before submitting (offline: a preview)
+	$(PY) -m lib.pipeline.cluster preflight $(PROFILE)
 
 bench: $(STAMP) ## run the speed benchmarks quoted in the README (writes bench/results/*.json)
 	for s in bench/bench_*.py; do echo "== $$s"; $(PY) $$s || exit 1; done

@@ -8,8 +8,8 @@ rebuilds a path. (Test scores live in the results store, :mod:`lib.store`.)
     <work>/train_before_test/<model>/<benchmark>/lr=2e-05/epoch=3/    its best epoch's LoRA adapter
     <work>/train_before_test/<model>/<benchmark>/selection.json       the chosen (lr, epoch) and every curve
     <work>/items/<protocol>/<benchmark>/<model>.json                  per-item correctness of a test score
-    <work>/locks/<protocol>/<model>/<benchmark>.lock                  held while a job works on the unit
-    <work>/failed/<protocol>/<model>/<benchmark>.json                 why a unit failed, and the spec that retries it
+    <work>/locks/<protocol>/<model>/<benchmark>[.lr=2e-05].lock       held while a job works on the unit (or on one lr)
+    <work>/failed/<protocol>/<model>/<benchmark>[.lr=2e-05].json      why a unit failed, and the spec that retries it
     <work>/submitit/<stage>/                                          submitit's logs of a stage's jobs
     <work>/world/, <work>/models/, <work>/zoo.json                    the mini world, its zoo, the zoo's summary
 
@@ -143,14 +143,20 @@ def read_items(path: Work) -> dict:
 
 
 # --------------------------------------------------------------------------- jobs
-def lock_path(work: Work, protocol: str, model: str, benchmark: str) -> Path:
-    """The lock a job holds while it works on one (model, benchmark) (:mod:`lib.pipeline.locks`)."""
-    return Path(work) / "locks" / protocol / slug(model) / f"{slug(benchmark)}.lock"
+def _job_name(benchmark: str, lr: float | None) -> str:
+    return slug(benchmark) if lr is None else f"{slug(benchmark)}.{lr_name(lr)}"
 
 
-def failure_path(work: Work, protocol: str, model: str, benchmark: str) -> Path:
-    """Why one (model, benchmark) failed, with the job spec that retries it."""
-    return Path(work) / "failed" / protocol / slug(model) / f"{slug(benchmark)}.json"
+def lock_path(work: Work, protocol: str, model: str, benchmark: str, lr: float | None = None) -> Path:
+    """The lock a job holds while it works on one (model, benchmark) (:mod:`lib.pipeline.locks`);
+    given ``lr``, on that learning rate of it alone (a unit the preflight split)."""
+    return Path(work) / "locks" / protocol / slug(model) / f"{_job_name(benchmark, lr)}.lock"
+
+
+def failure_path(work: Work, protocol: str, model: str, benchmark: str, lr: float | None = None) -> Path:
+    """Why one (model, benchmark) (given ``lr``: one learning rate of it) failed, with the job spec
+    that retries it."""
+    return Path(work) / "failed" / protocol / slug(model) / f"{_job_name(benchmark, lr)}.json"
 
 
 def submitit_dir(work: Work, stage: str | None = None) -> Path:

@@ -322,3 +322,22 @@ def test_published_comparison_of_a_first_run(harmony_data, tmp_path):
     readme = (paths.ROOT / "README.md").read_text()
     for r in pub.itertuples():
         assert f"| {r.model} | {r.benchmark} | {r.published:.4f} | {r.published_stderr:.4f} |" in readme, r
+
+
+@pytest.mark.slow
+def test_a_unit_split_by_learning_rate_ends_where_one_job_would(world, tmp_path):
+    """The preflight's split: one job per learning rate trains its unit and stops; the unit's own job
+    then finds them finished, chooses and tests, with the score of a single job."""
+    (whole,) = _specs(world, tmp_path / "whole", store.TBT, names=("t_a",))
+    jobs.launch([whole], executor="local")
+    expected = store.read(store.path_for(whole.store_root, store.TBT, "t_a", "tiny-m"))
+    (spec,) = _specs(world, tmp_path / "split", store.TBT, names=("t_a",))
+    first = spec.by_lr()[0]
+    report = jobs.run_job(first)                                    # one rate alone: trained, nothing scored
+    assert report["trained"] == ["t_a"] and report["scores"] == {} and first.done("t_a") and not spec.done("t_a")
+    assert ft.read_unit(layout.unit_dir(spec.work_root, "tiny-m", "t_a", 3e-3)) is None
+    results = jobs.launch([*spec.by_lr(), spec], executor="local")  # the other rate, then choose and test
+    got = store.read(store.path_for(spec.store_root, store.TBT, "t_a", "tiny-m"))
+    assert results == {"tiny-m": {"t_a": got.score}} and got.score == expected.score
+    assert (got.provenance["lr"], got.provenance["epoch"]) == (expected.provenance["lr"], expected.provenance["epoch"])
+    assert got.provenance["val_curves"] == expected.provenance["val_curves"]

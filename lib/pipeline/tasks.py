@@ -342,6 +342,40 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
     return rows
 
 
+def preview_selection(names: list[str], rule: SplitRule, include_paths: Iterable[str | Path] = (),
+                      include_defaults: bool = True) -> dict:
+    """A stand-in for notebook 01's summary without loading any dataset (offline, for the preflight of
+    a profile that has not run): each task's split names from its lm-eval YAML, the paper's cached
+    training count, planned sizes under ``rule`` where they follow from it, and the caps where the
+    size of a validation or test split is unknown (upper bounds). ``chars_per_example`` is left out
+    (the estimate assumes its default)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    manager = task_manager(include_paths, include_defaults)
+    check_names(manager, names)
+    caps = rule.caps
+    tasks = {}
+    for name in names:
+        cfg = load_yaml(manager.task_index[name].yaml_path, resolve_func=False, recursive=True)
+        n = CACHED_TRAIN_COUNTS.get(name)
+        if n is None:
+            raise TaskError(f"task {name!r}: no cached training count to preview it offline; run notebook 01")
+        splits = {"train": cfg.get("training_split"), "validation": cfg.get("validation_split"),
+                  "test": cfg.get("test_split")}
+        shared = bool(splits["validation"]) and splits["validation"] == splits["test"]
+        carved = not (splits["validation"] and splits["test"]) or (shared and rule.shared_test == "carve")
+        n_train = int((1 - rule.val_fraction) * n) if carved else n
+        n_val = int(rule.val_fraction * n) if carved else None
+        tasks[name] = {"kind": cfg.get("output_type", "multiple_choice"), "splits": splits, "count_source": "cached",
+                       "plan_train": min(n_train, caps.get("train") or n_train),
+                       "plan_validation": min(n_val, caps.get("validation") or n_val) if n_val is not None
+                       else caps.get("validation") or None,
+                       "plan_test": caps.get("test") or None, "carved": carved}
+    return {"selected": list(names), "benchmarks": list(names), "corpora": [], "tasks": tasks,
+            "include_paths": [str(p) for p in include_paths], "include_defaults": include_defaults,
+            "split_rule": rule.to_dict(), "preview": True}
+
+
 def _chars_per_example(task, info: TaskInfo, plan: SplitPlan, sample: int = 200) -> float:
     """Mean characters of a rendered training example over up to ``sample`` planned training
     documents (for the memory and time estimates printed before submission)."""
