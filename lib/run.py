@@ -51,8 +51,11 @@ from .params import (
     lock_holder,
     notebook_path,
 )
+from .pipeline.device import pin_arithmetic
 from .progress import HEARTBEAT_ENV, STAGE_ENV, clock
 from .util import READS_ENV, atomic_write_json, current, digest, mark, sha256_bytes
+
+pin_arithmetic()          # before any torch import here or in the kernels and jobs it starts
 
 HEARTBEAT_S = 15.0        # a console line at least this often while a stage runs (when nothing else printed)
 
@@ -396,6 +399,8 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
             log[stage] = {"status": "ran", "seconds": dt}
         total = time.time() - t_start
         atomic_write_json(paths.profile_dir(name) / "run_log.json", {"stages": log, "total_seconds": total})
+        from .figreview import review
+        print(review(name), flush=True)          # the figures' checks and outputs/<profile>/figures.html
     print(f"[{name}] all stages finished in {total:.1f}s", flush=True)
     return log
 

@@ -149,11 +149,13 @@ def duplicates_line(info: dict) -> str:
 def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int = 5, n_boot: int = 1000,
                       losses=rank.LOSSES, source_counts=(), item_counts=(), need_seeds: int = 3,
                       cross_paper_store=None, cross_source_max_b: float = 3.5,
-                      cross_test_min_b: float = 6.0, progress: bool = True) -> dict:
+                      cross_test_min_b: float = 6.0, relative_sizes: bool = False, progress: bool = True) -> dict:
     """Everything notebook 07 shows: the method comparison on the test groups (``comparison``,
     ``main``), how the protocol chose (``protocol``), learned weights by benchmark (``by_bench``),
     the loss ablation (``ablation``), the data needs and source selections (``needs``), the
-    cross-paper experiment (``cross``, on the published store when ``cross_paper_store`` is given),
+    benchmark-level experiment (``cross``, one weight per benchmark of ``cross_paper_store``'s direct
+    evaluation: across the two papers on the published store; with ``relative_sizes`` its size
+    thresholds are quantiles, as for the tiny models of the mini world),
     ``tables`` (name -> DataFrame to save), ``notes`` and ``summary`` (the plain numbers of
     summary.json). With ``progress``, a console line reports the units of work done (one unit: a
     method with all its seeds, a loss, a data-needs count, the cross-paper experiment)."""
@@ -174,7 +176,8 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
         abl = ablation(items, split, losses, seeds, cfg, done, progress=bar) if fittable else pd.DataFrame()
         needs = (data_needs(items, split, source_counts, item_counts, need_seeds, cfg, progress=bar)
                  if fittable else pd.DataFrame())
-        cross = _cross_paper(cross_paper_store, cross_source_max_b, cross_test_min_b, seeds, cfg, n_boot, bar)
+        cross = _cross_paper(cross_paper_store, cross_source_max_b, cross_test_min_b, seeds, cfg, n_boot, bar,
+                             relative_sizes)
     if not main:
         notes.append("no test group could be evaluated: too few models for a source/test split")
     protocol = protocol_summary(comp.fits, cfg)
@@ -195,14 +198,14 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
 
 
 def _cross_paper(store_root, source_max_b: float, test_min_b: float, seeds: int, cfg: Config, n_boot: int,
-                 bar) -> dict:
+                 bar, relative: bool = False) -> dict:
     """:func:`lib.benchalign.studies.cross_paper` on the published store, or why it was skipped."""
     from .data import ItemDataError, load_cross_paper
 
     if store_root is None:
         return {"skipped": "cross_paper is off in this profile"}
     try:
-        cross = cross_paper(load_cross_paper(store_root), source_max_b, test_min_b, seeds, cfg, n_boot)
+        cross = cross_paper(load_cross_paper(store_root), source_max_b, test_min_b, seeds, cfg, n_boot, relative)
     except (ItemDataError, ValueError, KeyError) as exc:   # e.g. a store without direct_eval results
         cross = {"skipped": f"{type(exc).__name__}: {exc}"}
     advance(bar, "cross-paper")
