@@ -6,6 +6,7 @@ rebuilds a path. (Test scores live in the results store, :mod:`lib.store`.)
 
     <work>/train_before_test/<model>/<benchmark>/lr=2e-05/unit.json   one learning rate: its curve (done marker)
     <work>/train_before_test/<model>/<benchmark>/lr=2e-05/epoch=3/    its best epoch's LoRA adapter
+    <work>/train_before_test/<model>/<benchmark>/lr=2e-05/resume/     while unfinished: its last finished epoch
     <work>/train_before_test/<model>/<benchmark>/selection.json       the chosen (lr, epoch) and every curve
     <work>/train_before_test/<model>/<benchmark>/first_example.json   its first training example, decoded
     <work>/items/<protocol>/<benchmark>/<model>.json                  per-item correctness of a test score
@@ -28,6 +29,7 @@ from .util import atomic_write_json, current, note_read, read_json
 
 UNIT_FILE = "unit.json"            # written last: a learning-rate unit without it is unfinished
 SELECTION_FILE = "selection.json"
+RESUME_DIR = "resume"              # an unfinished unit's last finished epoch (see resume_dir)
 EXAMPLE_FILE = "first_example.json"
 CURVE_COLUMNS = ["model", "benchmark", "lr", "epoch", "val_score", "val_loss", "criterion", "train_loss",
                  "best_of_unit"]
@@ -54,6 +56,12 @@ def unit_dir(work: Work, model: str, benchmark: str, lr: float) -> Path:
 def adapter_dir(unit: Work, epoch: int) -> Path:
     """The LoRA adapter a unit keeps for ``epoch``."""
     return Path(unit) / f"epoch={epoch}"
+
+
+def resume_dir(unit: Work) -> Path:
+    """A unit's state after its last finished epoch (trainable weights, optimiser, schedule, random
+    states, the curve so far), replaced atomically after every epoch and removed when the unit ends."""
+    return Path(unit) / RESUME_DIR
 
 
 def selection_path(work: Work, model: str, benchmark: str) -> Path:
