@@ -84,13 +84,13 @@ run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAG
 	  $(PY) -m lib.run $(PROFILE) $(if $(STAGES),--stages $(STAGES),) $(if $(FORCE),--force,) $(if $(WAIT),--wait,)
 
 test: $(STAMP) lint ## run the linter and the whole test suite, as CI does (offline; HARMONY_DATA: published-data tests)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not real" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
-test-real: $(STAMP) ## the real pretrained model (SmolLM2-135M) trained and tested end to end, offline (minutes)
+test-real: $(STAMP) ## only the real pretrained model's tests (SmolLM2-135M trained and tested end to end, offline; under 2 min)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m real $(PYTEST_ARGS)
 
 test-fast: $(STAMP) lint ## the linter and the unit tests only: no notebook kernel, no training run (about a minute)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m "not slow and not real" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, overlap, labels) and write outputs/PROFILE/figures.html
 	$(PY) -m lib.figreview $(PROFILE)
