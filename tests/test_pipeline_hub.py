@@ -61,6 +61,14 @@ def test_offline_make_models_names_what_the_cache_lacks(monkeypatch, tmp_path):
         cluster.fetch("paper_slice", download=False)
 
 
+@pytest.mark.parametrize("profile", ["real_cpu", "mini"])
+def test_make_models_of_an_offline_profile_asks_nothing(no_hub, monkeypatch, capsys, profile):
+    """Profiles whose prepare hook builds or converts their models need no hub: one line says so."""
+    _no_downloads(monkeypatch)
+    cluster.fetch(profile, download=False)
+    assert no_hub == [] and capsys.readouterr().out.strip().endswith(f"`make all PROFILE={profile}`)")
+
+
 def test_notebook_01_and_hub_models_fail_fast_too(no_hub, tmp_path):
     from lib.pipeline import evaluate as ev
 

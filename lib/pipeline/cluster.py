@@ -495,6 +495,11 @@ def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_rep
     from .. import params
     from . import tasks as tk
 
+    prof = params.load_profile(profile)
+    if prof.offline:                               # mini, smoke, real_cpu: built or converted here
+        print(f"[{profile}] offline profile: no hub model or dataset to fetch (its prepare hook makes its models "
+              f"and tasks: `make all PROFILE={profile}`)", flush=True)
+        return
     models, task_names = profile_needs(profile)
     cache = hub_cache()
     hub_models = [m for m in models if not Path(m).expanduser().is_dir()]
@@ -517,7 +522,7 @@ def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_rep
     print(f"[{profile}] {len(models)} models and {len(task_names)} tasks; hub cache: {cache}", flush=True)
     problems = check_models(models, download=download)
     print(f"[{profile}] models: {len(problems['ok'])} of {len(models)} ready", flush=True)
-    s1 = params.load_profile(profile).params("01_select_benchmarks")
+    s1 = prof.params("01_select_benchmarks")
     include = tk.resolve_include_paths(s1["include_paths"], paths.work_dir(profile))
     rows = tk.select(task_names, include, s1["include_defaults"], min_train=0, timeout=timeout) if task_names else []
     unreachable = [f"{r['task']} ({r['note']})" for r in rows if r.get("count_source") != "dataset"]

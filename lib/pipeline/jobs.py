@@ -6,7 +6,8 @@ and :mod:`lib.store`. This module plans the grid, runs jobs under locks, collect
 launches the jobs.
 
 Every file is written atomically and the last one of a unit marks it done, so finished units are
-skipped and a killed unit is redone from scratch (deterministically), never read half-written. A
+skipped, a unit killed mid-training resumes after its last finished epoch (bit for bit,
+:func:`lib.pipeline.finetune.train_unit`), and nothing is read half-written. A
 (model, benchmark) is worked on under its lock (:mod:`lib.pipeline.locks`): a second job for the
 same unit (a re-run while the first still runs) skips it instead of deleting its work.
 
