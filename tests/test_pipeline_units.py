@@ -247,7 +247,7 @@ def test_paper_profile_names_the_papers_recipe():
                             "method": "lora", "patience": 0}          # LoRA; every epoch trained, the best kept
     for stage in (s2, s3):
         assert (stage["dtype"], stage["add_bos_token"], stage["max_gen_toks"], stage["eval_batch_size"]) == \
-            ("float32", True, 256, 8)
+            ("float32", True, 256, 1)                  # one document at a time, as the paper's HFLM
     assert (s1["cap_train"], s1["cap_validation"], s1["cap_test"], s1["min_train"]) == (50000, 1000, 10000, 1000)
     assert (s1["split_procedure"], s1["val_fraction"], s1["split_seed"], s1["shared_test"]) == \
         ("paper", 0.2, 0, "share")
@@ -327,3 +327,22 @@ def test_pretraining_stream_leaves_the_loss_off_an_examples_prompt():
     assert scored[:n_prompt] == [False] * n_prompt
     assert all(scored[n_prompt:])                     # the answer, its EOS, then the whole document
     assert ids[n_first] == tok.eos_token_id and len(ids) == len(scored)
+
+
+def test_evaluation_scores_one_document_at_a_time_unless_told_auto(tokenizer):
+    """The paper's HFLM kept its default batch of 1; "auto" is an option a profile may choose (the
+    params check accepts it and nothing else of its kind), a batch below 1 is refused before any job."""
+    import lib.pipeline.evaluate as ev
+    from lib import params
+
+    model = tiny.make_model("llama", tokenizer, d_model=32, n_layers=1, n_heads=2, max_len=64)
+    assert ev.make_lm(model, tokenizer).batch_size_per_gpu == 1
+    assert ev.make_lm(model, tokenizer, 4).batch_size_per_gpu == 4
+    auto = ev.make_lm(model, tokenizer, "auto")                  # on a CPU: a fixed batch, no memory probing
+    assert (auto.batch_size_per_gpu, auto.max_batch_size) == (ev.AUTO_CPU_BATCH, ev.AUTO_CPU_BATCH)
+    assert ev.rows_per_batch("auto") == ev.AUTO_CPU_BATCH and ev.rows_per_batch(3) == 3
+    for bad in (0, "fast", True):
+        with pytest.raises(ValueError, match="eval_batch_size must be a positive int or 'auto'"):
+            ev.check_batch_size(bad)
+    assert params._allowed("eval_batch_size", 1, "auto") and not params._allowed("eval_batch_size", 1, "fast")
+    assert not params._allowed("batch_size", 8, "auto")

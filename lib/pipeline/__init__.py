@@ -18,6 +18,7 @@
     tiny        tiny causal LMs built offline: tokenizer and model primitives
     localtasks  writes local lm-eval task YAML + JSONL
     device      torch device and CPU thread count
+    hub         whether the Hugging Face Hub can be used, found out once and within seconds
     figures     the figures of notebooks 01-03
 
 Heavy imports (torch, transformers, peft, lm_eval) happen inside functions, so importing a

@@ -60,6 +60,14 @@ def resolve_model(entry: str, store_root: str | Path | None = None, offline: boo
             raise ModelError(f"unknown model {entry!r}: not a local folder, a model of the store's "
                              f"metadata{did_you_mean(entry, known, n=3)}, nor a hub id in the local cache "
                              "(HF_HUB_OFFLINE is set)")
+    else:
+        from .hub import HubUnreachable, require
+
+        profile = Path(store_root).parent.name if store_root else "<profile>"     # outputs/<profile>/store
+        try:
+            require(f"model {entry!r}", f"make models PROFILE={profile}")
+        except HubUnreachable as exc:
+            raise ModelError(str(exc)) from None
     return entry, entry
 
 
@@ -100,21 +108,45 @@ def load_model(source: str, device: str | None = None, dtype: str = "float32"):
     return model, tok
 
 
-def make_lm(model, tokenizer, batch_size: int = 32, max_length: int | None = None, add_bos_token: bool = True):
+AUTO_MAX_BATCH = 64       # "auto" on a GPU: lm-eval's search for the largest batch that fits stops here
+AUTO_CPU_BATCH = 8        # "auto" on a CPU (lm-eval's search would probe the machine's memory)
+
+
+def check_batch_size(batch_size: int | str) -> int | str:
+    """An evaluation batch: a positive int or ``"auto"`` (raises ValueError naming the value)."""
+    if batch_size == "auto" or (isinstance(batch_size, int) and not isinstance(batch_size, bool) and batch_size >= 1):
+        return batch_size
+    raise ValueError(f"eval_batch_size must be a positive int or 'auto', got {batch_size!r}")
+
+
+def rows_per_batch(batch_size: int | str) -> int:
+    """Examples per forward pass where a number is needed (the validation loss): the batch, or
+    :data:`AUTO_CPU_BATCH` for ``"auto"`` (the loss halves it on an out-of-memory error)."""
+    return AUTO_CPU_BATCH if check_batch_size(batch_size) == "auto" else int(batch_size)
+
+
+def make_lm(model, tokenizer, batch_size: int | str = 1, max_length: int | None = None, add_bos_token: bool = True):
     """lm-eval's ``HFLM`` around an already loaded model (base or PeftModel).
 
     ``add_bos_token`` True encodes every context with the tokenizer's special tokens (a BOS for
-    Llama, Gemma and Yi; nothing for GPT-2, Pythia, Qwen), as the paper's evaluation did. On a GPU
-    lm-eval finds the largest batch that fits, at most ``batch_size`` (the paper: "auto", at most
-    8); on a CPU the batch is ``batch_size``.
+    Llama, Gemma and Yi; nothing for GPT-2, Pythia, Qwen), as the paper's evaluation did.
+    ``batch_size``: documents per forward pass. The paper scored one at a time: its ``HFLM`` was
+    built with the default batch of 1, and the ``batch_size="auto"`` it passed to
+    ``simple_evaluate`` is ignored for a pre-built model. ``"auto"`` is faster and departs (padding
+    moves the numbers slightly): on a GPU lm-eval finds the largest batch that fits (at most
+    :data:`AUTO_MAX_BATCH`), on a CPU it is :data:`AUTO_CPU_BATCH`.
     """
     from lm_eval.models.huggingface import HFLM
 
     cache_templates()
     logging.getLogger("lm_eval.models.huggingface").setLevel(logging.ERROR)
-    on_gpu = next(model.parameters()).device.type == "cuda"
-    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size="auto" if on_gpu else batch_size,
-                max_batch_size=batch_size, max_length=max_length, add_bos_token=add_bos_token)
+    if check_batch_size(batch_size) == "auto":
+        on_gpu = next(model.parameters()).device.type == "cuda"
+        batch, largest = ("auto", AUTO_MAX_BATCH) if on_gpu else (AUTO_CPU_BATCH, AUTO_CPU_BATCH)
+    else:
+        batch, largest = int(batch_size), int(batch_size)
+    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch, max_batch_size=largest, max_length=max_length,
+                add_bos_token=add_bos_token)
 
 
 _JINJA: dict = {}

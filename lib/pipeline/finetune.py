@@ -14,12 +14,15 @@ TRL's SFT trainer on ``prompt + " " + answer + EOS`` with the loss on every toke
 One learning-rate *unit* trains ``epochs`` epochs, validates after each (the validation loss, as
 the paper's trainer chose its checkpoint, or the benchmark's own lm-eval metric), keeps the best
 epoch's adapter in ``lr=<lr>/epoch=<e>/`` and writes ``unit.json`` (its curve) last: a unit
-without ``unit.json`` is unfinished and is redone from scratch (deterministic for the seed), so a
-killed run leaves nothing that is read as a result.
+without ``unit.json`` is unfinished, so a killed run leaves nothing that is read as a result. After
+every epoch the unit's whole state is saved (``lr=<lr>/resume/``), so a killed unit resumes after
+its last finished epoch and ends bit for bit as an uninterrupted run.
 """
 
 from __future__ import annotations
 
+import json
+import pickle
 import shutil
 import time
 from collections.abc import Callable
@@ -188,6 +191,7 @@ class UnitResult:
     n_train_examples: int = 0
     seconds: float = 0.0
     config: dict = field(default_factory=dict)        # what produced it (see spec.JobSpec.config)
+    resumed_after: list[int] = field(default_factory=list)   # epochs after which a killed run was resumed
 
 
 def _better(a: float, b: float | None, higher_is_better: bool) -> bool:
@@ -279,19 +283,34 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
     ``higher_is_better`` says). The best epoch's adapter is kept in ``unit_dir/epoch=<e>/`` and
     ``unit.json`` (the curve and ``config``) is written last. ``base`` is left without an adapter.
     Deterministic for ``recipe.seed`` (LoRA initialisation, dropout and data order).
+
+    After every epoch the unit's state is saved atomically in ``unit_dir/resume/`` (:func:`save_state`);
+    a unit killed before ``unit.json`` (time limit, preemption, SIGKILL) resumes after its last
+    finished epoch, when that state was made with the same ``config``, and ends as an uninterrupted
+    run would, bit for bit. Anything else in an unfinished ``unit_dir`` is started again from scratch.
     """
     unit_dir = Path(unit_dir)
-    if unit_dir.exists():                           # an unfinished unit: start it again from scratch
-        shutil.rmtree(unit_dir)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     key = recipe.criterion
     higher = higher_is_better if key == "val_score" else False
     res = UnitResult(lr=lr, criterion=key, n_train_examples=len(examples), config=dict(config or {}))
-    t_unit = time.time()
+    saved = load_state(unit_dir, json.loads(json.dumps(res.config)), lr)   # as JSON keeps it
+    if saved is None and unit_dir.exists():         # finished with another config, or no usable state
+        shutil.rmtree(unit_dir)
     with tunable(base, recipe) as model:
-        for point in lora_epochs(model, examples, epochs=recipe.epochs, batch_size=recipe.batch_size, lr=lr,
-                                 weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad,
-                                 micro_batch_size=recipe.micro_batch_size, log=progress):
+        resume = None
+        if saved is not None:
+            resume = _restore(model, res, saved)
+            if progress:
+                progress(f"{layout.lr_name(lr)} resumed after epoch={resume['epoch']}")
+        t_unit, before = time.time(), res.seconds       # the time of the killed runs counts too
+        done = resume is not None and (resume["epoch"] >= recipe.epochs or _stop(recipe, res))
+        points = () if done else lora_epochs(
+            model, examples, epochs=recipe.epochs, batch_size=recipe.batch_size, lr=lr,
+            weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad,
+            micro_batch_size=recipe.micro_batch_size, log=progress, resume=resume)
+        for point in points:
+            state = point.pop("state")
             t0 = time.time()
             value = float(validate(model))
             point[key] = value
@@ -299,18 +318,127 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
             res.curve.append(point)
             epoch = point["epoch"]
             if _better(value, res.best_score, higher):
-                old = Path(res.adapter) if res.adapter else None
                 target = atomic_dir(layout.adapter_dir(unit_dir, epoch), model.save_pretrained)
-                if old is not None and old != target:
-                    shutil.rmtree(old, ignore_errors=True)
                 res.best_epoch, res.best_score, res.adapter = epoch, value, str(target)
+            res.seconds = before + time.time() - t_unit
+            save_state(unit_dir, model, res, state())
+            _prune(unit_dir, res.adapter)           # the older best, once the state no longer names it
             if progress:
                 progress(f"{layout.lr_name(lr)} epoch={epoch} {key}={value:.4f}")
-            if recipe.patience and epoch - res.best_epoch >= recipe.patience:
+            if _stop(recipe, res):
                 break                               # no better value for `patience` epochs: stop this lr
-    res.seconds = time.time() - t_unit
+    res.seconds = before + time.time() - t_unit
     atomic_write_json(unit_dir / layout.UNIT_FILE, asdict(res))
+    shutil.rmtree(layout.resume_dir(unit_dir), ignore_errors=True)   # finished: the state is not needed
     return res
+
+
+def _stop(recipe: Recipe, res: UnitResult) -> bool:
+    """Early stopping: ``recipe.patience`` epochs without a better validation value."""
+    return bool(recipe.patience) and res.curve[-1]["epoch"] - res.best_epoch >= recipe.patience
+
+
+def _prune(unit_dir: Path, keep: str | None) -> None:
+    """Remove the adapters of a unit other than ``keep`` (a best epoch superseded, or an epoch
+    saved by a run killed before its state was)."""
+    for old in unit_dir.glob("epoch=*"):
+        if keep is None or old != Path(keep):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- resume inside a unit
+STATE_JSON = "state.json"        # the curve so far, the best epoch, the config (written last)
+STATE_TENSORS = "state.pt"       # trainable weights, optimiser, schedule, data order, random states
+
+
+def _random_states() -> dict:
+    """Every random state training and validation may draw from: torch's (CPU and accelerators),
+    Python's and numpy's global generators (in forms ``torch.load(weights_only=True)`` accepts)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
+            "numpy": [kind, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(gauss)]}
+
+
+def _set_random_states(states: dict) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+
+
+def save_state(unit_dir: str | Path, model, res: UnitResult, loop_state: dict) -> Path:
+    """Replace ``unit_dir/resume/`` atomically with the unit's state after ``loop_state["epoch"]``:
+    the trainable parameters (the LoRA adapter's, or every parameter for ``method`` "full"), the
+    optimiser, schedule and data-order states (:func:`lib.pipeline.training.lora_epochs`), the
+    random states as they are now (after validation, before the next epoch) and the curve so far."""
+    import torch
+
+    trainable = {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+    record = {**asdict(res), "epoch": loop_state["epoch"]}
+
+    def write(tmp: Path) -> None:
+        torch.save({"params": trainable, "loop": loop_state, "random": _random_states()}, tmp / STATE_TENSORS)
+        (tmp / STATE_JSON).write_text(json.dumps(record, indent=1) + "\n")
+
+    return atomic_dir(layout.resume_dir(unit_dir), write)
+
+
+def load_state(unit_dir: str | Path, config: dict, lr: float) -> dict | None:
+    """The saved state of an unfinished unit made with ``config`` at ``lr`` whose best adapter is still
+    there; None otherwise (no state, a finished unit, another configuration, a state that does not load)."""
+    import torch
+
+    unit_dir = Path(unit_dir)
+    folder = layout.resume_dir(unit_dir)
+    if (unit_dir / layout.UNIT_FILE).exists() or not (folder / STATE_JSON).exists():
+        return None
+    try:
+        record = json.loads((folder / STATE_JSON).read_text())
+        if record.get("config") != config or record.get("lr") != lr or not record.get("adapter") \
+                or not Path(record["adapter"]).exists():
+            return None
+        tensors = torch.load(folder / STATE_TENSORS, map_location="cpu", weights_only=True)
+    except (OSError, ValueError, RuntimeError, KeyError, pickle.UnpicklingError):
+        return None
+    return {"record": record, **tensors}
+
+
+def _restore(model, res: UnitResult, saved: dict) -> dict:
+    """Put a saved state back: the trainable parameters into ``model``, the curve into ``res``, the
+    random states; returns the loop's state for :func:`lib.pipeline.training.lora_epochs`."""
+    import torch
+
+    record = saved["record"]
+    names = {n for n, p in model.named_parameters() if p.requires_grad}
+    if set(saved["params"]) != names:
+        raise RuntimeError(f"resume: the saved state's parameters do not match the model's ({len(names)} trainable, "
+                           f"{len(saved['params'])} saved)")
+    with torch.no_grad():
+        missing, unexpected = model.load_state_dict(saved["params"], strict=False)
+    if unexpected:
+        raise RuntimeError(f"resume: unexpected parameters {unexpected[:3]}")
+    res.curve = list(record["curve"])
+    res.best_epoch, res.best_score, res.adapter = record["best_epoch"], record["best_score"], record["adapter"]
+    res.seconds = record["seconds"]
+    res.resumed_after = [*record.get("resumed_after", []), record["epoch"]]
+    _prune(Path(record["adapter"]).parent, record["adapter"])       # an epoch saved after the state was
+    _set_random_states(saved["random"])
+    return saved["loop"]
 
 
 def read_unit(unit_dir: str | Path, config: dict | None = None) -> UnitResult | None:

@@ -6,7 +6,8 @@ and :mod:`lib.store`. This module plans the grid, runs jobs under locks, collect
 launches the jobs.
 
 Every file is written atomically and the last one of a unit marks it done, so finished units are
-skipped and a killed unit is redone from scratch (deterministically), never read half-written. A
+skipped, a unit killed mid-training resumes after its last finished epoch (bit for bit,
+:func:`lib.pipeline.finetune.train_unit`), and nothing is read half-written. A
 (model, benchmark) is worked on under its lock (:mod:`lib.pipeline.locks`): a second job for the
 same unit (a re-run while the first still runs) skips it instead of deleting its work.
 
@@ -29,6 +30,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from .. import layout, paths, store
@@ -52,8 +54,9 @@ class JobError(RuntimeError):
 
 
 def unit_lock(spec: JobSpec, benchmark: str) -> UnitLock:
-    """The lock a job holds while it works on one of its benchmarks."""
-    return UnitLock(layout.lock_path(spec.work_root, spec.protocol, spec.model, benchmark))
+    """The lock a job holds while it works on one of its benchmarks (a job of one learning rate:
+    on that rate of it)."""
+    return UnitLock(layout.lock_path(spec.work_root, spec.protocol, spec.model, benchmark, spec.only_lr))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,7 +64,7 @@ def unit_lock(spec: JobSpec, benchmark: str) -> UnitLock:
 
 
 def plan(protocol: str, models: list[str], selection: dict, *, store_root: str | Path, work_root: str | Path,
-         recipe: ft.Recipe | None = None, chat_template: bool = False, eval_batch_size: int = 8,
+         recipe: ft.Recipe | None = None, chat_template: bool = False, eval_batch_size: int | str = 1,
          bootstrap_iters: int = 1000, benchmarks_per_job: int = 0, dtype: str = "float32",
          add_bos_token: bool = True, max_gen_toks: int = 256) -> list[JobSpec]:
     """One :class:`JobSpec` per model (and chunk of ``benchmarks_per_job`` benchmarks, 0 = all).
@@ -131,7 +134,8 @@ def run_job(spec: JobSpec | dict, progress=None) -> dict:
     ``<work>/failed/`` with its traceback and a spec that retries it."""
     spec = JobSpec.from_dict(spec) if isinstance(spec, dict) else spec
     say = progress or _log
-    report = {"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": {}, "busy": {}}
+    report = {"model": spec.model, "protocol": spec.protocol, "lr": spec.only_lr, "scores": {}, "trained": [],
+              "failed": {}, "busy": {}}
     pending = spec.pending()
     if not pending:
         return report
@@ -157,8 +161,12 @@ def run_job(spec: JobSpec | dict, progress=None) -> dict:
             say(f"{spec.model} / {bench}: FAILED ({report['failed'][bench]})")
             free_memory()
             continue
+        layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, spec.only_lr).unlink(missing_ok=True)
+        if score is None:                                 # a job of one learning rate: its unit is trained
+            report["trained"].append(bench)
+            say(f"{spec.model} / {bench}: {layout.lr_name(spec.only_lr)} trained")
+            continue
         report["scores"][bench] = score
-        layout.failure_path(spec.work_root, spec.protocol, spec.model, bench).unlink(missing_ok=True)
         say(f"{spec.model} / {bench}: {score:.4f}")
     return report
 
@@ -171,7 +179,7 @@ def _record_failure(spec: JobSpec, bench: str, exc: BaseException) -> str:
 
 def _write_failure(spec: JobSpec, bench: str, reason: str, trace: str) -> None:
     """The failure record of one unit: why, the traceback, when, and the spec that retries it alone."""
-    atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench), {
+    atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, spec.only_lr), {
         "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
         "traceback": trace, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": spec.only(bench).to_dict()})
 
@@ -191,11 +199,12 @@ class UnitCounter:
         for spec in specs:
             for bench in spec.pending():
                 if spec.protocol == TBT:
-                    for lr in spec.recipe.lrs:
+                    for lr in (spec.recipe.lrs if spec.only_lr is None else (spec.only_lr,)):
                         udir = layout.unit_dir(spec.work_root, spec.model, bench, lr)
                         if ft.read_unit(udir, spec.config(lr)) is None:
                             self.paths.append(udir / layout.UNIT_FILE)
-                self.paths.append(store.path_for(spec.store_root, spec.protocol, bench, spec.model))
+                if spec.only_lr is None:
+                    self.paths.append(store.path_for(spec.store_root, spec.protocol, bench, spec.model))
         self.start = {p: self._mtime(p) for p in self.paths}
 
     @staticmethod
@@ -255,6 +264,23 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}{did_you_mean(executor, EXECUTORS)}; "
                          f"expected one of {list(EXECUTORS)}")
+    run = dict(executor=executor, resources=resources or {}, log_folder=log_folder, max_jobs=max_jobs,
+               max_array=max_array, progress_every=progress_every)
+    split = [s for s in specs if s.only_lr is not None]     # units the preflight split by learning rate
+    reports = _launch_wave(split, **run) if split else []
+    unfinished = {(r["model"], b) for r in reports for b in (*r["failed"], *r["busy"])}
+    rest = []
+    for spec in (s for s in specs if s.only_lr is None):      # a split unit chooses and tests once its rates ran
+        keep = [b for b in spec.benchmarks if (spec.model, b) not in unfinished]
+        if keep:
+            rest.append(replace(spec, benchmarks=keep))
+    reports += _launch_wave(rest, **run)
+    return _summarise(reports, specs)
+
+
+def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folder, max_jobs: int, max_array: int,
+                 progress_every: float) -> list[dict]:
+    """Run ``specs`` side by side (:func:`launch`); one report per job."""
     todo, reports = [], []
     for spec in specs:
         pending = spec.pending()
@@ -263,21 +289,23 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
         held = {b: unit_lock(spec, b) for b in pending}
         busy = {b: lk.describe(lk.holder()) for b, lk in held.items() if lk.holder() is not None and not lk.stale()}
         if len(busy) == len(pending):                  # all of it runs elsewhere: do not resubmit
-            reports.append({"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": {}, "busy": busy})
+            reports.append({"model": spec.model, "protocol": spec.protocol, "lr": spec.only_lr, "scores": {},
+                            "trained": [], "failed": {}, "busy": busy})
         else:
             todo.append(spec)
     if todo:
         folder = Path(log_folder or layout.submitit_dir(todo[0].work_root))
         counter = UnitCounter(todo)
-        with Progress(total=counter.total, label=f"{todo[0].protocol} ({len(todo)} jobs)", every=progress_every) as bar:
+        what = "learning rates of split units" if todo[0].only_lr is not None else f"{len(todo)} jobs"
+        with Progress(total=counter.total, label=f"{todo[0].protocol} ({what})", every=progress_every) as bar:
             if executor == "local":
                 reports += _run_local(todo, counter, bar)
             elif executor == "processes":
                 reports += _run_processes(todo, folder, max_jobs, counter, bar)
             else:
-                reports += _run_submitit(todo, executor, resources or {}, folder, max_jobs, max_array, counter, bar)
+                reports += _run_submitit(todo, executor, resources, folder, max_jobs, max_array, counter, bar)
             bar.update(counter.done())
-    return _summarise(reports, specs)
+    return reports
 
 
 def _run_local(todo: list[JobSpec], counter: UnitCounter, bar: Progress) -> list[dict]:
@@ -381,13 +409,15 @@ def _job_report(spec: JobSpec, job) -> dict:
         for bench in spec.pending():
             failed[bench] = reason
             _write_failure(spec, bench, reason, str(exc))
-        return {"model": spec.model, "protocol": spec.protocol, "scores": {}, "failed": failed, "busy": {}}
+        return {"model": spec.model, "protocol": spec.protocol, "lr": spec.only_lr, "scores": {}, "trained": [],
+                "failed": failed, "busy": {}}
 
 
-def retry_command(spec: JobSpec, bench: str) -> str:
-    """The command that retries one failed unit where it is typed, from the repository's root (its
-    spec is in the failure record); re-running the stage retries every unfinished unit."""
-    path = layout.failure_path(spec.work_root, spec.protocol, spec.model, bench)
+def retry_command(spec: JobSpec, bench: str, lr: float | None = None) -> str:
+    """The command that retries one failed unit (given ``lr``, one learning rate of it) where it is
+    typed, from the repository's root (its spec is in the failure record); re-running the stage
+    retries every unfinished unit."""
+    path = layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, lr)
     return f"{paths.show(sys.executable)} -m lib.pipeline.jobs {paths.show(path)}"
 
 
@@ -399,11 +429,13 @@ def _summarise(reports: list[dict], specs: list[JobSpec]) -> dict[str, dict]:
         if rep["scores"]:
             results.setdefault(rep["model"], {}).update(rep["scores"])
         spec = by_model[(rep["protocol"], rep["model"])]
+        lr = rep.get("lr")
+        which = "" if lr is None else f" ({layout.lr_name(lr)})"
         for bench, reason in rep["failed"].items():
-            lines.append(f"FAILED {rep['protocol']} {rep['model']} / {bench}: {reason}\n"
-                         f"    retry: {retry_command(spec, bench)}")
+            lines.append(f"FAILED {rep['protocol']} {rep['model']} / {bench}{which}: {reason}\n"
+                         f"    retry: {retry_command(spec, bench, lr)}")
         for bench, who in rep["busy"].items():
-            lines.append(f"RUNNING ELSEWHERE {rep['protocol']} {rep['model']} / {bench}: {who}\n"
+            lines.append(f"RUNNING ELSEWHERE {rep['protocol']} {rep['model']} / {bench}{which}: {who}\n"
                          "    wait for it to finish, then run the stage again")
     if lines:
         n_failed = sum(len(r["failed"]) for r in reports)

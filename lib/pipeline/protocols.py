@@ -37,9 +37,9 @@ class ProtocolError(RuntimeError):
     """A unit's own files contradict each other (e.g. the chosen adapter is gone); the message names it."""
 
 
-def run(spec: JobSpec, manager, model, tokenizer, benchmark: str, say=print) -> float:
+def run(spec: JobSpec, manager, model, tokenizer, benchmark: str, say=print) -> float | None:
     """One (model, benchmark) of a job: plan the splits, run the spec's protocol, record the result.
-    Returns the test score."""
+    Returns the test score (None for a job of one learning rate, ``spec.only_lr``: it only trains)."""
     task, info = tk.inspect(manager, benchmark, spec.store_root, spec.task_timeout)
     plan = tk.plan_splits(task, info, tk.SplitRule.from_dict(spec.splits))
     tk.install_splits(task, plan)
@@ -55,8 +55,9 @@ def direct_eval(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, plan: 
 
 
 def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, plan: tk.SplitPlan,
-                      say=print) -> float:
-    """Train-before-test, as the paper does it (the module's steps 2-5)."""
+                      say=print) -> float | None:
+    """Train-before-test, as the paper does it (the module's steps 2-5). A job of one learning rate
+    (``spec.only_lr``, a unit split to fit a time limit) stops after step 2 and returns None."""
     recipe = spec.recipe
     lm = ev.make_lm(model, tokenizer, spec.eval_batch_size, add_bos_token=spec.add_bos_token)
     rendered: dict[str, list] = {}
@@ -64,17 +65,19 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
     def examples(role: str) -> list:              # a split's training examples, tokenised once
         if role not in rendered:
             rendered[role] = ft.training_examples(task, info, lm, recipe, spec.chat_template, role=role)
+            if role == "train":                       # what the model trains on, decoded, for the reader
+                _write_example(spec, info, tokenizer, rendered[role][0])
         return rendered[role]
 
     def validate(tuned) -> float:                 # the recipe's criterion, on the validation split
         if recipe.select_on == "loss":
-            return mean_loss(tuned, examples("validation"), batch_size=spec.eval_batch_size,
+            return mean_loss(tuned, examples("validation"), batch_size=ev.rows_per_batch(spec.eval_batch_size),
                              pad_id=tokenizer.pad_token_id)
         return _score(spec, tuned, tokenizer, task, info, plan, "validation").score
 
     # 2. train each learning rate (a finished unit of the same configuration is reused)
     units = []
-    for lr in recipe.lrs:
+    for lr in (recipe.lrs if spec.only_lr is None else (spec.only_lr,)):
         udir = layout.unit_dir(spec.work_root, spec.model, info.name, lr)
         unit = ft.read_unit(udir, spec.config(lr))
         if unit is None or (unit.adapter and not Path(unit.adapter).exists()):   # missing or pruned: retrain
@@ -82,6 +85,8 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
                                  info.higher_is_better, config=spec.config(lr),
                                  progress=lambda m: say(f"{spec.model} / {info.name}: {m}"))
         units.append(unit)
+    if spec.only_lr is not None:                  # the job of all the rates chooses and tests
+        return None
 
     # 3. choose on validation
     lr, epoch, val_value = ft.select_best(units, info.higher_is_better, recipe.criterion)
@@ -108,6 +113,16 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
         if u.lr != lr and u.adapter:
             shutil.rmtree(u.adapter, ignore_errors=True)
     return outcome.score
+
+
+def _write_example(spec: JobSpec, info: tk.TaskInfo, tokenizer, example: tuple[list[int], list[int]]) -> None:
+    """The first training example, decoded as the model sees it (special tokens included), and the part
+    that carries the loss."""
+    ids, labels = example
+    scored = [t for t, y in zip(ids, labels) if y != -100]
+    atomic_write_json(layout.example_path(spec.work_root, spec.model, info.name), {
+        "text": tokenizer.decode(ids), "tokens": len(ids), "loss_tokens": len(scored),
+        "loss_text": tokenizer.decode(scored)})
 
 
 def _score(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, plan: tk.SplitPlan, role: str) -> ev.Outcome:

@@ -28,7 +28,8 @@ def finetune_report(store_root: str | Path, work: str | Path, models: list[str],
                     recipe: Recipe, executor: str) -> dict:
     """Notebook 02: ``scores`` (one row per train-before-test result: test score, chosen learning
     rate and epoch, validation value, split sizes), ``matrix`` (model x benchmark test scores),
-    ``curves`` (validation curves, :func:`lib.layout.curves_frame`) and ``summary`` (``n_models``,
+    ``curves`` (validation curves, :func:`lib.layout.curves_frame`), ``examples`` (the decoded first
+    training example of each (model, benchmark), :func:`lib.layout.examples_frame`) and ``summary`` (``n_models``,
     ``n_benchmarks``, ``n_results``, ``mean_score`` per benchmark, ``chosen_lr_counts``,
     ``chosen_epoch_counts``, ``train_seconds``, ``recipe``, ``executor``, ``select_on``)."""
     bench = selection["selected"]
@@ -46,7 +47,19 @@ def finetune_report(store_root: str | Path, work: str | Path, models: list[str],
         "grid_edges": grid_edges(scores, recipe),
     }
     return {"scores": scores, "matrix": store.matrix(results, TBT),
-            "curves": layout.curves_frame(work, models, bench), "summary": summary}
+            "curves": layout.curves_frame(work, models, bench), "examples": layout.examples_frame(work, models, bench),
+            "summary": summary}
+
+
+def example_text(examples: pd.DataFrame) -> str:
+    """The first training example of each benchmark (its first model's), decoded, one block each: the
+    text the model was trained on, special tokens included, and which of its tokens carried loss."""
+    blocks = []
+    for bench, rows in examples.groupby("benchmark", sort=False):
+        r = rows.iloc[0]
+        loss = "every token" if r["loss_tokens"] == r["tokens"] else f"{r['loss_tokens']} tokens: {r['loss_text']!r}"
+        blocks.append(f"{bench} ({r['model']}, {r['tokens']} tokens; loss on {loss}):\n{r['text']}")
+    return "\n\n".join(blocks) or "no training example recorded"
 
 
 def grid_edges(scores: pd.DataFrame, recipe: Recipe) -> dict:

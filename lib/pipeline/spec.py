@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from .. import store
+from .. import layout, store
 from ..store import PROTOCOLS, TBT
 from ..util import jsonable
+from . import evaluate as ev
 from . import finetune as ft
 from . import tasks as tk
 
@@ -36,15 +37,20 @@ class JobSpec:
     dtype: str = "float32"                       # weights and compute (the paper: float32)
     add_bos_token: bool = True                   # lm-eval encodes contexts with special tokens (paper)
     max_gen_toks: int = 256                      # generation cap (the paper's gen_kwargs; 0: the task's)
-    eval_batch_size: int = 8
+    eval_batch_size: int | str = 1               # documents per forward pass (the paper: 1) or "auto"
     bootstrap_iters: int = 1000
     task_timeout: float = 300.0                  # seconds to load a dataset (notebook 01's task_timeout)
+    only_lr: float | None = None                 # train this learning rate's unit and stop (a unit the preflight
+                                                 # split: the job of all its rates then chooses and tests)
 
     def __post_init__(self):
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"job protocol must be one of {list(PROTOCOLS)}, got {self.protocol!r}")
         if self.protocol == TBT and not isinstance(self.recipe, ft.Recipe):
             raise ValueError(f"a train-before-test job needs a finetune.Recipe, got {type(self.recipe).__name__}")
+        ev.check_batch_size(self.eval_batch_size)
+        if self.only_lr is not None and (self.protocol != TBT or self.only_lr not in self.recipe.lrs):
+            raise ValueError(f"only_lr {self.only_lr} is not one of the recipe's learning rates")
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values (what a failure record keeps to retry the job)."""
@@ -80,7 +86,8 @@ class JobSpec:
                 "test_split": plan.source["test"], "validation_carved_from_train": plan.carved,
                 "validation_in_test": plan.validation_in_test, "split_procedure": rule.procedure,
                 "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
-                "max_gen_toks": self.max_gen_toks, "caps": plan.caps, "config": self.config(), **extra}
+                "max_gen_toks": self.max_gen_toks, "eval_batch_size": self.eval_batch_size, "caps": plan.caps,
+                "config": self.config(), **extra}
 
     @property
     def seed(self) -> int:
@@ -88,8 +95,12 @@ class JobSpec:
         return self.recipe.seed if self.recipe is not None else 0
 
     def done(self, benchmark: str) -> bool:
+        """This configuration's result is in the store (with ``only_lr``: or that rate's unit has finished)."""
         path = store.path_for(self.store_root, self.protocol, benchmark, self.model)
-        return path.exists() and store.read(path).provenance.get("config") == self.config()
+        if path.exists() and store.read(path).provenance.get("config") == self.config():
+            return True
+        return self.only_lr is not None and layout.read_unit(
+            layout.unit_dir(self.work_root, self.model, benchmark, self.only_lr), self.config(self.only_lr)) is not None
 
     def pending(self) -> list[str]:
         """Benchmarks without a result of this configuration in the store."""
@@ -98,3 +109,8 @@ class JobSpec:
     def only(self, benchmark: str) -> JobSpec:
         """This job restricted to one benchmark (what a retry runs)."""
         return replace(self, benchmarks=[benchmark])
+
+    def by_lr(self) -> list[JobSpec]:
+        """One job per learning rate of this (train-before-test) job: each trains its rate's unit and
+        stops; this job, run after them, finds the units finished, chooses and tests."""
+        return [replace(self, only_lr=lr) for lr in self.recipe.lrs]

@@ -287,6 +287,14 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
     (perplexity corpora) need a training split but no minimum size.
     """
     rule = rule or SplitRule(caps={})
+    if include_defaults and not allow_unreachable:     # built-in tasks load from the hub: ask it once, quickly
+        from .hub import HubUnreachable, require
+
+        profile = Path(store).parent.name if store else "<profile>"     # store: outputs/<profile>/store
+        try:
+            require("lm-eval's built-in tasks", f"make models PROFILE={profile}")
+        except HubUnreachable as exc:
+            raise TaskError(str(exc)) from None
     manager = task_manager(include_paths, include_defaults)
     corpora = list(corpora)
     check_names(manager, list(names) + corpora)
@@ -334,6 +342,40 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
     return rows
 
 
+def preview_selection(names: list[str], rule: SplitRule, include_paths: Iterable[str | Path] = (),
+                      include_defaults: bool = True) -> dict:
+    """A stand-in for notebook 01's summary without loading any dataset (offline, for the preflight of
+    a profile that has not run): each task's split names from its lm-eval YAML, the paper's cached
+    training count, planned sizes under ``rule`` where they follow from it, and the caps where the
+    size of a validation or test split is unknown (upper bounds). ``chars_per_example`` is left out
+    (the estimate assumes its default)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    manager = task_manager(include_paths, include_defaults)
+    check_names(manager, names)
+    caps = rule.caps
+    tasks = {}
+    for name in names:
+        cfg = load_yaml(manager.task_index[name].yaml_path, resolve_func=False, recursive=True)
+        n = CACHED_TRAIN_COUNTS.get(name)
+        if n is None:
+            raise TaskError(f"task {name!r}: no cached training count to preview it offline; run notebook 01")
+        splits = {"train": cfg.get("training_split"), "validation": cfg.get("validation_split"),
+                  "test": cfg.get("test_split")}
+        shared = bool(splits["validation"]) and splits["validation"] == splits["test"]
+        carved = not (splits["validation"] and splits["test"]) or (shared and rule.shared_test == "carve")
+        n_train = int((1 - rule.val_fraction) * n) if carved else n
+        n_val = int(rule.val_fraction * n) if carved else None
+        tasks[name] = {"kind": cfg.get("output_type", "multiple_choice"), "splits": splits, "count_source": "cached",
+                       "plan_train": min(n_train, caps.get("train") or n_train),
+                       "plan_validation": min(n_val, caps.get("validation") or n_val) if n_val is not None
+                       else caps.get("validation") or None,
+                       "plan_test": caps.get("test") or None, "carved": carved}
+    return {"selected": list(names), "benchmarks": list(names), "corpora": [], "tasks": tasks,
+            "include_paths": [str(p) for p in include_paths], "include_defaults": include_defaults,
+            "split_rule": rule.to_dict(), "preview": True}
+
+
 def _chars_per_example(task, info: TaskInfo, plan: SplitPlan, sample: int = 200) -> float:
     """Mean characters of a rendered training example over up to ``sample`` planned training
     documents (for the memory and time estimates printed before submission)."""
@@ -371,9 +413,12 @@ class SplitRule:
       ``validation_split: validation``, ``test_split: validation``): ``shared_test`` ``"share"``
       keeps it, as the paper did (the validation documents are part of the test set: recorded as
       ``validation_in_test``); ``"carve"`` carves validation from train as above.
-    - Caps (paper: 50,000 / 1,000 / 10,000): ``"paper"`` takes
-      ``permutation(len(split))[:cap]`` after ``numpy.random.seed(seed)``, separately per split;
-      ``"carve"`` a seeded ``random.sample``. A cap of 0 means none.
+    - Caps (paper: 50,000 / 1,000 / 10,000): ``"paper"`` takes the documents at positions
+      ``permutation(len(split))[:cap]`` after ``numpy.random.seed(seed)``, separately per split, in
+      the order the split has at that point: a task's own split in its own order, a carved split in
+      its permuted order (as the paper's ``select`` kept it; capping the sorted ids instead would keep
+      as many documents but other ones). ``"carve"`` takes a seeded ``random.sample``. A cap of 0
+      means none.
 
     Document ids are indices into the task's own splits (sorted), so per-item results of
     different models line up.
@@ -428,22 +473,26 @@ class SplitPlan:
 
 def paper_carve(n: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """(train, validation) indices of ``n`` training documents as the paper's ``random_split``
-    made them: ``numpy.random.seed(seed)``, ``permutation(n)``, floor-rounded fractions."""
+    made them: ``numpy.random.seed(seed)``, ``order = permutation(n)``, train ``order[:int((1 - f) n)]``,
+    validation the next ``int(f n)``. Both come *in the permuted order*: the paper's
+    ``train_dataset.select(indices)`` kept it, and its cap then indexed positions in that order."""
     import numpy as np
 
-    order = np.random.RandomState(seed).permutation(n)
+    order = np.random.RandomState(seed).permutation(n).tolist()
     n_train, n_val = int((1 - val_fraction) * n), int(val_fraction * n)
-    return sorted(order[:n_train].tolist()), sorted(order[n_train:n_train + n_val].tolist())
+    return order[:n_train], order[n_train:n_train + n_val]
 
 
 def paper_cap(ids: list[int], cap: int | None, seed: int) -> list[int]:
-    """The paper's cap: ``numpy.random.seed(seed)`` then ``permutation(len(ids))[:cap]`` (sorted)."""
+    """The paper's cap on a split whose documents are ``ids`` *in the split's order* (its own order,
+    or the permuted order of a carved split): ``numpy.random.seed(seed)``, then the documents at
+    positions ``permutation(len(ids))[:cap]``, in that order."""
     import numpy as np
 
     if not cap or cap <= 0:
         return list(ids)
     keep = np.random.RandomState(seed).permutation(len(ids))[:cap]
-    return sorted(ids[i] for i in keep.tolist())
+    return [ids[i] for i in keep.tolist()]
 
 
 def _cap(ids: list[int], cap: int | None, rng: random.Random) -> list[int]:
@@ -493,9 +542,8 @@ def plan_splits(task, info: TaskInfo, rule: SplitRule | dict, seed: int | None =
         val_ids = list(range(n["validation"]))
     test_ids = list(range(len(_raw(task, source["test"]))))
     if rule.procedure == "paper":
-        ids = {"train": paper_cap(train_ids, caps.get("train"), rule.seed),
-               "validation": paper_cap(val_ids, caps.get("validation"), rule.seed),
-               "test": paper_cap(test_ids, caps.get("test"), rule.seed)}
+        ids = {role: sorted(paper_cap(chosen, caps.get(role), rule.seed))      # capped in the paper's order
+               for role, chosen in (("train", train_ids), ("validation", val_ids), ("test", test_ids))}
     else:
         ids = {"train": _cap(train_ids, caps.get("train"), rng),
                "validation": _cap(val_ids, caps.get("validation"), rng),

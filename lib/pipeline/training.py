@@ -295,7 +295,7 @@ def batch_loss(model, batch, pad_id: int, micro_batch_size: int, device, backwar
 
 def lora_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: int, batch_size: int,
                 lr: float, weight_decay: float, seed: int, pad_id: int, micro_batch_size: int = 0,
-                oom_backoff: bool = True, log=None) -> Iterator[dict]:
+                oom_backoff: bool = True, log=None, resume: dict | None = None) -> Iterator[dict]:
     """Train the trainable (LoRA) parameters of ``model``; yields after each epoch, with the
     model in eval mode (the caller validates, then the next epoch resumes training), a dict:
     ``epoch``, ``train_loss`` (mean batch loss), ``train_seconds``, ``micro_batch_size`` (the
@@ -310,6 +310,11 @@ def lora_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: i
     included), and when a single row does not fit switches gradient checkpointing on; the
     effective batch stays the same (transformers' ``auto_find_batch_size`` halves the batch
     instead). ``log(message)`` hears about each back-off.
+
+    Each yielded dict also holds ``state``: a function returning the loop's state after that epoch
+    (``epoch``, the optimiser's, the schedule's and the data-order generator's states, the micro-batch
+    in use); given back as ``resume`` (with the trainable parameters already restored by the caller)
+    the loop continues with the next epoch exactly as it would have without the interruption.
     """
     import torch
 
@@ -320,7 +325,18 @@ def lora_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: i
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / total))
     gen = torch.Generator().manual_seed(seed)
     micro = micro_batch_size if 0 < micro_batch_size < batch_size else 0
-    for epoch in range(1, epochs + 1):
+    start = 0
+    if resume is not None:
+        opt.load_state_dict(resume["optimizer"])
+        sched.load_state_dict(resume["scheduler"])
+        gen.set_state(resume["generator"])
+        start, micro = int(resume["epoch"]), int(resume["micro"])
+
+    def loop_state(epoch: int) -> dict:
+        return {"epoch": epoch, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "generator": gen.get_state(), "micro": micro}
+
+    for epoch in range(start + 1, epochs + 1):
         t0 = time.time()
         model.train()
         order = torch.randperm(len(examples), generator=gen).tolist()
@@ -351,7 +367,7 @@ def lora_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: i
             losses.append(optimizer_step(loss, params, opt, sched))
         model.eval()
         yield {"epoch": epoch, "train_loss": sum(losses) / len(losses), "train_seconds": time.time() - t0,
-               "micro_batch_size": micro or batch_size}
+               "micro_batch_size": micro or batch_size, "state": lambda epoch=epoch: loop_state(epoch)}
 
 
 def mean_loss(model, examples: list[tuple[list[int], list[int]]], *, batch_size: int, pad_id: int) -> float:
