@@ -93,13 +93,21 @@ def exists(root: str | os.PathLike, protocol: str, benchmark: str, model: str) -
 
 
 def read(path: str | os.PathLike) -> Result:
-    """Read one result file; any problem raises :class:`StoreError` naming the file."""
+    """Read one result file; any problem raises :class:`StoreError` naming the file and the command
+    that makes it again."""
     path = Path(path)
+    try:
+        return _read(path)
+    except StoreError as exc:
+        raise StoreError(f"{exc}; delete it and run `{paths.make_command(path)}` (it redoes only what is "
+                         "missing)") from None
+
+
+def _read(path: Path) -> Result:
     try:
         data = read_json(path)
     except CorruptFile as exc:
-        raise StoreError(f"{exc}; delete it and re-run the stage that wrote it (`{paths.make_command(path)}` "
-                         "redoes only what is missing)") from None
+        raise StoreError(str(exc)) from None
     if not isinstance(data, dict):
         raise StoreError(f"corrupted result file {path}: not a JSON object")
     if data.get("schema") != SCHEMA:
@@ -162,6 +170,22 @@ def write_meta(root: str | os.PathLike, kind: str, records: dict[str, dict]) -> 
     current = read_json(path) if path.exists() else {}
     current.update(records)
     return atomic_write_json(path, current)
+
+
+def meta_path(root: str | os.PathLike, path: str) -> Path:
+    """A path recorded in the metadata (a model's folder): relative ones are relative to the store
+    root, so a moved outputs folder keeps working."""
+    return Path(root) / path if not Path(path).is_absolute() else Path(path)
+
+
+def relative_meta_path(root: str | os.PathLike, path: str | os.PathLike) -> str:
+    """``path`` as :func:`meta_path` reads it back: relative to the store root when it lies in the
+    folder that holds the store (``../work/models/x`` for a profile's own models), else absolute."""
+    root, path = Path(os.path.abspath(root)), Path(os.path.abspath(path))
+    try:
+        return (Path("..") / path.relative_to(root.parent)).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def read_meta(root: str | os.PathLike, kind: str) -> dict[str, dict]:

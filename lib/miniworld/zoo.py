@@ -391,7 +391,8 @@ def prepare(profile: str, seed: int = 0, doses: tuple[int, int] = (150, 600), po
     recipes = default_zoo(doses=tuple(doses), post_steps=post_steps, post_lr=post_lr, scale=scale, **chosen)
     builds = build_zoo(world_dir(profile), models_dir(profile), recipes, workers=workers)
     root = paths.store_dir(profile)
-    store.write_meta(root, "models", model_meta(builds))
+    store.write_meta(root, "models", {name: {**rec, "path": store.relative_meta_path(root, rec["path"])}  # moves with
+                                      for name, rec in model_meta(builds).items()})               # outputs/
     store.write_meta(root, "benchmarks", mw.benchmark_meta())
     summary = {"world_key": manifest["key"], "task_dir": manifest["task_dir"], "models": list(builds),
                "seconds": time.time() - t0}

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import layout
-from ..util import atomic_dir, atomic_write_json, did_you_mean
+from ..util import atomic_dir, did_you_mean
 from .tasks import TaskInfo, docs, render
 from .training import lora_epochs
 
@@ -261,7 +261,7 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
             if progress:
                 progress(f"{layout.lr_name(lr)} epoch={epoch} {key}={value:.4f}")
     res.seconds = time.time() - t_unit
-    atomic_write_json(unit_dir / layout.UNIT_FILE, asdict(res))
+    layout.write_unit(unit_dir, asdict(res))
     return res
 
 
