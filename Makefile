@@ -25,6 +25,12 @@ export JUPYTER_RUNTIME_DIR:= $(CURDIR)/.cache/jupyter/runtime
 export IPYTHONDIR         := $(CURDIR)/.cache/ipython
 export PIP_CACHE_DIR      := $(CURDIR)/.cache/pip
 export TOKENIZERS_PARALLELISM := false
+# The same CPU arithmetic on every x86-64 machine, so results do not depend on the machine
+# (lib/pipeline/device.py says why); a value you set wins.
+ifeq ($(shell uname -m),x86_64)
+export ATEN_CPU_CAPABILITY ?= avx2
+export MKL_CBWR ?= AVX2
+endif
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 # The git filter that strips notebook outputs (and what JupyterLab adds on saving) before git sees
@@ -45,10 +51,10 @@ TEST_WORKERS ?= 2
 LAB_ARGS ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help venv hooks all run test test-fast lint lab data models bench lock clean
+.PHONY: help venv hooks all run test test-fast lint check-figures lab data models bench lock clean
 
 help: ## list the targets (default)
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | published | paper_slice | paper), HARMONY_DATA=<published data folder>"
 
 venv: $(STAMP) ## create .venv with the pinned environment (torch CPU 2.13.0)
@@ -88,6 +94,9 @@ test: $(STAMP) lint ## run the linter and the whole test suite, as CI does (offl
 
 test-fast: $(STAMP) lint ## the linter and the unit tests only: no notebook kernel, no training run (about a minute)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, overlap, labels) and write outputs/PROFILE/figures.html
+	$(PY) -m lib.figreview $(PROFILE)
 
 lint: $(STAMP) ## check code and notebooks with ruff (configured in pyproject.toml)
 	$(VENV)/bin/ruff check lib tests bench notebooks

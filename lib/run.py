@@ -64,6 +64,7 @@ from .params import (
     lock_holder,
     notebook_path,
 )
+from .pipeline.device import pin_arithmetic
 from .progress import HEARTBEAT_ENV, STAGE_ENV, clock
 from .util import (
     READS_ENV,
@@ -77,6 +78,8 @@ from .util import (
     read_json,
     sha256_bytes,
 )
+
+pin_arithmetic()          # before any torch import here or in the kernels and jobs it starts
 
 HEARTBEAT_S = 15.0        # a console line at least this often while a stage runs (when nothing else printed)
 # The kernel's own progress bars (lm-eval, datasets) would be stored, a few hundred lines of them, in
@@ -455,6 +458,8 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
         total = time.time() - t_start
         _where.clear()
         atomic_write_json(paths.profile_dir(name) / "run_log.json", {"stages": log, "total_seconds": total})
+        from .figreview import review
+        print(review(name), flush=True)          # the figures' checks and outputs/<profile>/figures.html
     print(f"[{name}] all stages finished in {total:.1f}s", flush=True)
     return log
 

@@ -20,6 +20,10 @@ os.environ.setdefault("TBT_OUTPUTS", str(ROOT / ".cache" / "test-outputs"))
 if not os.environ.get("HARMONY_DATA") and (ROOT.parent / "shared" / "data").is_dir():
     os.environ["HARMONY_DATA"] = str(ROOT.parent / "shared" / "data")
 
+from lib.pipeline.device import pin_arithmetic  # noqa: E402  (imports no torch)
+
+pin_arithmetic()          # the arithmetic of make all, before torch loads (lib/pipeline/device.py)
+
 import pytest  # noqa: E402
 
 # Under `pytest -n 2` (pytest-xdist, `make test`) the modules that write and read the same profile's

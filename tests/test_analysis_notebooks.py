@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from lib import paths, report, run, store
+from lib import figreview, paths, report, run, store
 
 pytestmark = pytest.mark.slow
 P = store.PROTOCOLS
@@ -57,6 +57,18 @@ def test_published_agreement_has_intervals_noise_ceiling_and_robustness(publishe
     assert "\\newcommand{\\TauGainLo}{0.20}" in tex and "\\newcommand{\\TauMeanTrainBeforeTestHi}" in tex
     figs = {f.stem for f in (paths.stage_dir("published", "04_rank_agreement") / "figures").glob("*.png")}
     assert {"noise_ceiling", "robustness", "per_benchmark", "rank_plot"} <= figs
+
+
+@pytest.mark.published
+def test_published_figures_pass_the_review(published_analyses):
+    """At most 7.0 in wide, no text under 7 pt at print size, no overlapping text, every axis labelled,
+    a title and a caption (lib.figreview), for every figure of 04-06 (07's: test_benchalign_experiments)."""
+    counts = {}
+    for stage in ("04_rank_agreement", "05_perplexity", "06_pca"):
+        review = figreview.check(paths.stage_dir("published", stage))
+        counts[stage] = len(review)
+        assert not any(review.values()), review
+    assert counts == {"04_rank_agreement": 6, "05_perplexity": 2, "06_pca": 4}
 
 
 @pytest.mark.published

@@ -39,20 +39,6 @@ def ctx(tmp_path):
     return SimpleNamespace(store=root, out=out)
 
 
-def test_rank_table_and_summary(ctx):
-    table = mwa.rank_table(store.load(ctx.store), ctx.store)
-    assert list(table["benchmark"]) == ["t1", "t2"]          # perplexity corpora excluded
-    t1 = table.set_index("benchmark").loc["t1"]
-    assert bool(t1["prepared_for"]) and t1["dose"] == 7
-    assert (t1["rank_direct_eval"], t1["rank_train_before_test"], t1["shift"]) == (1.0, 3.0, 2.0)
-    assert t1["twin_gap_direct_eval"] == pytest.approx(0.6)
-    assert t1["twin_gap_train_before_test"] == pytest.approx(0.02)
-    t2 = table.set_index("benchmark").loc["t2"]
-    assert (t2["rank_direct_eval"], t2["rank_train_before_test"], t2["shift"]) == (4.0, 4.0, 0.0)
-    s = mwa.rank_summary(table)
-    assert s["prepared_tasks"]["mean_shift"] == 2.0 and s["other_tasks"]["mean_shift"] == 0.0
-
-
 def test_perplexity_and_pca_views(ctx):
     df = store.load(ctx.store)
     ppl = mwa.perplexity_table(df, ctx.store).set_index("protocol")
@@ -70,11 +56,12 @@ def test_perplexity_and_pca_views(ctx):
 
 def test_notebook_section_writes_and_skips(ctx, tmp_path, capsys):
     summary = {"earlier": 1}
-    table = mwa.notebook_section(ctx, "ranks", summary)
-    assert len(table) == 2
-    assert summary["earlier"] == 1 and summary["preparation"]["prepared_tasks"]["mean_shift"] == 2.0
-    assert (ctx.out / "preparation_ranks.csv").exists()
-    assert (ctx.out / "figures" / "preparation_ranks.png").exists()
+    table = mwa.notebook_section(ctx, "pca", summary)
+    assert len(table) == 4 and summary["earlier"] == 1 and summary["preparation"]
+    assert (ctx.out / "preparation_pca.csv").exists()
+    assert (ctx.out / "figures" / "preparation_pca.png").exists()
+    assert mwa.notebook_section(ctx, "ranks", {}) is None           # no kinds recorded: no causal analyses
+    assert "no model records its kind" in capsys.readouterr().out
     bare = SimpleNamespace(store=tmp_path / "empty", out=tmp_path)
     assert mwa.notebook_section(bare, "pca", {}) is None
     assert "skipped" in capsys.readouterr().out
@@ -82,52 +69,8 @@ def test_notebook_section_writes_and_skips(ctx, tmp_path, capsys):
         mwa.notebook_section(ctx, "rank", {})
 
 
-def _dose_store(root):
-    """Six base models that every benchmark ranks alike (by skill) under both protocols, and four
-    twins: prepared at a low (10) or high (40) dose for t1 and t2, which lifts them under direct
-    evaluation in proportion to the dose and not after fine-tuning."""
-    skill = {f"b{i}": 0.1 * i for i in range(6)}
-    twins = {"b1-low": ("b1", 10), "b2-low": ("b2", 10), "b1-high": ("b1", 40), "b2-high": ("b2", 40)}
-    benches = ["t1", "t2", "t3", "t4"]
-    meta = {m: {"family": "f", "extra": {"prepared": {}}} for m in skill}
-    for twin, (base, dose) in twins.items():
-        meta[twin] = {"family": "f", "instruct": True,
-                      "extra": {"prepared": {"t1": dose, "t2": dose}, "base_model": base}}
-    store.write_meta(root, "models", meta)
-    store.write_meta(root, "benchmarks", {b: {"category": "Math", "metric": "acc"} for b in benches})
-    for k, b in enumerate(benches):
-        for m, s in skill.items():
-            for p in store.PROTOCOLS:
-                store.write(root, store.Result(p, b, m, "acc", 0.2 + s + 0.001 * k))
-        for twin, (base, dose) in twins.items():
-            lift = dose / 80 if b in ("t1", "t2") else 0.0
-            score = 0.2 + skill[base] + 0.001 * k + 0.0005
-            store.write(root, store.Result("direct_eval", b, twin, "acc", score + lift))
-            store.write(root, store.Result("train_before_test", b, twin, "acc", score))
-
-
-def test_agreement_falls_with_dose_under_direct_evaluation_only(tmp_path):
-    root = tmp_path / "store"
-    _dose_store(root)
-    df = store.load(root)
-    table = mwa.agreement_by_dose(df, root, n_boot=200).set_index("models")
-    assert list(table.index) == ["base models", "base + dose 10 twins", "base + dose 40 twins", "all models"]
-    assert table.loc["base models", "mean_tau_direct_eval"] == pytest.approx(1.0)     # identical rankings
-    direct = table["mean_tau_direct_eval"]
-    assert direct["base + dose 40 twins"] < direct["base + dose 10 twins"] < direct["base models"]
-    assert (table["mean_tau_train_before_test"] > 0.99).all()                       # fine-tuning: no effect
-    assert (table["gain_ci_low"] <= table["gain"]).all() and (table["gain"] <= table["gain_ci_high"]).all()
-    response = mwa.dose_response(mwa.rank_table(df, root), n_boot=200).set_index("dose")
-    assert list(response.index) == [0, 10, 40]
-    assert response.loc[0, "twin_gap_direct_eval"] == pytest.approx(0.0005)        # the control: no lead
-    assert response.loc[40, "twin_gap_direct_eval"] == pytest.approx(0.5005)
-    assert response.loc[10, "twin_gap_direct_eval"] == pytest.approx(0.1255)
-    assert response["twin_gap_train_before_test"].tolist() == pytest.approx([0.0005] * 3)
-    assert response.loc[40, "shift"] > 0 and response.loc[10, "shift"] >= 0 and response.loc[0, "shift"] == 0
-
-
 def test_mean_tau_of_resampled_models_equals_scipy():
-    """The estimator agreement_by_dose bootstraps (uncertainty.mean_pair_tau on draw counts),
+    """The estimator the agreement intervals bootstrap (uncertainty.mean_pair_tau on draw counts),
     with a missing score, against scipy on the resampled arrays."""
     import numpy as np
     from scipy import stats

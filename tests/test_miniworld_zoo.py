@@ -1,4 +1,5 @@
-"""The zoo: prepared models really saw their doses (from the recorded mix), metadata, caching."""
+"""The zoo: every model's last phase holds what its kind and dose say (from the recorded mix), metadata,
+caching, the design of the default zoo."""
 
 from __future__ import annotations
 
@@ -12,68 +13,88 @@ SMALL = dict(n_creatures=30, n_corpus_docs=400, train=40, validation=10, test=20
              corpus_train=10, corpus_validation=4, corpus_test=4)   # tests/test_miniworld_notebook.py's world
 
 
-ZOO = dict(doses=(10, 25), scale=0.01, sizes=["xs", "s"], prepared_sizes=["s"], workers=2)
+ZOO = dict(doses=(0.25, 0.5, 0.75), scale=0.02, sizes=["xs", "s"], prepared_sizes=["s"], sham_size="s",
+           answers=("gpt2", "s"), workers=2)
 
 
 @pytest.fixture(scope="module")
 def tiny_zoo():
-    """A tiny-scale build through the real prepare hook (9 models, a few steps each, 2 processes)."""
+    """A tiny-scale build through the real prepare hook (6 bases, 3 twins, 3 shams, 1 answers twin)."""
     profile = "miniworld-test"
     summary = zoo.prepare(profile, seed=0, **ZOO, **SMALL)
     return profile, summary
 
 
 def test_default_zoo_design():
-    """3 families x 4 capacity levels spanning >= 30x in compute; twins at two doses."""
-    recipes = zoo.default_zoo(post_steps=400)
-    bases = [r for r in recipes if not r.prepared]
+    """3 families x 4 capacity levels spanning >= 30x in compute; a Graeco-Latin square of twins
+    (three kinds x three doses over three families x three sizes), shams, one answers twin."""
+    recipes = zoo.default_zoo()
+    bases = [r for r in recipes if r.kind == "base"]
     assert len(bases) == 12 and len({r.family for r in bases}) == 3
     for family in {r.family for r in bases}:
-        mine = [r for r in bases if r.family == family]
-        assert len({(r.d_model, r.n_layers, r.steps) for r in mine}) == 4
-    compute = {r.name: _params(r) * r.tokens for r in bases}          # 6 N D up to the constant
+        mine = [r.trunk for r in bases if r.family == family]
+        assert len({(t.d_model, t.n_layers, t.steps) for t in mine}) == 4
+    compute = {r.name: _params(r.trunk) * r.trunk.tokens for r in bases}          # 6 N D up to the constant
     assert max(compute.values()) / min(compute.values()) >= 30
-    prepared = [r for r in recipes if r.prepared]
-    assert len(prepared) == 6
-    doses = {d for r in prepared for d in r.prepared.values()}
-    assert doses == {150, 600}                                        # two non-zero levels (and 0)
-    for task in {t for group in zoo.PREP_SETS for t in group}:        # every task: prepared at both
-        seen = {r.prepared.get(task, 0) for r in prepared}            # doses and unprepared (control)
-        assert seen == {0, 150, 600}, task
-    for r in prepared:                                                # steps grow with the dose
-        assert r.steps == 400 * max(r.prepared.values()) // 600
-    # a prepared twin continues its base model: same family and shape, preparation on top
+    twins = [r for r in recipes if r.kind in zoo.TWIN_KINDS]
+    assert len(twins) == 9
+    cells = {(r.kind, r.dose) for r in twins}
+    assert cells == {(k, d) for k in zoo.TWIN_KINDS for d in (0.25, 0.5, 0.75)}    # every kind at every dose
+    for attr in ("family", "size"):                                                # ... and no kind or dose
+        for kind in zoo.TWIN_KINDS:                                                # stuck to one family or size
+            assert len({getattr(r.trunk, attr) for r in twins if r.kind == kind}) == 3, (attr, kind)
+        for dose in (0.25, 0.5, 0.75):
+            assert len({getattr(r.trunk, attr) for r in twins if r.dose == dose}) == 3, (attr, dose)
+    contam = [r for r in twins if r.kind == "contam"]
+    assert {r.tasks for r in contam} == set(zoo.TASK_SETS.values())               # both task sets
+    shams = [r for r in recipes if r.kind == "sham"]
+    assert len(shams) == 3 and all(r.trunk.size == "m" and r.dose == 0 for r in shams)
+    (answers,) = [r for r in recipes if r.kind == "answers"]
+    assert answers.tasks == zoo.TASK_SETS["A"] and answers.dose == 0.5
     by_name = {r.name: r for r in recipes}
-    for r in prepared:
-        base = by_name[r.base]
-        assert not base.prepared and r.name == f"{base.name}-prep"
-        assert (base.family, base.d_model, base.n_layers, base.n_heads) == (r.family, r.d_model, r.n_layers, r.n_heads)
+    for r in recipes:                          # every model but a base shares its base's trunk: the last
+        if r.kind != "base":                   # phase (same length for all) is the only difference
+            base = by_name[r.base]
+            assert base.kind == "base" and base.trunk == r.trunk
+            assert (base.post_examples, base.post_epochs, base.post_lr) == (r.post_examples, r.post_epochs, r.post_lr)
 
 
 @pytest.mark.slow
-def test_prepared_models_saw_their_doses(tiny_zoo):
+def test_models_saw_their_doses(tiny_zoo):
+    """Rebuilt from the world, each model's last phase holds exactly its dose of its kind of text:
+    contamination the training items of its tasks, the answers twin the test items, format and
+    instruct twins none of either; a sham other corpus documents than its base."""
     profile, summary = tiny_zoo
     wdir, mdir = zoo.world_dir(profile), zoo.models_dir(profile)
     key = util.read_json(wdir / "manifest.json")["content"]
-    assert len(summary["models"]) == 9
+    assert len(summary["models"]) == 13
     assert not any(zoo.count_prepared(mw.load_corpus(wdir), wdir).values())   # the corpus has none
-    builds = {}
-    for recipe in zoo._ordered(zoo.default_zoo(**{k: v for k, v in ZOO.items() if k != "workers"})):
-        rec = zoo.built_recipe(mdir, recipe, key, builds[recipe.base]["key"] if recipe.base else "")
+    recipes = zoo.default_zoo(**{k: v for k, v in ZOO.items() if k != "workers"})
+    mixes = {}
+    for recipe in recipes:
+        rec = zoo.built_recipe(mdir, recipe, key)
         assert rec is not None, recipe.name
-        builds[recipe.name] = rec
-        docs, mix = zoo.pretraining_mix(wdir, recipe)
+        texts, prompts, mix = zoo.last_phase_mix(wdir, recipe)
+        mixes[recipe.name] = texts
         assert mix["sha256"] == rec["mix"]["sha256"]            # the recorded mix is what was built
-        counted = zoo.count_prepared(docs, wdir)
-        want = {t: recipe.prepared.get(t, 0) for t in mw.BENCHMARKS}
-        assert counted == want, recipe.name                      # doses counted in the very documents
-        assert rec["mix"]["prepared"] == recipe.prepared
-        assert rec["stats"]["own_tokens"] == recipe.tokens
-        if recipe.base:                                          # half examples, half corpus documents
-            assert len(docs) == 2 * sum(recipe.prepared.values()) and 0 < rec["mix"]["prepared_char_share"] < 1
-            assert rec["stats"]["tokens"] == builds[recipe.base]["stats"]["tokens"] + recipe.tokens
+        assert len(texts) == recipe.post_examples
+        n_prep = round(recipe.dose * recipe.post_examples)
+        assert mix["prepared_docs"] == n_prep
+        train, test = zoo.count_prepared(texts, wdir), zoo.count_prepared(texts, wdir, "test")
+        if recipe.kind == "contam":
+            assert sum(train[t] for t in recipe.tasks) == n_prep and not any(test.values())
+            assert all(train[t] >= n_prep // 3 for t in recipe.tasks)
+        elif recipe.kind == "answers":
+            assert sum(test[t] for t in recipe.tasks) == n_prep and not any(train.values())
         else:
-            assert len(docs) == SMALL["n_corpus_docs"] and rec["mix"]["prepared_char_share"] == 0
+            assert not any(train.values()) and not any(test.values()), recipe.name
+        if recipe.kind in ("instruct", "contam", "answers"):     # the loss on the answers only
+            assert sum(1 for p in prompts if p) == n_prep
+        else:
+            assert not any(prompts)
+        assert rec["stats"]["tokens"] == rec["stats"]["trunk_tokens"] + rec["stats"]["last_phase_tokens"]
+    base, sham = set(mixes["mw-llama-s"]), set(mixes["mw-llama-s-sham"])
+    assert len(base & sham) < 0.2 * len(base)                     # another sample of the corpus
 
 
 @pytest.mark.slow
@@ -83,13 +104,17 @@ def test_metadata_records_recipes(tiny_zoo):
     frame = metadata.models_frame(summary["models"], store=root)
     assert set(frame["family"]) == {"mw-llama", "mw-gpt2", "mw-gpt_neox"}
     assert (frame["flops_1e21"] > 0).all() and (frame["params_b"] < 1e-3).all()
-    prep = metadata.model_info("mw-gpt2-s-prep", store=root)
-    assert prep.instruct and prep.extra["prepared"] == zoo.dose_plan(3, (10, 25))[1]
-    assert prep.extra["base_model"] == "mw-gpt2-s"
+    (twin,) = [m for m in summary["models"] if m.startswith("mw-gpt2-s-") and m[-2:].isdigit()
+               and "answers" not in m]
+    prep = metadata.model_info(twin, store=root)
+    assert prep.instruct and prep.extra["base_model"] == "mw-gpt2-s" and prep.extra["kind"] in zoo.TWIN_KINDS
+    assert set(prep.extra["prepared"].values()) == {int(100 * prep.extra["dose"])}
+    sham = metadata.model_info("mw-gpt2-s-sham", store=root)
+    assert not sham.instruct and sham.extra["prepared"] == {} and sham.extra["base_model"] == "mw-gpt2-s"
     base = metadata.model_info("mw-gpt2-s", store=root)
-    assert not base.instruct and base.extra["prepared"] == {}
-    assert base.flops_1e21 == pytest.approx(6 * base.extra["n_params"] * base.extra["tokens"] / 1e21)
-    assert prep.flops_1e21 > base.flops_1e21 and prep.extra["preparation_tokens"] > 0
+    assert not base.instruct and base.extra["prepared"] == {} and base.extra["kind"] == "base"
+    assert base.flops_1e21 == pytest.approx(6 * base.extra["n_params"] * base.extra["tokens"] / 1e21, rel=0.02)
+    assert prep.flops_1e21 == pytest.approx(base.flops_1e21, rel=0.2)   # the same compute, another mix
     info = metadata.benchmark_info("mw_recall", store=root)
     assert (info.metric, info.category, info.kind, info.chance) == ("exact_match", "Question Answering",
                                                                     "generate_until", 0.0)
@@ -100,23 +125,30 @@ def test_metadata_records_recipes(tiny_zoo):
 def test_second_prepare_rebuilds_nothing(tiny_zoo):
     profile, _ = tiny_zoo
     weights = sorted(zoo.models_dir(profile).glob("*/model.safetensors"))
-    assert len(weights) == 9
+    assert len(weights) == 13 + 6                                  # the models and their trunks
     before = [p.stat().st_mtime_ns for p in weights]
     zoo.prepare(profile, seed=0, **ZOO, **SMALL)
     assert [p.stat().st_mtime_ns for p in weights] == before
 
 
 def test_bad_recipes_are_named():
+    trunk = zoo.Trunk("llama", "s", 32, 2, 4, 10)
     with pytest.raises(zoo.ZooError, match="mw_fact.*did you mean 'mw_facts'"):
-        zoo.Recipe("x", "llama", 32, 2, 4, 10, prepared={"mw_fact": 5}, base="y").validate()
-    with pytest.raises(zoo.ZooError, match="needs a base model"):
-        zoo.Recipe("x", "llama", 32, 2, 4, 10, prepared={"mw_facts": 5}).validate()
+        zoo.Recipe("x", trunk, kind="contam", dose=0.5, tasks=("mw_fact",), base="y").validate()
+    with pytest.raises(zoo.ZooError, match="names its base model"):
+        zoo.Recipe("x", trunk, kind="format", dose=0.5).validate()
+    with pytest.raises(zoo.ZooError, match="needs a dose in"):
+        zoo.Recipe("x", trunk, kind="format", dose=0.0, base="y").validate()
+    with pytest.raises(zoo.ZooError, match="unknown kind 'contamination'"):
+        zoo.Recipe("x", trunk, kind="contamination", dose=0.5, base="y").validate()
     with pytest.raises(zoo.ZooError, match="unknown family 'bert'"):
-        zoo.Recipe("x", "bert", 32, 2, 4, 10).validate()
+        zoo.Trunk("bert", "s", 32, 2, 4, 10).validate()
     with pytest.raises(zoo.ZooError, match="unknown option"):
         zoo.prepare("miniworld-test", n_creaturez=5)
     with pytest.raises(zoo.ZooError, match="unknown or unbuilt size"):
         zoo.default_zoo(sizes=["s"], prepared_sizes=["l"])
+    with pytest.raises(zoo.ZooError, match="twin kinds must be among"):
+        zoo.default_zoo(twin_kinds=["sham"])
 
 
 class _Vocab:
@@ -130,12 +162,12 @@ class _Vocab:
         return self.size
 
 
-def _params(recipe) -> int:
-    """Parameters of a zoo recipe's model with its family's full vocabulary, counted on the model."""
+def _params(trunk) -> int:
+    """Parameters of a zoo trunk's model with its family's full vocabulary, counted on the model."""
     from lib.pipeline import tiny
 
-    model = tiny.make_model(recipe.family, _Vocab(zoo.VOCAB[recipe.family]), d_model=recipe.d_model,
-                            n_layers=recipe.n_layers, n_heads=recipe.n_heads, max_len=256)
+    model = tiny.make_model(trunk.family, _Vocab(zoo.VOCAB[trunk.family]), d_model=trunk.d_model,
+                            n_layers=trunk.n_layers, n_heads=trunk.n_heads, max_len=256)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -143,13 +175,13 @@ def _zoo_of(profile: str) -> list:
     import yaml
 
     hook = yaml.safe_load((paths.PARAMS / f"{profile}.yaml").read_text())["prepare"][0]["lib.miniworld.zoo:prepare"]
-    return zoo.default_zoo(**{k: tuple(v) if isinstance(v, list) and k == "doses" else v
+    return zoo.default_zoo(**{k: tuple(v) if isinstance(v, list) else v
                               for k, v in hook.items() if k in zoo.ZOO_OPTIONS and k != "workers"})
 
 
 def test_smoke_profile_stays_a_small_fraction_of_mini():
     """The smoke profile is what `make test` runs end to end: its zoo stays under 10 % of the mini
     world's pre-training compute (6 N D) and under a third of its models (README: ~2 minutes)."""
-    cost = {p: sum(_params(r) * r.tokens for r in _zoo_of(p)) for p in ("smoke", "mini")}
-    assert cost["smoke"] < 0.10 * cost["mini"], cost          # 5.3 % today
+    cost = {p: sum(_params(t) * t.tokens for t in {r.trunk for r in _zoo_of(p)}) for p in ("smoke", "mini")}
+    assert cost["smoke"] < 0.10 * cost["mini"], cost
     assert 3 * len(_zoo_of("smoke")) <= len(_zoo_of("mini"))

@@ -322,3 +322,31 @@ def test_published_comparison_of_a_first_run(harmony_data, tmp_path):
     readme = (paths.ROOT / "README.md").read_text()
     for r in pub.itertuples():
         assert f"| {r.model} | {r.benchmark} | {r.published:.4f} | {r.published_stderr:.4f} |" in readme, r
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(world, tmp_path, method):
+    """Exact reproducibility: the same train-before-test unit run in the notebook's process and in a
+    worker process while another worker trains another task ends with the same validation curve,
+    choice, test score and saved weights, bit for bit (one torch thread, seeded data order and
+    initialisation, the pinned CPU arithmetic)."""
+    from lib.util import sha256_file
+
+    recipe = ft.Recipe(**{**RECIPE, "method": method, "epochs": 2})
+    outcomes = {}
+    for layout_name, executor, names in (("in-process", "local", ("t_a",)),
+                                         ("worker", "processes", ("t_a", "t_b"))):
+        tmp = tmp_path / layout_name
+        rows = tk.select(list(names), [world / "tasks"], min_train=1)
+        selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}), task_timeout=60.0)
+        specs = jobs.plan(store.TBT, [str(world / "tiny-m")], selection, store_root=tmp / "store",
+                          work_root=tmp / "work", recipe=recipe, bootstrap_iters=0, benchmarks_per_job=1)
+        jobs.launch(specs, executor=executor, max_jobs=2, progress_every=3600)
+        result = store.read(store.path_for(tmp / "store", store.TBT, "t_a", "tiny-m"))
+        chosen = result.provenance["adapter"]
+        weights = sorted(p for p in os.listdir(chosen) if p.endswith(".safetensors"))
+        outcomes[layout_name] = (result.score, result.provenance["lr"], result.provenance["epoch"],
+                                 result.provenance["val_curves"],
+                                 [sha256_file(os.path.join(chosen, w)) for w in weights])
+    assert outcomes["in-process"] == outcomes["worker"]

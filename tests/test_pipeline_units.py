@@ -243,7 +243,8 @@ def test_paper_profile_names_the_papers_recipe():
                             "lora_dropout": 0.1, "lora_modules": "default", "batch_size": 8, "max_length": 1024,
                             "truncate": "end", "weight_decay": 0.01, "seed": 0,
                             "loss_on": "all", "end_of_text": "every", "list_targets": "join",
-                            "task_description": False, "select_on": "loss"}
+                            "task_description": False, "select_on": "loss",
+                            "method": "lora", "patience": 0}          # LoRA; every epoch trained, the best kept
     for stage in (s2, s3):
         assert (stage["dtype"], stage["add_bos_token"], stage["max_gen_toks"], stage["eval_batch_size"]) == \
             ("float32", True, 256, 8)
@@ -256,10 +257,12 @@ def test_paper_profile_names_the_papers_recipe():
     assert not recipe_fields & set(prof.overrides("02_finetune")) and not recipe_fields & set(prof.overrides(
         "03_direct_eval"))
     # mini and smoke depart where tiny models need it, saying so (params/mini.yaml)
-    for name in ("mini", "smoke"):
-        other = ft.Recipe.from_params(params.load_profile(name).params("02_finetune"))
-        assert (other.loss_on, other.lora_modules, other.lora_r, other.end_of_text, other.select_on) == \
-            ("target", "all", 16, "every", "loss")
+    smoke = ft.Recipe.from_params(params.load_profile("smoke").params("02_finetune"))
+    assert (smoke.method, smoke.loss_on, smoke.lora_modules, smoke.lora_r, smoke.end_of_text, smoke.select_on) == \
+        ("lora", "target", "all", 16, "every", "loss")
+    mini = ft.Recipe.from_params(params.load_profile("mini").params("02_finetune"))   # full fine-tuning, early stop
+    assert (mini.method, mini.loss_on, mini.patience, mini.end_of_text, mini.select_on) == \
+        ("full", "target", 2, "every", "loss")
 
 
 @pytest.mark.slow

@@ -470,7 +470,9 @@ def test_the_notebook_filter_lets_git_work_without_the_environment(tmp_path):
 def test_setting_up_the_environment_says_when_it_starts_and_ends(tmp_path):
     for name in ("Makefile", "pyproject.toml", "requirements.lock"):
         shutil.copy(paths.ROOT / name, tmp_path / name)
-    done = subprocess.run(["make", "-n", "venv"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}   # not make's child
+    done = subprocess.run(["make", "--no-print-directory", "-n", "venv"], cwd=tmp_path, capture_output=True,
+                          text=True, check=True, env=env)
     lines = done.stdout.splitlines()
     assert lines[0].startswith('echo "setting up .venv:') and "set up .venv in" in done.stdout
 

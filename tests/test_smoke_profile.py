@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lib import paths, report, run, store
+from lib import figreview, paths, report, run, store
 
 pytestmark = pytest.mark.slow
 STAGES = ["00_world", "01_select_benchmarks", "02_finetune", "03_direct_eval", "04_rank_agreement",
@@ -34,6 +34,19 @@ def test_every_stage_ran_and_left_its_outputs(full_smoke):
         pngs = {p.stem for p in (out / "figures").glob("*.png")}
         assert pdfs == pngs, f"{stage}: every figure as PDF and PNG"
     assert run.run_profile("smoke")["07_benchalign"]["status"] == "cached"
+
+
+def test_every_figure_passes_the_review_and_is_on_the_contact_sheet(full_smoke):
+    """Every figure the smoke profile writes: at most 7.0 in wide, no text under 7 pt at print size,
+    no overlapping text, every axis labelled, no legend on data, a title and a caption
+    (lib.figreview); outputs/smoke/figures.html shows each with its notebook."""
+    review = figreview.check(paths.profile_dir("smoke"))
+    assert len(review) >= 16
+    assert {k: v for k, v in review.items() if v} == {}
+    sheet = (paths.profile_dir("smoke") / "figures.html").read_text()
+    for key in review:
+        stage, name = key.split("/")
+        assert f"{stage}/figures/{name}.png" in sheet and f"{stage}/{stage}.ipynb" in sheet
 
 
 def _tau_b(a, b):

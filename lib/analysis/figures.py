@@ -1,10 +1,13 @@
 """Figures of the analysis notebooks (04-06), drawn in the shared style of :mod:`lib.plots`.
 
-Each function takes plain DataFrames/Series and returns a matplotlib Figure; saving is left to
-``lib.plots.savefig`` in the notebook. Every figure carries a title that can serve as its caption's
-first line, and a figure that shows a headline number shows its 95 % interval (``[lo, hi]``, a
-bootstrap over models, :mod:`lib.analysis.uncertainty`) next to it. Sizes are set for a two-column
-paper (:data:`lib.plots.WIDTH_SINGLE`, :data:`lib.plots.WIDTH_DOUBLE`); no text is smaller than 6.5 pt.
+Each function takes plain DataFrames/Series and returns a matplotlib Figure with a caption
+(:func:`lib.plots.set_caption`); saving is left to ``lib.plots.savefig`` in the notebook. Every
+figure carries a title that can serve as its caption's first line, and a figure that shows a headline
+number shows its 95 % interval (``[lo, hi]``, a bootstrap over models, :mod:`lib.analysis.uncertainty`)
+next to it. Figures are one column (:data:`lib.plots.WIDTH_SINGLE`) or the full width
+(:data:`lib.plots.WIDTH_DOUBLE`) wide, their text at least 7 pt, legends outside the data, names as
+the paper writes them (:func:`lib.plots.display`), and models coloured by family
+(:func:`lib.plots.model_colors`).
 """
 
 from __future__ import annotations
@@ -17,14 +20,15 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.collections import LineCollection
-from matplotlib.colors import LinearSegmentedColormap
+from matplotlib.lines import Line2D
 
+from .. import plots
 from ..plots import PROTOCOL_COLORS, PROTOCOL_LABELS, WIDTH_DOUBLE, WIDTH_SINGLE
 
-# Kendall tau from -1 (red) through 0 (white) to 1 (blue), without RdBu's darkest ends, so black cell
-# numbers stay readable on every cell (contrast at least 7:1).
-TAU_CMAP = LinearSegmentedColormap.from_list("tau", plt.get_cmap("RdBu")(np.linspace(0.12, 0.88, 256)))
+TAU_CMAP = "viridis"     # Kendall tau, every heat map: one sequential scale from TAU_VMIN to 1
+TAU_VMIN = -0.2
 ANNOT = 7                # pt, numbers printed in cells
+CELL_MIN_IN = 0.3        # a cell narrower than this gets no number (it would run into its neighbour)
 
 
 def _label(p: str) -> str:
@@ -35,92 +39,173 @@ def ci_text(ci) -> str:
     """``" [0.45, 0.57]"`` for a finite interval, else ``""``."""
     if ci is None or len(ci) != 2 or not all(np.isfinite(ci)):
         return ""
-    return f" [{ci[0]:.2f}, {ci[1]:.2f}]"
+    return f" [{ci[0]:.2f},\u00a0{ci[1]:.2f}]"          # no line break inside the interval
 
 
 def _suptitle(fig, text: str) -> None:
-    fig.suptitle(text, fontsize=10)
+    plots.suptitle(fig, text)
 
 
-def tau_heatmaps(mats: Mapping[str, pd.DataFrame], annotate: bool | None = None, vmin: float = -0.2,
+def tau_range(values) -> float:
+    """The lower end of the tau colour scale: :data:`TAU_VMIN`, or lower when some tau is lower."""
+    v = np.asarray(values, float)
+    low = np.nanmin(v) if np.isfinite(v).any() else TAU_VMIN
+    return float(min(TAU_VMIN, np.floor(low * 10) / 10))
+
+
+def _label_width(names) -> float:
+    return max((plots.text_width_in(n) for n in names), default=0.3)
+
+
+def _lines_in(text: str, size: float) -> float:
+    """Height of a (possibly multi-line) text, inches."""
+    return (str(text).count("\n") + 1) * size * 1.3 / 72.0
+
+
+def _heatmap_height(side: float, xlab: float, titles: list[str], title: str, width: float) -> float:
+    """Figure height for square heat maps of ``side`` inches: tick labels ``xlab`` high, an axis label,
+    a colour bar under them (with its label), the panel titles and the wrapped figure title."""
+    panel = max(_lines_in(t, plots.FONT["title"]) for t in titles)
+    sup = _lines_in(plots.wrap(title, width - 0.1, plots.FONT["suptitle"]), plots.FONT["suptitle"])
+    return side + xlab + 0.3 + 0.65 + panel + sup + 0.25
+
+
+def _wrap_category(name: str, width: int = 13) -> str:
+    return textwrap.fill(str(name).replace("/", "/ "), width).replace("/ ", "/").replace("/\n", "/\n")
+
+
+def tau_heatmaps(mats: Mapping[str, pd.DataFrame], annotate: bool | None = None, vmin: float | None = None,
                  cis: Mapping[str, list] | None = None, n_models: int | None = None):
     """Side-by-side benchmark x benchmark Kendall tau heatmaps, one per protocol, each titled with
-    its mean tau and interval (``cis``: {protocol: [lo, hi]})."""
-    n = len(next(iter(mats.values())))
-    annotate = n <= 12 if annotate is None else annotate
-    side = min(WIDTH_DOUBLE / 2, 0.9 + 0.15 * n)
-    fig, axes = plt.subplots(1, len(mats) + 1, figsize=(side * len(mats) + 0.8, side + 0.7), squeeze=False,
-                             gridspec_kw={"width_ratios": [1] * len(mats) + [0.04]})
-    cbar_ax = axes[0][-1]
-    for ax, (p, mat) in zip(axes[0][:-1], mats.items()):
-        sns.heatmap(mat, ax=ax, vmin=vmin, vmax=1, cmap="viridis", square=True, annot=annotate, fmt=".2f",
-                    cbar=True, cbar_ax=cbar_ax, cbar_kws={"label": "Kendall τ"},
-                    xticklabels=True, yticklabels=ax is axes[0][0], annot_kws={"fontsize": ANNOT})
+    its mean tau and interval (``cis``: {protocol: [lo, hi]}); one colour bar underneath. Cells get
+    their number when wide enough for it; up to about 26 benchmarks every one is named."""
+    first = next(iter(mats.values()))
+    n, k = len(first), len(mats)
+    names = plots.displays(first.index)
+    lab = _label_width(names) + 0.3                          # tick labels + axis label
+    side = min((WIDTH_DOUBLE - lab - 0.1 - 0.1 * k) / k, max(1.5, 0.34 * n))
+    cell = side / max(n, 1)
+    annotate = cell >= CELL_MIN_IN if annotate is None else annotate
+    step = 1 if cell * 72 >= 7.8 else int(np.ceil(7.8 / (cell * 72)))       # 7-pt labels need 7.8-pt rows
+    vmin = tau_range([m.to_numpy() for m in mats.values()]) if vmin is None else vmin
+    titles = {}
+    for p, mat in mats.items():
         mean = np.nanmean(mat.to_numpy()[~np.eye(len(mat), dtype=bool)]) if len(mat) > 1 else np.nan
-        ax.set_title(f"{_label(p)}\nmean τ {mean:.2f}{ci_text((cis or {}).get(p))}")
-        ax.tick_params(labelsize=6.5 if n > 12 else 8)
+        titles[p] = plots.wrap(f"{_label(p)}\nmean τ {mean:.2f}{ci_text((cis or {}).get(p))}", side)
     who = f" ({n_models} models)" if n_models else ""
-    _suptitle(fig, f"Kendall τ between the model rankings of every benchmark pair{who}")
-    fig.tight_layout()
-    return fig
+    title = f"Kendall τ between the model rankings of every benchmark pair{who}"
+    width = lab + k * (side + 0.1) + 0.1
+    height = _heatmap_height(side, _label_width(names), list(titles.values()), title, width)
+    fig, axes = plt.subplots(1, k, figsize=(width, height), squeeze=False, layout="constrained")
+    for j, (ax, (p, mat)) in enumerate(zip(axes[0], mats.items())):
+        labels = [t if i % step == 0 else "" for i, t in enumerate(plots.displays(mat.index))]
+        sns.heatmap(mat, ax=ax, vmin=vmin, vmax=1, cmap=TAU_CMAP, square=True, annot=annotate, fmt=".2f",
+                    cbar=False, xticklabels=labels, yticklabels=labels if j == 0 else False,
+                    annot_kws={"fontsize": ANNOT})
+        ax.tick_params(length=0, labelsize=plots.FONT["small"])
+        ax.set_xticklabels(ax.get_xticklabels(), rotation=90)
+        if j == 0:
+            ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
+        ax.set_title(titles[p])
+        ax.set_xlabel("benchmark")
+        ax.set_ylabel("benchmark" if j == 0 else "")
+    fig.colorbar(axes[0][0].collections[0], ax=list(axes[0]), location="bottom", shrink=min(0.6, 2.5 / k / side),
+                 aspect=30, label="Kendall τ", pad=0.02)
+    _suptitle(fig, title)
+    return plots.set_caption(fig, (
+        f"Kendall τ between the rankings of the same models by every pair of benchmarks{who}, under direct "
+        "evaluation (left) and train-before-test (right); one colour scale, the diagonal is 1 by definition. "
+        "Panel titles: mean τ over all pairs with its 95 % bootstrap interval over models."))
 
 
 def _paired_barh(ax, labels: list[str], values: Mapping[str, np.ndarray], errors: Mapping[str, np.ndarray] | None):
-    """Horizontal bars, one colour per protocol, with optional [lo, hi] whiskers (errors[p]: n x 2)."""
+    """Horizontal bars, one colour per protocol, with optional [lo, hi] whiskers (errors[p]: n x 2);
+    returns the bar handles for a figure legend."""
     y = np.arange(len(labels))
     height = 0.8 / max(1, len(values))
+    handles = []
     for k, (p, v) in enumerate(values.items()):
         pos = y - 0.4 + height * (k + 0.5)
         v = np.asarray(v, float)
-        ax.barh(pos, v, height=height, color=PROTOCOL_COLORS.get(p, f"C{k}"), label=_label(p))
+        handles.append(ax.barh(pos, v, height=height, color=PROTOCOL_COLORS.get(p, f"C{k}"), label=_label(p)))
         if errors is not None and p in errors:
             e = np.asarray(errors[p], float)
             ok = np.isfinite(e).all(axis=1) & np.isfinite(v)
             ax.errorbar(v[ok], pos[ok], xerr=np.abs(np.vstack([v[ok] - e[ok, 0], e[ok, 1] - v[ok]])), fmt="none",
                         ecolor="0.2", elinewidth=0.7, capsize=1.5)
     ax.set_yticks(y, labels)
-    ax.invert_yaxis()
-    ax.legend(title="", loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    return handles
 
 
 def per_benchmark_bars(per_benchmark: pd.DataFrame, cis: Mapping[str, pd.DataFrame] | None = None):
     """Each benchmark's mean tau against the others, both protocols (horizontal bars with intervals;
-    ``cis``: {protocol: benchmark x [lo, hi]})."""
-    height = max(2.0, 0.17 * len(per_benchmark) + 1.1)
-    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, height))
+    ``cis``: {protocol: benchmark x [lo, hi]}); one column wide."""
+    height = max(2.0, 0.17 * len(per_benchmark) + 1.2)
+    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, height), layout="constrained")
     errors = {p: cis[p].reindex(per_benchmark.index).to_numpy(float) for p in per_benchmark} if cis else None
-    _paired_barh(ax, list(per_benchmark.index), {p: per_benchmark[p].to_numpy(float) for p in per_benchmark}, errors)
-    ax.set_xlabel("mean Kendall τ against the other benchmarks")
-    ax.tick_params(axis="y", labelsize=7)
-    ax.set_title("Each benchmark against the others (95 % intervals)", pad=22)
-    fig.tight_layout()
-    return fig
+    handles = _paired_barh(ax, plots.displays(per_benchmark.index),
+                           {p: per_benchmark[p].to_numpy(float) for p in per_benchmark}, errors)
+    ax.set_xlabel("mean Kendall τ against the others")
+    ax.set_ylabel("benchmark")
+    _suptitle(fig, "Each benchmark against the others")
+    plots.legend_above(ax, handles, [h.get_label() for h in handles])
+    return plots.set_caption(fig, (
+        "Mean Kendall τ of each benchmark's model ranking against every other benchmark's, under both protocols "
+        "(whiskers: 95 % bootstrap intervals over models); benchmarks ordered by their direct-evaluation value."))
 
 
 def category_heatmaps(mats: Mapping[str, pd.DataFrame], within: Mapping[str, tuple[float, list]] | None = None):
-    """Category x category mean-tau heatmaps, one per protocol; ``within``: {protocol: (within-category
-    mean tau, [lo, hi])} for the panel titles."""
-    fig, axes = plt.subplots(1, len(mats), figsize=(WIDTH_DOUBLE, WIDTH_DOUBLE / len(mats) + 0.6), squeeze=False,
-                             sharey=True)
-    for ax, (p, mat) in zip(axes[0], mats.items()):
-        sns.heatmap(mat, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=True, fmt=".2f", square=True,
-                    cbar=False, annot_kws={"fontsize": ANNOT}, yticklabels=ax is axes[0][0])
+    """Category x category mean-tau heatmaps, one per protocol, with one colour bar; ``within``:
+    {protocol: (within-category mean tau, [lo, hi])} for the panel titles. Empty cells (a category
+    with a single benchmark has no pair inside it) are left grey."""
+    first = next(iter(mats.values()))
+    n, k = len(first), len(mats)
+    names = [_wrap_category(c) for c in first.index]
+    lab = _label_width(names) + 0.15
+    side = min((WIDTH_DOUBLE - lab - 0.75 - 0.15 * k) / k, max(1.6, 0.45 * n))
+    vmin = tau_range([m.to_numpy() for m in mats.values()])
+    titles = {}
+    for p in mats:
         title = _label(p)
         if within and p in within and np.isfinite(within[p][0]):
             title += f"\nwithin categories {within[p][0]:.2f}{ci_text(within[p][1])}"
-        ax.set_title(title)
-        ax.tick_params(labelsize=7)
-    _suptitle(fig, "Mean Kendall τ of benchmark pairs by category (diagonal: pairs within a category)")
-    fig.tight_layout()
-    return fig
+        titles[p] = plots.wrap(title, side)
+    heading = "Mean Kendall τ of benchmark pairs by category"
+    width = lab + k * (side + 0.15) + 0.75
+    height = _heatmap_height(side, _label_width(names), list(titles.values()), heading, width) - 0.5
+    fig, axes = plt.subplots(1, k + 1, figsize=(width, height), squeeze=False,
+                             layout="constrained", gridspec_kw={"width_ratios": [1] * k + [0.06]})
+    cbar_ax = axes[0][-1]
+    for j, (ax, (p, mat)) in enumerate(zip(axes[0][:-1], mats.items())):
+        sns.heatmap(mat, ax=ax, vmin=vmin, vmax=1, cmap=TAU_CMAP, annot=side / max(n, 1) >= CELL_MIN_IN,
+                    fmt=".2f", square=True, cbar=j == 0, cbar_ax=cbar_ax if j == 0 else None,
+                    cbar_kws={"label": "mean Kendall τ"}, annot_kws={"fontsize": ANNOT},
+                    xticklabels=names, yticklabels=names if j == 0 else False)
+        ax.set_facecolor("0.9")                      # NaN cells
+        ax.grid(False)
+        ax.tick_params(length=0, labelsize=plots.FONT["small"])
+        ax.set_xticklabels(ax.get_xticklabels(), rotation=90)
+        if j == 0:
+            ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
+        ax.set_title(titles[p])
+        ax.set_xlabel("category")
+        ax.set_ylabel("category" if j == 0 else "")
+    _suptitle(fig, heading)
+    return plots.set_caption(fig, (
+        "Mean Kendall τ over the benchmark pairs of each pair of categories, under both protocols; the diagonal "
+        "holds pairs within one category (grey: a category with a single benchmark has none). Panel titles: mean τ "
+        "within categories with its 95 % bootstrap interval over models."))
 
 
 def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[str, float] | None = None,
               label_top: int = 0, cis: Mapping[str, list] | None = None):
     """The paper-style opening figure: each model's rank on ``a`` (left) joined to its rank on ``b``
     (right), one panel per protocol; crossing lines are disagreements. Ranks run from 1 (best, top)."""
-    fig, axes = plt.subplots(1, len(data), figsize=(WIDTH_DOUBLE * 0.8, 3.4), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(data), figsize=(WIDTH_DOUBLE * 0.8, 3.3), squeeze=False, sharey=True,
+                             layout="constrained")
     n = max(len(df) for df in data.values())
+    da, db = plots.display(a), plots.display(b)
     for ax, (p, df) in zip(axes[0], data.items()):
         color = PROTOCOL_COLORS.get(p, "C0")
         ra, rb = df["rank_a"].to_numpy(float), df["rank_b"].to_numpy(float)
@@ -131,10 +216,11 @@ def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[st
                    edgecolors="none")
         if label_top:
             for row in df.nsmallest(label_top, "rank_a").itertuples():
-                ax.annotate(str(row.model).split("/")[-1], (0, row.rank_a), xytext=(-4, 0),
-                            textcoords="offset points", ha="right", va="center", fontsize=6.5)
-        ax.set_xticks([0, 1], [a, b])
+                ax.annotate(plots.display(row.model), (0, row.rank_a), xytext=(-4, 0),
+                            textcoords="offset points", ha="right", va="center", fontsize=plots.FONT["small"])
+        ax.set_xticks([0, 1], [da, db])
         ax.set_xlim(-0.35 if label_top else -0.1, 1.1)
+        ax.set_xlabel("benchmark")
         title = _label(p)
         if taus and p in taus and np.isfinite(taus[p]):
             title += f"\nτ = {taus[p]:.2f}{ci_text((cis or {}).get(p))}"
@@ -144,27 +230,27 @@ def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[st
     axes[0][0].set_yticks([1] + list(range(step, n + 1, step)) if step > 1 else list(range(1, n + 1)))
     axes[0][0].set_ylim(n + 0.5, 0.5)
     axes[0][0].set_ylabel("rank (1 = best)")
-    _suptitle(fig, f"Model ranks on {a} and {b} ({n} models)")
-    fig.tight_layout()
-    return fig
+    _suptitle(fig, f"Model ranks on {da} and {db} ({n} models)")
+    return plots.set_caption(fig, (
+        f"Each line joins a model's rank on {da} (left) to its rank on {db} (right), under direct evaluation and "
+        "under train-before-test; crossing lines are models the two benchmarks order differently. Titles: Kendall τ "
+        "with its 95 % bootstrap interval over models."))
 
 
 def ceiling_plot(pairs: pd.DataFrame, per_benchmark: pd.DataFrame, protocols: tuple[str, ...]):
     """Noise ceiling: left, every benchmark pair's tau against its ceiling (on the diagonal: all of the
     disagreement is noise); right, each benchmark's mean tau (dot) and mean ceiling (ring)."""
     n = len(per_benchmark)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_DOUBLE, max(2.8, 0.17 * n + 1.3)),
+    fig, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_DOUBLE, max(3.0, 0.16 * n + 1.6)), layout="constrained",
                                       gridspec_kw={"width_ratios": [1, 1]})
     for p in protocols:
         ok = pairs.dropna(subset=[f"tau_{p}", f"ceiling_{p}"])
         left.scatter(ok[f"ceiling_{p}"], ok[f"tau_{p}"], s=9, alpha=0.6, color=PROTOCOL_COLORS.get(p),
-                     label=_label(p), edgecolors="none")
+                     edgecolors="none")
     lo = float(np.nanmin([0.0] + [pairs[f"tau_{p}"].min() for p in protocols]))
     left.plot([lo, 1], [lo, 1], color="0.3", lw=0.8, ls="--")
-    left.text(0.97, 0.99, "τ = ceiling", transform=left.transAxes, ha="right", va="top", fontsize=7, color="0.3")
     left.set_xlabel("noise ceiling of the pair")
     left.set_ylabel("Kendall τ of the pair")
-    left.legend(loc="upper left", fontsize=7)
     left.set_title("Each benchmark pair")
     order = per_benchmark.sort_values(f"tau_{protocols[0]}").index
     y = np.arange(len(order))
@@ -174,23 +260,33 @@ def ceiling_plot(pairs: pd.DataFrame, per_benchmark: pd.DataFrame, protocols: tu
         c = per_benchmark.loc[order, f"ceiling_{p}"].to_numpy(float)
         color = PROTOCOL_COLORS.get(p)
         right.hlines(y + off, t, c, color=color, lw=0.8, alpha=0.7)
-        right.scatter(t, y + off, s=12, color=color, label=f"{_label(p)}: mean τ")
-        right.scatter(c, y + off, s=14, facecolors="none", edgecolors=color, label="noise ceiling")
-    right.set_yticks(y, order)
-    right.tick_params(axis="y", labelsize=7)
-    right.invert_yaxis()
+        right.scatter(t, y + off, s=12, color=color)
+        right.scatter(c, y + off, s=14, facecolors="none", edgecolors=color)
+    right.set_yticks(y, plots.displays(order))
+    right.set_ylim(len(order) - 0.5, -0.5)
     right.set_xlabel("Kendall τ against the other benchmarks")
-    right.set_title("Each benchmark: mean τ (dot), mean ceiling (ring)")
-    _suptitle(fig, "Agreement against its noise ceiling (the τ identical true rankings would show)")
-    fig.tight_layout()
-    return fig
+    right.set_ylabel("benchmark")
+    right.set_title("Each benchmark: mean τ and mean ceiling")
+    handles = [Line2D([], [], color=PROTOCOL_COLORS.get(p), marker="o", lw=0, ms=4) for p in protocols]
+    labels = [_label(p) for p in protocols]
+    handles += [Line2D([], [], color="0.3", marker="o", lw=0, ms=4),
+                Line2D([], [], color="0.3", marker="o", mfc="none", lw=0, ms=4),
+                Line2D([], [], color="0.3", ls="--", lw=0.8)]
+    labels += ["mean τ (right)", "mean noise ceiling (right)", "τ = ceiling (left)"]
+    plots.legend_below(fig, handles, labels, ncol=3)
+    _suptitle(fig, "Agreement against its noise ceiling")
+    return plots.set_caption(fig, (
+        "The noise ceiling is the Kendall τ two benchmarks would show if they ranked the models identically and "
+        "differed only by measurement noise. Left: every benchmark pair's τ against its ceiling (on the dashed "
+        "diagonal all disagreement is noise). Right: each benchmark's mean τ against the others (dot) and its mean "
+        "ceiling (ring), both protocols."))
 
 
 def forest(table: pd.DataFrame, xlabel: str, title: str, value: str = "gain", lo: str = "gain_lo",
            hi: str = "gain_hi", label: str = "subset"):
     """Forest plot: one row per subset with its point estimate and interval, the full sample's value
     dashed and zero solid (a gain whose interval stays right of zero holds without that subset)."""
-    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE * 1.3, max(1.8, 0.24 * len(table) + 1.0)))
+    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, max(1.9, 0.22 * len(table) + 1.1)), layout="constrained")
     y = np.arange(len(table))
     v, low, high = (table[c].to_numpy(float) for c in (value, lo, hi))
     ok = np.isfinite(low) & np.isfinite(high)
@@ -203,15 +299,23 @@ def forest(table: pd.DataFrame, xlabel: str, title: str, value: str = "gain", lo
         ends = np.concatenate([v[np.isfinite(v)], low[ok], high[ok], [0.0]])
         pad = 0.08 * (ends.max() - ends.min() or 1.0)
         ax.set_xlim(ends.min() - pad, ends.max() + pad)
-    names = [f"{r[label]} ({int(r['n_models'])})" if "n_models" in table else str(r[label])
+    names = [f"{_subset(r[label])} ({int(r['n_models'])})" if "n_models" in table else _subset(r[label])
              for r in table.to_dict("records")]
     ax.set_yticks(y, names)
-    ax.tick_params(axis="y", labelsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel(xlabel)
-    ax.set_title(title)
-    fig.tight_layout()
-    return fig
+    ax.set_ylim(len(table) - 0.5, -0.5)
+    ax.set_xlabel(plots.wrap(xlabel, WIDTH_SINGLE * 0.6, plots.FONT["base"]))
+    ax.set_ylabel("models (number)")
+    _suptitle(fig, title)
+    return plots.set_caption(fig, (
+        f"{title}: the estimate on each subset of models with its paired 95 % bootstrap interval; dashed: all "
+        "models, solid: no gain. A subset whose interval stays right of zero keeps the gain without the models "
+        "it leaves out."))
+
+
+def _subset(text) -> str:
+    """``without gpt_neox`` -> ``without GPT-NeoX``: family names in subset labels as figures show them."""
+    head, _, rest = str(text).partition(" ")
+    return f"{head} {plots.display(rest)}" if head == "without" and rest else str(text)
 
 
 def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]] | None = None):
@@ -220,17 +324,17 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
     hi])} from the test split (direct evaluation drawn at epoch 0, train-before-test dashed)."""
     from .budget import BEST
 
-    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, 3.4))
+    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, 3.0), layout="constrained")
     lrs = [c for c in table["curve"].unique() if c != BEST]
     curves = lrs + ([BEST] if BEST in set(table["curve"]) else [])
-    shades = plt.get_cmap("viridis")(np.linspace(0.35, 0.8, max(1, len(lrs))))
+    shades = plt.get_cmap("viridis")(np.linspace(0.3, 0.8, max(1, len(lrs))))
     for k, curve in enumerate(curves):
         g = table[table["curve"] == curve].sort_values("epoch")
         best = curve == BEST
         color = "0.1" if best else shades[k]
         ax.plot(g["epoch"], g["mean_tau"], marker="o", ms=3, lw=2 if best else 1, color=color,
-                label=f"{curve} (validation)")
-        ax.fill_between(g["epoch"], g["lo"], g["hi"], color=color, alpha=0.12 if best else 0.08, lw=0)
+                label=f"{curve.replace('lr=', 'lr = ')} (validation)")
+        ax.fill_between(g["epoch"], g["lo"], g["hi"], color=color, alpha=0.1 if best else 0.06, lw=0)
     for label, (value, ci) in (references or {}).items():
         if not np.isfinite(value):
             continue
@@ -242,18 +346,19 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
         else:
             ax.axhline(value, color=color, ls="--", lw=1, label=f"{label} (test)")
             if np.isfinite(ci).all():
-                ax.axhspan(ci[0], ci[1], color=color, alpha=0.08, lw=0)
+                ax.axhspan(ci[0], ci[1], color=color, alpha=0.06, lw=0)
     epochs = sorted(set(table["epoch"]) | {0})
     ax.set_xticks(epochs)
     ax.set_xlabel("fine-tuning epochs (0: none)")
     ax.set_ylabel("mean Kendall τ over benchmark pairs")
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
-    ax.set_title("Agreement against fine-tuning budget")
-    fig.text(0.01, 0.005, "Per-epoch points rank models by validation scores (the test split is scored once,\n"
-             "at the selected checkpoint); bands: 95 % bootstrap intervals over models.", fontsize=6.5,
-             ha="left", va="bottom", color="0.3")
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    return fig
+    handles, labels = ax.get_legend_handles_labels()
+    plots.legend_below(fig, handles, labels, ncol=2)
+    _suptitle(fig, "Agreement against fine-tuning budget")
+    return plots.set_caption(fig, (
+        "Mean Kendall τ over benchmark pairs when models are ranked after each fine-tuning epoch, for each learning "
+        "rate and for the best checkpoint so far (thick). Per-epoch points rank models by validation scores (the "
+        "test split is scored once, at the selected checkpoint); direct evaluation (epoch 0) and the final "
+        "train-before-test value are from the test split. Bands: 95 % bootstrap intervals over models."))
 
 
 def store_protocol(label: str) -> str | None:
@@ -261,80 +366,131 @@ def store_protocol(label: str) -> str | None:
     return next((p for p, text in PROTOCOL_LABELS.items() if text == label), None)
 
 
+def _family_styles(models, store):
+    """(colour per model, family per model) from lib.metadata; without metadata one neutral colour."""
+    styles = plots.model_styles(models, store)
+    return styles["color"].to_dict(), styles["family"].dropna().to_dict()
+
+
+_KIND_LABELS = {"base": "base model", "instruct": "instruct or prepared"}
+
+
 def scatter_grid(frames: Mapping[str, pd.DataFrame], x: str, y: str, hue: str | None = None,
                  xlabel: str | None = None, ylabel: str | None = None, titles: Mapping[str, str] | None = None,
-                 logx: bool = False, suptitle: str | None = None):
-    """One scatter panel per entry of ``frames`` (e.g. one per protocol), sharing axes labels."""
-    fig, axes = plt.subplots(1, len(frames), figsize=(WIDTH_DOUBLE * 0.4 * len(frames), 3.0), squeeze=False)
+                 logx: bool = False, suptitle: str | None = None, store=None, xfactor: float = 1.0):
+    """One scatter panel per entry of ``frames`` (e.g. one per protocol), sharing both axes; a point per
+    model (column ``model``) in its family's colour (sizes as shades, :func:`lib.plots.model_colors`;
+    ``store`` holds the metadata of self-built models), hollow where ``hue`` (e.g. ``type``) is not
+    its first value (``base``). ``xfactor`` scales x (e.g. 1e21 to show FLOPs from ``flops_1e21``)."""
+    k = len(frames)
+    fig, axes = plt.subplots(1, k, figsize=(WIDTH_DOUBLE if k > 1 else WIDTH_SINGLE, 2.9), squeeze=False,
+                             sharex=True, sharey=True, layout="constrained")
+    def names(df):
+        return list(df["model"]) if "model" in df else list(df.index)
+
+    models = [m for df in frames.values() for m in names(df)]
+    colors, family = _family_styles(models, store)
+    kinds = sorted({v for df in frames.values() if hue and hue in df for v in df[hue].dropna()},
+                   key=lambda v: (v != "base", str(v)))
     for ax, (key, df) in zip(axes[0], frames.items()):
         if df.empty:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
         else:
-            sns.scatterplot(data=df, x=x, y=y, hue=hue, ax=ax, s=18, legend=ax is axes[0][-1])
+            for kind_i, kind in enumerate(kinds or [None]):
+                part = df if kind is None else df[df[hue] == kind]
+                c = [colors.get(m, "0.35") for m in names(part)]
+                filled = kind_i == 0
+                ax.scatter(part[x] * xfactor, part[y], s=16, linewidths=0.9, marker="o",
+                           facecolors=c if filled else "none", edgecolors=c)
         if logx:
             ax.set_xscale("log")
         ax.set_xlabel(xlabel or x)
-        ax.set_ylabel(ylabel or y)
-        ax.set_title((titles or {}).get(key, _label(key)))
-    leg = axes[0][-1].get_legend()
-    if leg is not None:
-        leg.set_bbox_to_anchor((1.02, 1))
-        leg._loc = 2
+        ax.set_title(plots.wrap((titles or {}).get(key, _label(key)), fig.get_figwidth() / k - 0.2))
+    axes[0][0].set_ylabel(ylabel or y)
+    fams = sorted({family[m] for m in models if m in family}, key=plots.display)
+    handles, labels = plots.family_handles(fams)
+    for kind_i, kind in enumerate(kinds):
+        handles.append(Line2D([], [], marker="o", lw=0, color="0.3", mfc="0.3" if kind_i == 0 else "none", ms=5))
+        labels.append(_KIND_LABELS.get(kind, str(kind)))
+    if handles:
+        plots.legend_below(fig, handles, labels)
     if suptitle:
         _suptitle(fig, suptitle)
-    fig.tight_layout()
-    return fig
+    shades = " (sizes as shades: darker is larger)" if fams else ""
+    kind_text = f"; filled: {kinds[0]}, hollow: {', '.join(map(str, kinds[1:]))}" if len(kinds) > 1 else ""
+    return plots.set_caption(fig, (
+        f"{suptitle or 'Scatter per setting'}: one point per model, coloured by model family{shades}{kind_text}. "
+        "Panel titles: the setting with its rank correlation and 95 % bootstrap interval over models."))
 
 
 def explained_variance(curves: Mapping[str, pd.Series], max_components: int = 10,
                        pc1_cis: Mapping[str, list] | None = None):
     """Explained-variance ratio per principal component, one line per protocol; PC1 with its interval."""
-    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, 2.6))
+    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, 2.8), layout="constrained")
+    handles, labels = [], []
     for k, (p, ratio) in enumerate(curves.items()):
         r = ratio.iloc[:max_components]
         color = PROTOCOL_COLORS.get(p)
         ci = (pc1_cis or {}).get(p)
-        label = f"{_label(p)}: PC1 {r.iloc[0]:.2f}{ci_text(ci)}" if len(r) else _label(p)
-        ax.plot(np.arange(1, len(r) + 1), r.to_numpy(), marker="o", ms=3, label=label, color=color)
+        labels.append(f"{_label(p)}: PC1 {r.iloc[0]:.2f}{ci_text(ci)}" if len(r) else _label(p))
+        handles += ax.plot(np.arange(1, len(r) + 1), r.to_numpy(), marker="o", ms=3, color=color)
         if ci is not None and np.isfinite(ci).all():
             ax.errorbar([1 + 0.08 * (k - 0.5)], [r.iloc[0]], yerr=[[r.iloc[0] - ci[0]], [ci[1] - r.iloc[0]]],
                         fmt="none", ecolor=color, capsize=2, elinewidth=1)
     ax.set_xlabel("principal component")
     ax.set_ylabel("explained variance ratio")
     ax.set_ylim(0, 1)
-    ax.legend(fontsize=7)
-    ax.set_title("Variance explained per component (standardised columns)")
-    fig.tight_layout()
-    return fig
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    plots.legend_below(fig, handles, labels, ncol=1)
+    _suptitle(fig, "Variance explained per principal component")
+    return plots.set_caption(fig, (
+        "Share of the variance of the model × benchmark score matrix (columns standardised) explained by each "
+        "principal component, under both protocols; PC1 with its 95 % bootstrap interval over models."))
 
 
 def corpus_benchmark_heatmap(mats: Mapping[str, pd.DataFrame], titles: Mapping[str, str] | None = None,
                              label: str = "Kendall τ"):
     """Kendall tau of every downstream benchmark (rows) against every perplexity corpus (columns),
-    one panel per setting, with one shared colour bar; the ``average`` row and column are set off."""
+    one panel per setting, with one shared colour bar (the tau scale of every heat map); the
+    ``average`` row and column are set off."""
     first = next(iter(mats.values())).T
     n_rows, n_cols = first.shape
-    width = min(WIDTH_DOUBLE, 1.5 + len(mats) * (0.42 * n_cols + 0.15) + 0.5)
-    fig, axes = plt.subplots(1, len(mats) + 1, figsize=(width, 0.19 * n_rows + 1.9), squeeze=False,
-                             gridspec_kw={"width_ratios": [n_cols] * len(mats) + [0.25]})
+    rows = plots.displays(first.index)
+    cols = plots.displays(first.columns)
+    lab = _label_width(rows) + 0.15
+    k = len(mats)
+    cell = min(0.42, (WIDTH_DOUBLE - lab - 0.8 - 0.12 * k) / max(1, k * n_cols))
+    col_h = _label_width(cols) + 0.15
+    vmin = tau_range([m.to_numpy() for m in mats.values()])
+    annotate = cell >= CELL_MIN_IN
+    fig, axes = plt.subplots(1, k + 1, figsize=(lab + k * (cell * n_cols + 0.12) + 0.8,
+                                                max(2.2, 0.17 * n_rows + col_h + 1.0)),
+                             squeeze=False, layout="constrained",
+                             gridspec_kw={"width_ratios": [n_cols] * k + [0.3]})
     cbar_ax = axes[0][-1]
-    for k, (ax, (key, mat)) in enumerate(zip(axes[0][:-1], mats.items())):
+    for j, (ax, (key, mat)) in enumerate(zip(axes[0][:-1], mats.items())):
         t = mat.T
-        sns.heatmap(t, ax=ax, vmin=-1, vmax=1, center=0, cmap=TAU_CMAP, annot=True, fmt=".2f",
-                    annot_kws={"fontsize": ANNOT, "color": "black"}, cbar=k == 0, cbar_ax=cbar_ax if k == 0 else None,
-                    cbar_kws={"label": label}, yticklabels=k == 0, linewidths=0.3, linecolor="white")
+        sns.heatmap(t, ax=ax, vmin=vmin, vmax=1, cmap=TAU_CMAP, annot=annotate, fmt=".2f",
+                    annot_kws={"fontsize": ANNOT}, cbar=j == 0, cbar_ax=cbar_ax if j == 0 else None,
+                    cbar_kws={"label": label}, xticklabels=plots.displays(t.columns),
+                    yticklabels=plots.displays(t.index) if j == 0 else False, linewidths=0.3, linecolor="white")
         if "average" in t.index:
-            ax.axhline(list(t.index).index("average"), color="0.2", lw=1.2)
+            ax.axhline(list(t.index).index("average"), color="white", lw=2)
         if "average" in t.columns:
-            ax.axvline(list(t.columns).index("average"), color="0.2", lw=1.2)
-        ax.set_title(textwrap.fill((titles or {}).get(key, _label(key)), 20), fontsize=8)
-        ax.set_xlabel("")
-        ax.set_ylabel("")
-        ax.tick_params(labelsize=7)
+            ax.axvline(list(t.columns).index("average"), color="white", lw=2)
+        ax.set_title(plots.wrap((titles or {}).get(key, _label(key)), cell * n_cols + 0.1, plots.FONT["title"]))
+        ax.set_xlabel("perplexity corpus")
+        ax.set_ylabel("downstream benchmark" if j == 0 else "")
+        ax.tick_params(length=0, labelsize=plots.FONT["small"])
         ax.set_xticklabels(ax.get_xticklabels(), rotation=90)
-    _suptitle(fig, "Perplexity (bits per byte, lower ranks higher) against each downstream benchmark")
-    fig.tight_layout()
-    return fig
+        if j == 0:
+            ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
+    _suptitle(fig, "Perplexity against each downstream benchmark")
+    return plots.set_caption(fig, (
+        "Kendall τ between the model ranking by bits per byte on each perplexity corpus (lower ranks higher) and "
+        "the ranking by each downstream benchmark, in three settings: both before fine-tuning, both after, and "
+        "perplexity before against downstream scores after; ‘average’ rows and columns use the mean over "
+        "benchmarks or corpora."))
 
 
 def group_bars(table: pd.DataFrame, group: str, value: str, hue: str = "protocol", xlabel: str | None = None,
@@ -348,11 +504,14 @@ def group_bars(table: pd.DataFrame, group: str, value: str, hue: str = "protocol
         values[p] = g[value].to_numpy(float)
         if errors is not None:
             errors[p] = g[[lo, hi]].to_numpy(float)
-    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, max(1.8, 0.32 * len(groups) + 1.1)))
-    _paired_barh(ax, groups, values, errors)
+    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, max(1.9, 0.3 * len(groups) + 1.3)), layout="constrained")
+    handles = _paired_barh(ax, plots.displays(groups), values, errors)
     ax.set_xlabel(xlabel or value)
+    ax.set_ylabel(group if group != "group" else "model family")
     ax.set_xlim(0, 1)
+    plots.legend_above(ax, handles, [h.get_label() for h in handles])
     if title:
-        ax.set_title(title, pad=22)
-    fig.tight_layout()
-    return fig
+        _suptitle(fig, title)
+    return plots.set_caption(fig, (
+        f"{title or value}: {xlabel or value} per {group if group != 'group' else 'model family'}, under both "
+        "protocols" + (" (whiskers: 95 % bootstrap intervals)." if errors is not None else ".")))

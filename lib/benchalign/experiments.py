@@ -151,11 +151,14 @@ def duplicates_line(info: dict) -> str:
 def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int = 5, n_boot: int = 1000,
                       losses=rank.LOSSES, source_counts=(), item_counts=(), need_seeds: int = 3,
                       cross_paper_store=None, cross_source_max_b: float = 3.5,
-                      cross_test_min_b: float = 6.0, progress: bool = True, resume=None) -> dict:
+                      cross_test_min_b: float = 6.0, relative_sizes: bool = False, progress: bool = True,
+                      resume=None) -> dict:
     """Everything notebook 07 shows: the method comparison on the test groups (``comparison``,
     ``main``), how the protocol chose (``protocol``), learned weights by benchmark (``by_bench``),
     the loss ablation (``ablation``), the data needs and source selections (``needs``), the
-    cross-paper experiment (``cross``, on the published store when ``cross_paper_store`` is given),
+    benchmark-level experiment (``cross``, one weight per benchmark of ``cross_paper_store``'s direct
+    evaluation: across the two papers on the published store; with ``relative_sizes`` its size
+    thresholds are quantiles, as for the tiny models of the mini world),
     ``tables`` (name -> DataFrame to save), ``notes`` and ``summary`` (the plain numbers of
     summary.json). With ``progress``, a console line reports the units of work done (one unit: a
     method with all its seeds, a loss, a data-needs count, the cross-paper experiment). With
@@ -180,7 +183,8 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
         abl = ablation(items, split, losses, seeds, cfg, done, progress=bar, memo=memo) if fittable else pd.DataFrame()
         needs = (data_needs(items, split, source_counts, item_counts, need_seeds, cfg, progress=bar, memo=memo)
                  if fittable else pd.DataFrame())
-        cross = _cross_paper(cross_paper_store, cross_source_max_b, cross_test_min_b, seeds, cfg, n_boot, bar, memo)
+        cross = _cross_paper(cross_paper_store, cross_source_max_b, cross_test_min_b, seeds, cfg, n_boot, bar,
+                             relative_sizes, memo)
     if memo.line(n_units):
         print(memo.line(n_units), flush=True)
     if not main:
@@ -203,7 +207,7 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
 
 
 def _cross_paper(store_root, source_max_b: float, test_min_b: float, seeds: int, cfg: Config, n_boot: int,
-                 bar, memo: Memo | None = None) -> dict:
+                 bar, relative: bool = False, memo: Memo | None = None) -> dict:
     """:func:`lib.benchalign.studies.cross_paper` on the published store, or why it was skipped."""
     from .data import ItemDataError, load_cross_paper
 
@@ -212,7 +216,7 @@ def _cross_paper(store_root, source_max_b: float, test_min_b: float, seeds: int,
     try:
         data = load_cross_paper(store_root)
         cross = (memo or Memo(None))("cross-paper", partial(cross_paper, data, source_max_b, test_min_b, seeds, cfg,
-                                                            n_boot), data=data_key(data))
+                                                            n_boot, relative), data=data_key(data))
     except (ItemDataError, ValueError, KeyError) as exc:   # e.g. a store without direct_eval results
         cross = {"skipped": f"{type(exc).__name__}: {exc}"}
     advance(bar, "cross-paper")

@@ -1,7 +1,9 @@
 """Figures of notebook 07 (shared style from :mod:`lib.plots`; the notebook saves them).
 
 Every figure fits a two-column paper: ``plots.WIDTH_DOUBLE`` (full width) or ``plots.WIDTH_SINGLE``
-(one column) wide, methods named by their registry labels, a title saying what is shown.
+(one column) wide, text at least 7 pt, legends outside the data, methods named by their registry
+labels, benchmarks and losses as the papers name them (:func:`lib.plots.display`), a title saying what
+is shown and a caption (:func:`lib.plots.set_caption`).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from .. import plots
 from .experiments import METHODS, SELECTIONS
@@ -16,6 +20,11 @@ from .experiments import METHODS, SELECTIONS
 METRIC_LABELS = {"spearman": "Spearman ρ", "pair_acc": "pairwise accuracy"}
 SELECTION_LABELS = {"source_random": "random", "source_kcenter": "k-center (label-free)",
                     "source_spread": "spread over target (uses labels)"}
+# Test groups (larger and larger models) and source selections: greys and one qualitative set that
+# no model family uses, so these colours never read as families or protocols.
+GROUP_COLORS = ("#3d3d3d", "#9a9a9a", "#6b6b6b", "#c2c2c2")
+SELECTION_COLORS = ("#1b9e77", "#d95f02", "#7570b3")
+NEUTRAL = "#5f6f7f"
 
 
 def _label(method: str) -> str:
@@ -29,10 +38,11 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
     groups = list(main)
     methods = [m for m in METHODS if any(m in main[g] for g in groups)]
     n = len(methods)
-    fig, axes = plt.subplots(len(metrics), 2, figsize=(plots.WIDTH_DOUBLE, 0.28 * n * len(metrics) + 1.3),
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(len(metrics), 2, figsize=(plots.WIDTH_DOUBLE, 0.26 * n * len(metrics) + 1.6),
+                             sharey=True, squeeze=False, layout="constrained")
     height = 0.8 / max(len(groups), 1)
     ticks = np.arange(n) + height * (len(groups) - 1) / 2
+    ref_label = _label(ref).split(" (")[0].lower()
     for row, metric in enumerate(metrics):
         for col, key in enumerate((metric, f"{metric}_diff_{ref}")):
             ax = axes[row][col]
@@ -44,20 +54,26 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
                 lo = np.array([v[i] - c[0] if c else 0.0 for i, c in enumerate(ci)])
                 hi = np.array([c[1] - v[i] if c else 0.0 for i, c in enumerate(ci)])
                 lo, hi = np.nan_to_num(lo), np.nan_to_num(hi)
-                ax.errorbar(v, y, xerr=[lo, hi], fmt="o", ms=3.5, capsize=2, lw=0.9, color=f"C{k}",
-                            label=f"{g} ({main[g][methods[0]]['n_models']} models)" if methods else g)
+                ax.errorbar(v, y, xerr=[lo, hi], fmt="o", ms=3.5, capsize=2, lw=0.9,
+                            color=GROUP_COLORS[k % len(GROUP_COLORS)])
             ax.axvline(0.5 if (col == 0 and metric == "pair_acc") else 0.0, color="0.4", lw=0.8, ls=":")
             ax.set_xlabel(METRIC_LABELS.get(metric, metric) if col == 0
-                          else f"Δ {METRIC_LABELS.get(metric, metric)} vs {_label(ref).split(' (')[0].lower()}")
+                          else f"Δ {METRIC_LABELS.get(metric, metric)} vs {ref_label}")
             if row == 0:
                 ax.set_title("value on the test models" if col == 0 else "paired difference (same resamples)")
         axes[row][0].set_yticks(ticks, [_label(m) for m in methods])
-    axes[0][0].invert_yaxis()                                  # shared y: registry order from the top
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, title="test models", loc="upper center", ncol=len(groups),
-               bbox_to_anchor=(0.5, 1.0), frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    return fig
+        axes[row][0].set_ylabel("method")
+    axes[0][0].set_ylim(n - 0.5 + height * (len(groups) - 1), -0.5)      # shared y: registry order from the top
+    handles = [Line2D([], [], color=GROUP_COLORS[k % len(GROUP_COLORS)], marker="o", ms=4, lw=0.9)
+               for k in range(len(groups))]
+    labels = [f"{g} ({main[g][methods[0]]['n_models']} models)" if methods else g for g in groups]
+    plots.legend_below(fig, handles, labels, title="test models")
+    plots.suptitle(fig, "BenchAlign and the baselines on the unseen larger models")
+    return plots.set_caption(fig, (
+        "Each method's rank agreement with the target ranking on the test models (left: value, mean over seeds; "
+        f"right: paired difference to {ref_label} on the same bootstrap resamples), in Spearman ρ (top) and pairwise "
+        "accuracy (bottom); whiskers: 95 % bootstrap intervals over the test models; dotted: no agreement (left) or "
+        "no difference (right)."))
 
 
 def learning_curve(protocol: dict):
@@ -65,82 +81,115 @@ def learning_curve(protocol: dict):
     chosen step marked; the training loss of the folds dashed."""
     curve = protocol["curve"]
     steps = np.array(curve["step"])
-    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.5))
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.7), layout="constrained")
     chosen = protocol["chosen_steps"].get(curve["method"], [])
     for s, (val, train) in enumerate(zip(curve["val_loss"], curve["train_loss"])):
         val = np.array([np.nan if v is None else v for v in val], dtype=float)
         train = np.array([np.nan if v is None else v for v in train], dtype=float)
-        ax.plot(steps, val, color="C0", lw=0.9, alpha=0.8, label="validation (mean of folds)" if s == 0 else None)
-        ax.plot(steps, train, color="C1", lw=0.8, ls="--", alpha=0.8,
-                label="training (mean of folds)" if s == 0 else None)
+        ax.plot(steps, val, color=NEUTRAL, lw=0.9, alpha=0.85)
+        ax.plot(steps, train, color="#d95f02", lw=0.8, ls="--", alpha=0.85)
         if s < len(chosen) and chosen[s] in steps:
             i = int(np.flatnonzero(steps == chosen[s])[0])
-            ax.plot(steps[i], val[i], "o", color="C3", ms=4, label="chosen step" if s == 0 else None)
+            ax.plot(steps[i], val[i], "o", color="0.1", ms=4)
     ax.axvline(0, color="0.5", lw=0.6, ls=":")
     ax.set_xlabel("Adam steps (0 = plain accuracy)")
-    ax.set_ylabel(f"{protocol.get('loss', 'ranking')} loss")
+    loss = plots.display(protocol.get("loss", "ranking"))
+    ax.set_ylabel(f"{loss} loss")
     med = int(np.median(chosen)) if chosen else None
-    ax.set_title(f"{protocol['folds']}-fold cross-validation: step {med} chosen (median of seeds)"
-                 if med is not None else "cross-validation over the source models")
-    ax.legend(loc="upper right")
-    fig.tight_layout()
-    return fig
+    handles = [Line2D([], [], color=NEUTRAL, lw=0.9), Line2D([], [], color="#d95f02", lw=0.8, ls="--"),
+               Line2D([], [], color="0.1", marker="o", lw=0, ms=4)]
+    plots.legend_below(fig, handles, ["validation (mean of folds)", "training (mean of folds)", "chosen step"])
+    plots.suptitle(fig, f"{protocol['folds']}-fold cross-validation chose step {med}"
+                   if med is not None else "Cross-validation over the source models")
+    return plots.set_caption(fig, (
+        f"How BenchAlign's number of Adam steps is chosen: the {loss} loss on the held-out folds of the source "
+        "models (solid, mean over folds, one line per seed) and on the training folds (dashed) after each step; "
+        "dots mark each seed's chosen step, the title gives their median (step 0 is plain accuracy)."))
 
 
 def weight_hist(item_benchmark, weights: list[np.ndarray]):
-    """Distribution of the learned item weights (seed mean) by benchmark."""
+    """The learned item weights (seed mean) by benchmark: one row per benchmark, a box (quartiles,
+    whiskers at the 5th and 95th percentiles) over every item drawn as a dot, the benchmark's total
+    weight in its label, and the uniform weight (1 / items) dashed."""
     W = np.mean(np.array(weights), axis=0)
     item_benchmark = np.asarray(item_benchmark)
     names = list(dict.fromkeys(item_benchmark.tolist()))
-    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.4))
-    bins = np.linspace(W.min(), W.max(), 41) if np.ptp(W) > 0 else 10
-    for b in names:
-        ax.hist(W[item_benchmark == b], bins=bins, alpha=0.6, label=f"{b} (Σ={W[item_benchmark == b].sum():.2f})")
-    ax.axvline(1.0 / len(W), color="0.3", lw=0.8, ls="--", label="uniform")
-    ax.set_yscale("log")                       # a spike of near-zero weights and long tails
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 0.42 * len(names) + 1.3), layout="constrained")
+    rng = np.random.default_rng(0)
+    for i, b in enumerate(names):
+        w = W[item_benchmark == b]
+        ax.scatter(w, i + rng.uniform(-0.28, 0.28, len(w)), s=3, color=NEUTRAL, alpha=0.35, edgecolors="none",
+                   rasterized=len(w) > 2000)
+        ax.boxplot([w], positions=[i], orientation="horizontal", widths=0.6, whis=(5, 95), showfliers=False,
+                   patch_artist=True,
+                   boxprops={"facecolor": "none", "edgecolor": "0.1", "lw": 0.9},
+                   medianprops={"color": "0.1", "lw": 1.2}, whiskerprops={"color": "0.1", "lw": 0.9},
+                   capprops={"color": "0.1", "lw": 0.9})
+    ax.axvline(0.0, color="0.6", lw=0.6)
+    ax.axvline(1.0 / len(W), color="#c44e52", lw=0.9, ls="--")
+    ax.set_yticks(range(len(names)), [f"{plots.display(b)}\nΣ = {W[item_benchmark == b].sum():.2f}" for b in names])
+    ax.set_ylim(len(names) - 0.5, -0.5)
     ax.xaxis.set_major_locator(plt.MaxNLocator(5))
-    ax.set_xlabel("learned item weight (normalised)")
-    ax.set_ylabel("items (log scale)")
-    ax.set_title("BenchAlign item weights (mean over seeds)")
-    ax.legend(loc="upper right", fontsize=7)
-    fig.tight_layout()
-    return fig
+    ax.set_xlabel("learned item weight (normalised, seed mean)")
+    ax.set_ylabel("benchmark (total weight)")
+    plots.legend_below(fig, [Line2D([], [], color="#c44e52", lw=0.9, ls="--")],
+                       [f"uniform weight (1 / {len(W):,} items)"])
+    plots.suptitle(fig, "BenchAlign item weights by benchmark")
+    return plots.set_caption(fig, (
+        "The weight BenchAlign learns for each item (normalised to sum to 1; mean over seeds), one row per "
+        "benchmark: every item a dot, the box its quartiles, whiskers the 5th and 95th percentiles; Σ is the "
+        "benchmark's total weight, dashed the uniform weight of plain accuracy."))
 
 
 def ablation_bars(df: pd.DataFrame):
-    """Spearman rho by ranking loss and test group (mean ± std over seeds)."""
+    """Spearman rho by ranking loss and test group (mean ± std over seeds), as horizontal bars."""
     agg = df.groupby(["loss", "group"], sort=False)["spearman"].agg(["mean", "std"]).unstack("group")
-    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.3))
-    agg["mean"].plot.bar(yerr=agg["std"], ax=ax, capsize=2, rot=0)
-    ax.set_ylabel("Spearman ρ (test models)")
-    ax.set_xlabel("ranking loss (same protocol)")
-    ax.set_title("Loss ablation")
-    top = float(np.nanmax((agg["mean"] + agg["std"].fillna(0)).to_numpy())) if len(agg) else 1.0
-    ax.set_ylim(min(0.0, float(np.nanmin(agg["mean"].to_numpy())) - 0.05) if len(agg) else 0.0,
-                max(top, 0.05) * 1.3)
-    ax.legend(title=None, ncol=len(agg["mean"].columns), loc="upper center")
-    fig.tight_layout()
-    return fig
+    losses, groups = list(agg.index), list(agg["mean"].columns)
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 0.3 * len(losses) * max(1, len(groups)) * 0.8 + 1.4),
+                           layout="constrained")
+    height = 0.8 / max(1, len(groups))
+    handles = []
+    for k, g in enumerate(groups):
+        y = np.arange(len(losses)) - 0.4 + height * (k + 0.5)
+        mean, std = agg["mean"][g].to_numpy(float), agg["std"][g].fillna(0).to_numpy(float)
+        handles.append(Patch(color=GROUP_COLORS[k % len(GROUP_COLORS)]))
+        ax.barh(y, mean, height=height, xerr=std, capsize=2, color=GROUP_COLORS[k % len(GROUP_COLORS)],
+                error_kw={"elinewidth": 0.8, "ecolor": "0.1"})
+    ax.set_yticks(np.arange(len(losses)), plots.displays(losses))
+    ax.set_ylim(len(losses) - 0.5, -0.5)
+    ends = (agg["mean"] + agg["std"].fillna(0)).to_numpy(float)
+    lows = (agg["mean"] - agg["std"].fillna(0)).to_numpy(float)
+    ax.set_xlim(min(0.0, float(np.nanmin(lows)) - 0.05) if np.isfinite(lows).any() else 0.0,
+                max(1.0, float(np.nanmax(ends)) + 0.02) if np.isfinite(ends).any() else 1.0)
+    ax.axvline(0, color="0.3", lw=0.7)
+    ax.set_xlabel("Spearman ρ on the test models")
+    ax.set_ylabel("ranking loss")
+    plots.legend_below(fig, handles, [str(g) for g in groups], title="test models")
+    plots.suptitle(fig, "Which ranking loss? (same protocol)")
+    return plots.set_caption(fig, (
+        "BenchAlign trained with each ranking loss under the same protocol: Spearman ρ with the target ranking on "
+        "each group of test models (bars: mean over seeds; whiskers: ± one standard deviation over seeds)."))
 
 
 def needs_curves(df: pd.DataFrame, group: str):
     """Rho on ``group`` against the number of source models (each selection of :data:`SELECTIONS`)
     and of items (random subsets), BenchAlign next to no alignment (mean ± std over seeds)."""
-    fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE, 3.3), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE, 3.4), sharey=True, layout="constrained")
     sub = df[df.group == group]
     ax = axes[0]
     for k, kind in enumerate(SELECTIONS):
         d = sub[(sub.kind == kind) & (sub.method == "benchalign")].groupby("n")["spearman"].agg(["mean", "std"])
         if len(d):
             ax.errorbar(d.index * (1 + 0.03 * (k - 1)), d["mean"], yerr=d["std"], fmt="-o", ms=3, capsize=2,
-                        color=f"C{k}", label=f"BenchAlign, {SELECTION_LABELS.get(kind, kind)}")
+                        color=SELECTION_COLORS[k % len(SELECTION_COLORS)],
+                        label=f"BenchAlign, {SELECTION_LABELS.get(kind, kind)}")
     plain = sub[(sub.kind.isin(list(SELECTIONS))) & (sub.method == "no_alignment")]
     if len(plain):
         ax.axhline(plain.spearman.mean(), color="0.3", ls="--", lw=0.9, label="no alignment")
     ax.set_title("k source models, chosen three ways")
     ax.set_xlabel("number of source models")
     d_items = sub[sub.kind == "items"]
-    for method, style, color in (("benchalign", "-o", "C0"), ("no_alignment", "--s", "0.3")):
+    for method, style, color in (("benchalign", "-o", SELECTION_COLORS[0]), ("no_alignment", "--s", "0.3")):
         d = d_items[d_items.method == method].groupby("n")["spearman"].agg(["mean", "std"])
         if len(d):
             axes[1].errorbar(d.index, d["mean"], yerr=d["std"], fmt=style, ms=3, capsize=2, color=color,
@@ -153,20 +202,36 @@ def needs_curves(df: pd.DataFrame, group: str):
         if ns:
             a.set_xticks(ns, [str(n) for n in ns])
         a.xaxis.set_minor_locator(plt.NullLocator())
-        a.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
+        handles, labels = a.get_legend_handles_labels()
+        if handles:
+            a.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, frameon=False)
     axes[0].set_ylabel(f"Spearman ρ ({group})")
-    fig.tight_layout()
-    return fig
+    plots.suptitle(fig, f"How much data BenchAlign needs (test models: {group})")
+    return plots.set_caption(fig, (
+        f"Spearman ρ with the target ranking on the test models ({group}) as BenchAlign gets more data: left, k "
+        "source models chosen at random, by k-center selection on their item responses (before any label is known) "
+        "or spread over the target's range (which uses the labels); right, random subsets of items with all source "
+        "models, next to plain accuracy on the same items. Mean ± one standard deviation over seeds."))
 
 
 def cross_weights(weights: dict[str, dict]):
-    """Learned weight of each direct-evaluation benchmark (mean ± std over seeds)."""
-    s = pd.DataFrame(weights).T.sort_values("mean")
-    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 0.15 * len(s) + 1.0))
-    ax.barh(s.index, s["mean"], xerr=s["std"], capsize=1.5, color=np.where(s["mean"] < 0, "C3", "C0"))
-    ax.axvline(1.0 / len(s), color="0.3", lw=0.8, ls="--", label="uniform (plain mean)")
-    ax.set_xlabel("learned weight (normalised)")
-    ax.set_title("Direct-eval benchmarks → train-before-test ranking")
-    ax.legend(loc="center left")
-    fig.tight_layout()
-    return fig
+    """Learned weight of each direct-evaluation benchmark (mean ± std over seeds), the plain mean's
+    uniform weight dashed."""
+    s = pd.DataFrame(weights).T.sort_values("mean", ascending=False)
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 0.15 * len(s) + 1.5), layout="constrained")
+    ax.barh(np.arange(len(s)), s["mean"], xerr=s["std"], capsize=1.5, color=NEUTRAL,
+            error_kw={"elinewidth": 0.8, "ecolor": "0.1"})
+    ax.set_yticks(np.arange(len(s)), plots.displays(s.index))
+    ax.set_ylim(len(s) - 0.5, -0.5)
+    ax.axvline(0.0, color="0.3", lw=0.7)
+    uniform = 1.0 / len(s)
+    ax.axvline(uniform, color="#c44e52", lw=0.9, ls="--")
+    ax.set_xlabel("learned weight (normalised to sum to 1)")
+    ax.set_ylabel("direct-evaluation benchmark")
+    plots.legend_below(fig, [Line2D([], [], color="#c44e52", lw=0.9, ls="--")],
+                       [f"uniform weight of the plain mean (1/{len(s)} = {uniform:.3f})"])
+    plots.suptitle(fig, "Direct-evaluation benchmarks weighted to predict the train-before-test ranking")
+    return plots.set_caption(fig, (
+        "BenchAlign across the two papers: the weight learned for each benchmark's direct-evaluation score so that "
+        "the weighted mean reproduces the train-before-test ranking (mean ± one standard deviation over seeds; "
+        "weights sum to 1, so the plain mean gives each the dashed uniform weight)."))

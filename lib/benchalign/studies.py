@@ -256,18 +256,19 @@ CROSS_METHODS = tuple(m for m, spec in METHODS.items() if spec.headline)
 
 
 def cross_paper(data: ItemData, source_max_b: float, test_min_b: float, seeds: int = 5,
-                cfg: Config | None = None, n_boot: int = 1000) -> dict:
+                cfg: Config | None = None, n_boot: int = 1000, relative: bool = False) -> dict:
     """Can direct-evaluation scores predict the train-before-test ranking of larger models?
 
     ``data`` comes from :func:`lib.benchalign.data.load_cross_paper` (one feature per benchmark, so
     no alignment is the plain mean of the benchmark scores). Returns the split counts, the
     comparison of :data:`CROSS_METHODS` on the test models (same protocol and summary as the main
     comparison, with paired differences to the plain mean), the chosen steps, the learned weight per
-    benchmark (seed mean and std) and the source and test models.
+    benchmark (seed mean and std) and the source and test models. With ``relative`` the size
+    thresholds are quantiles of the models' sizes (:func:`lib.benchalign.methods.split_by_size`).
     """
     cfg = cfg or Config()
-    group = f"{test_min_b:g}B+"
-    split = split_by_size(data, source_max_b, {group: test_min_b})
+    group = f"size quantile {test_min_b:g}+" if relative else f"{test_min_b:g}B+"
+    split = split_by_size(data, source_max_b, {group: test_min_b}, relative=relative)
     out = {"counts": split.counts(), "notes": split.notes, "source_max_b": source_max_b,
            "test_min_b": test_min_b, "benchmarks": list(data.item_benchmark)}
     if not split.groups or len(split.source) < 2:

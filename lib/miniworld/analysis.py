@@ -1,21 +1,17 @@
-"""The comparison only a controlled world allows: where do *prepared* models rank before and after
-train-before-test, on the tasks they were prepared for and on the others?
+"""The comparison only a controlled world allows: what preparation for the test tasks does to each
+model's scores and ranks, and whether train-before-test undoes it.
 
-A model's preparation is read from its metadata (``extra["prepared"] = {benchmark: dose}``, written
-by :func:`lib.miniworld.zoo.model_meta`); stores without such records (hub models, published
-results) have nothing to compare, and :func:`notebook_section` then prints one line and returns.
+A model's preparation is read from its metadata (``extra["prepared"] = {benchmark: dose}`` and
+``extra["kind"]``, written by :func:`lib.miniworld.zoo.model_meta`); stores without such records
+(hub models, published results) have nothing to compare, and :func:`notebook_section` then prints
+one line and returns.
 
 Three views, one per analysis notebook:
 
-- ``ranks`` (04): each prepared model's rank (1 = best) under direct evaluation and under
-  train-before-test on every downstream benchmark; ``shift`` = its rank under train-before-test
-  minus its rank under direct evaluation (positive: the model falls once everyone is
-  fine-tuned). The paper's mechanism predicts a positive shift on prepared tasks, growing with the
-  dose, and about none elsewhere (dose 0, the control); the prepared-minus-base score gap should
-  shrink. Also the agreement between benchmarks for model sets holding more and more preparation
-  (:func:`agreement_by_dose`): direct-evaluation agreement should fall as prepared twins are
-  added, train-before-test agreement should not. Intervals: bootstrap, 95 %. And whether
-  preparation was harmless (:func:`twin_health`): perplexity, prepared and other tasks, twin vs base.
+- ``ranks`` (04): the causal analyses of :mod:`lib.miniworld.causal` (agreement over the benchmarks
+  every unprepared model can attempt and over all; agreement as twins are swapped in for their
+  bases; each prepared model's lead under both protocols) and whether the manipulation was healthy
+  (:func:`twin_health`: perplexity, prepared and other tasks, twin vs base).
 - ``perplexity`` (05): a prepared model's mean rank on the held-out perplexity corpora (which no
   model was prepared for) against its mean downstream rank on its prepared tasks, per protocol.
 - ``pca`` (06): PC1 share of the model x benchmark matrix with and without the prepared models,
@@ -31,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from .. import plots, report, store
-from ..analysis import agreement, structure, uncertainty
-from ..store import DIRECT, PROTOCOLS, TBT
+from ..analysis import agreement, structure
+from ..store import DIRECT, PROTOCOLS
 
 VIEWS = ("ranks", "perplexity", "pca")
 
@@ -48,11 +44,11 @@ def preparation(store_root: str | Path) -> dict[str, dict[str, int]]:
 
 
 def twins(store_root: str | Path) -> dict[str, str]:
-    """``{prepared model: its unprepared twin}`` where the metadata names one (``base_model``)."""
+    """``{model: its base}`` for every model whose metadata names a base model (``base_model``):
+    the prepared twins and the shams."""
     meta = store.read_meta(store_root, "models")
     out = {}
-    for model in preparation(store_root):
-        rec = meta.get(model, {})
+    for model, rec in meta.items():
         twin = (rec.get("extra") or {}).get("base_model", rec.get("base_model"))
         if twin and twin in meta:
             out[model] = twin
@@ -67,55 +63,6 @@ def _oriented(df: pd.DataFrame, protocol: str, benchmarks: list[str]) -> pd.Data
     mat = store.matrix(df, protocol)
     mat = mat[[b for b in benchmarks if b in mat.columns]]
     return store.orient(mat, store.directions(df))
-
-
-def rank_table(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
-    """One row per (prepared model, downstream benchmark): ranks and scores under both protocols.
-
-    Ranks are taken among the models scored under both protocols on that benchmark (1 = best,
-    ties share the mean rank). Columns: model, benchmark, prepared_for, dose, n_models,
-    rank_<protocol>, shift (= rank_train_before_test - rank_direct_eval), score_<protocol>, twin,
-    twin_gap_<protocol> (score minus the unprepared twin's).
-    """
-    prep, twin_of = preparation(store_root), twins(store_root)
-    downstream, _ = agreement.split_benchmarks(sorted(df["benchmark"].unique()), store_root)
-    mats = {p: _oriented(df, p, downstream) for p in PROTOCOLS}
-    raw = {p: store.matrix(df, p) for p in PROTOCOLS}
-    rows = []
-    for bench in downstream:
-        if any(bench not in m.columns for m in mats.values()):
-            continue
-        both = pd.concat({p: mats[p][bench] for p in PROTOCOLS}, axis=1).dropna()
-        rk = {p: agreement.ranks(both[p]) for p in PROTOCOLS}
-        for model, tasks in prep.items():
-            if model not in both.index:
-                continue
-            twin = twin_of.get(model)
-            row = {"model": model, "benchmark": bench, "prepared_for": bench in tasks,
-                   "dose": tasks.get(bench, 0), "n_models": len(both)}
-            row.update({f"rank_{p}": rk[p][model] for p in PROTOCOLS})
-            row["shift"] = rk[TBT][model] - rk[DIRECT][model]
-            row.update({f"score_{p}": raw[p].at[model, bench] for p in PROTOCOLS})
-            row["twin"] = twin
-            row.update({f"twin_gap_{p}": (raw[p].at[model, bench] - raw[p].at[twin, bench]
-                                          if twin in both.index else np.nan) for p in PROTOCOLS})
-            rows.append(row)
-    cols = (["model", "benchmark", "prepared_for", "dose", "n_models"] + [f"rank_{p}" for p in PROTOCOLS]
-            + ["shift"] + [f"score_{p}" for p in PROTOCOLS] + ["twin"] + [f"twin_gap_{p}" for p in PROTOCOLS])
-    return pd.DataFrame(rows, columns=cols)
-
-
-def rank_summary(table: pd.DataFrame) -> dict:
-    """Plain numbers of :func:`rank_table`, split by prepared-for vs other tasks."""
-    out: dict = {"n_prepared_models": int(table["model"].nunique()), "n_rows": int(len(table))}
-    for label, part in (("prepared_tasks", table[table["prepared_for"]]),
-                        ("other_tasks", table[~table["prepared_for"]])):
-        out[label] = {"n": int(len(part)),
-                      **{f"mean_rank_{p}": float(part[f"rank_{p}"].mean()) for p in PROTOCOLS},
-                      "mean_shift": float(part["shift"].mean()),
-                      "mean_abs_shift": float(part["shift"].abs().mean()),
-                      **{f"mean_twin_gap_{p}": float(part[f"twin_gap_{p}"].mean()) for p in PROTOCOLS}}
-    return out
 
 
 # ----------------------------------------------------------------------------- twins not damaged
@@ -149,8 +96,9 @@ def twin_health(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
             se = float(np.hypot(*(0.0 if pd.isna(r["stderr"]) else r["stderr"] for r in (t, b)))) \
                 if bench in downstream else np.nan
             gap = float(t["score"] - b["score"])
-            row = {"model": model, "base": base, "benchmark": bench, "dose": prep[model].get(bench, 0),
-                   "kind": "perplexity" if bench in ppl else ("prepared" if bench in prep[model] else "other"),
+            mine = prep.get(model, {})
+            row = {"model": model, "base": base, "benchmark": bench, "dose": mine.get(bench, 0),
+                   "kind": "perplexity" if bench in ppl else ("prepared" if bench in mine else "other"),
                    "score": float(t["score"]), "base_score": float(b["score"]), "gap": gap,
                    "se_gap": se, "z": gap / se if se and se > 0 else np.nan, "ratio": np.nan, "bpb_change": np.nan}
             if row["kind"] == "perplexity":
@@ -180,65 +128,6 @@ def twin_health_summary(table: pd.DataFrame) -> dict:
                      "worst": {"model": worst["model"], "benchmark": worst["benchmark"],
                                "gap": float(worst["gap"]), "z": float(worst["z"]), "ratio": float(worst["ratio"])}}
     return out
-
-
-# ----------------------------------------------------------------------------- dose and agreement
-def dose_level(store_root: str | Path) -> dict[str, int]:
-    """``{model: dose}``: the largest dose a model saw of any task (0 for base models)."""
-    prep = preparation(store_root)
-    return {m: max(prep.get(m, {}).values(), default=0) for m in store.read_meta(store_root, "models")}
-
-
-def agreement_by_dose(df: pd.DataFrame, store_root: str | Path, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """Mean Kendall tau between benchmarks under both protocols, for model sets that differ only in
-    how much preparation they hold: the base models (dose 0), the base models with the twins of each
-    dose, and all models. 95 % intervals from a bootstrap over the set's models; the paired
-    difference (train-before-test minus direct) uses the same draws for both protocols.
-
-    Columns: models, dose, n_models, mean_tau_<protocol>, ci_low/ci_high_<protocol>, gain,
-    gain_ci_low, gain_ci_high. The mechanism predicts that direct-evaluation agreement falls as the
-    dose of the added twins grows while train-before-test agreement stays.
-    """
-    downstream, _ = agreement.split_benchmarks(sorted(df["benchmark"].unique()), store_root)
-    mats = {p: _oriented(df, p, downstream) for p in PROTOCOLS}
-    dose = dose_level(store_root)
-    models = sorted(set.intersection(*(set(m.index) for m in mats.values())))
-    bases = [m for m in models if dose.get(m, 0) == 0]
-    sets = [("base models", 0, bases)]
-    sets += [(f"base + dose {d} twins", d, bases + [m for m in models if dose.get(m, 0) == d])
-             for d in sorted({dose.get(m, 0) for m in models} - {0})]
-    sets.append(("all models", max(dose.values(), default=0), models))
-    rows = []
-    for label, d, members in sets:
-        n = len(members)
-        w = np.vstack([np.ones((1, n), np.float32), uncertainty.draws(n, n_boot, seed)])   # row 0: the data
-        taus = {p: uncertainty.mean_pair_tau(mats[p].loc[members].to_numpy(float), w) for p in PROTOCOLS}
-        gain = taus[TBT] - taus[DIRECT]
-        row = {"models": label, "dose": d, "n_models": n}
-        for p in PROTOCOLS:
-            lo, hi = uncertainty.interval(taus[p][1:])
-            row.update({f"mean_tau_{p}": float(taus[p][0]), f"ci_low_{p}": lo, f"ci_high_{p}": hi})
-        lo, hi = uncertainty.interval(gain[1:])
-        row.update(gain=float(gain[0]), gain_ci_low=lo, gain_ci_high=hi)
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def dose_response(table: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """Per dose (0 = a twin's unprepared tasks, the negative control): mean rank shift and mean
-    score lead over the unprepared twin under both protocols, with 95 % bootstrap intervals over
-    the (twin, benchmark) rows of :func:`rank_table`."""
-    rows = []
-    for dose, part in table.groupby("dose"):
-        row = {"dose": int(dose), "n": int(len(part))}
-        for col in ["shift"] + [f"twin_gap_{p}" for p in PROTOCOLS]:
-            vals = part[col].to_numpy(float)
-            vals = vals[np.isfinite(vals)]
-            boot = uncertainty.draws(len(vals), n_boot, seed) @ vals / len(vals) if len(vals) else vals
-            lo, hi = uncertainty.interval(boot)
-            row.update({col: float(vals.mean()) if len(vals) else np.nan, f"{col}_ci_low": lo, f"{col}_ci_high": hi})
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def perplexity_table(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
@@ -284,97 +173,47 @@ def pca_table(df: pd.DataFrame, store_root: str | Path) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- figures
-def plot_rank_moves(table: pd.DataFrame):
-    """Two panels (prepared tasks, other tasks): each prepared model's rank, direct -> tbt."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE * 0.7, 2.6), sharey=True)
-    n = int(table["n_models"].max()) if len(table) else 1
-    for ax, flag, title in ((axes[0], True, "Tasks it was prepared for"), (axes[1], False, "Other tasks")):
-        part = table[table["prepared_for"] == flag]
-        for _, row in part.iterrows():
-            ax.plot([0, 1], [row[f"rank_{DIRECT}"], row[f"rank_{TBT}"]], color="0.6", lw=0.6, alpha=0.6)
-        if len(part):
-            ax.plot([0, 1], [part[f"rank_{DIRECT}"].mean(), part[f"rank_{TBT}"].mean()], color="k", lw=2.2,
-                    marker="o", label="mean")
-        ax.set_xticks([0, 1], [plots.PROTOCOL_LABELS[p] for p in PROTOCOLS])
-        ax.set_xlim(-0.2, 1.2)
-        ax.set_ylim(n + 0.5, 0.5)
-        ax.set_title(f"{title} (n = {len(part)})")
-    axes[0].set_ylabel("rank of a prepared model (1 = best)")
-    axes[0].legend(loc="lower right")
-    fig.suptitle("Prepared models before and after train-before-test")
-    fig.tight_layout()
-    return fig
-
-
-def plot_dose(agreement_table: pd.DataFrame, response: pd.DataFrame):
-    """Two panels: mean Kendall tau of model sets with more and more preparation (left), and the
-    prepared twins' score lead over their bases by dose (right), both protocols, 95 % intervals."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE, 2.7))
-    x = np.arange(len(agreement_table))
-    for i, p in enumerate(PROTOCOLS):
-        y = agreement_table[f"mean_tau_{p}"].to_numpy(float)
-        err = [y - agreement_table[f"ci_low_{p}"].to_numpy(float), agreement_table[f"ci_high_{p}"].to_numpy(float) - y]
-        axes[0].errorbar(x + (i - 0.5) * 0.12, y, yerr=err, fmt="o-", ms=4, capsize=2,
-                         color=plots.PROTOCOL_COLORS[p], label=plots.PROTOCOL_LABELS[p])
-    axes[0].set_xticks(x, [m.replace("base + ", "+ ") for m in agreement_table["models"]], rotation=15)
-    axes[0].set_ylabel("mean Kendall τ between benchmarks")
-    axes[0].set_title("Agreement as preparation is added")
-    axes[0].legend(fontsize=7)
-    doses = response["dose"].to_numpy()
-    xd = np.arange(len(doses))
-    for i, p in enumerate(PROTOCOLS):
-        col = f"twin_gap_{p}"
-        y = response[col].to_numpy(float)
-        err = [y - response[f"{col}_ci_low"].to_numpy(float), response[f"{col}_ci_high"].to_numpy(float) - y]
-        axes[1].errorbar(xd + (i - 0.5) * 0.12, y, yerr=err, fmt="o-", ms=4, capsize=2,
-                         color=plots.PROTOCOL_COLORS[p], label=plots.PROTOCOL_LABELS[p])
-    axes[1].axhline(0, color="0.5", lw=0.8, ls=":")
-    axes[1].set_xticks(xd, [f"{d}" + (" (control)" if d == 0 else "") for d in doses])
-    axes[1].set_xlabel("preparation dose (formatted examples per task)")
-    axes[1].set_ylabel("twin's score minus its base's")
-    axes[1].set_title("Lead of prepared twins by dose")
-    fig.tight_layout()
-    return fig
-
-
 def plot_perplexity(table: pd.DataFrame):
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.8))
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 3.0), layout="constrained")
+    handles = []
     for protocol in PROTOCOLS:
         part = table[table["protocol"] == protocol]
-        ax.scatter(part["rank_perplexity"], part["rank_prepared_tasks"], color=plots.PROTOCOL_COLORS[protocol],
-                   label=plots.PROTOCOL_LABELS[protocol], s=18)
+        handles.append(ax.scatter(part["rank_perplexity"], part["rank_prepared_tasks"],
+                                  color=plots.PROTOCOL_COLORS[protocol], s=18))
     lim = max(1.0, float(np.nanmax(table[["rank_perplexity", "rank_prepared_tasks"]].to_numpy()))) + 0.5
-    ax.plot([0.5, lim], [0.5, lim], color="0.5", lw=0.8, ls="--")
+    handles.append(ax.plot([0.5, lim], [0.5, lim], color="0.5", lw=0.8, ls="--")[0])
     ax.set_xlabel("mean rank on perplexity corpora")
     ax.set_ylabel("mean rank on prepared tasks")
-    ax.set_title("Prepared models: downstream vs perplexity rank")
-    ax.legend()
-    fig.tight_layout()
-    return fig
+    plots.legend_below(fig, handles, [plots.PROTOCOL_LABELS[p] for p in PROTOCOLS] + ["same rank"])
+    plots.suptitle(fig, "Prepared models: downstream against perplexity rank")
+    return plots.set_caption(fig, (
+        "Each prepared twin's mean rank on the tasks it was prepared for against its mean rank by bits per byte on "
+        "the held-out perplexity corpora (which no model was prepared for), under both protocols; on the dashed "
+        "line the two agree, above it preparation lifts the downstream rank beyond what perplexity predicts."))
 
 
 def plot_pca(table: pd.DataFrame):
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.4))
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.6), layout="constrained")
     labels = list(dict.fromkeys(table["models"]))
     width = 0.38
+    handles = []
     for i, protocol in enumerate(PROTOCOLS):
         part = table[table["protocol"] == protocol].set_index("models").reindex(labels)
-        ax.bar(np.arange(len(labels)) + (i - 0.5) * width, part["pc1_share"], width,
-               color=plots.PROTOCOL_COLORS[protocol], label=plots.PROTOCOL_LABELS[protocol])
+        handles.append(ax.bar(np.arange(len(labels)) + (i - 0.5) * width, part["pc1_share"], width,
+                              color=plots.PROTOCOL_COLORS[protocol]))
     ax.set_xticks(np.arange(len(labels)), labels)
+    ax.set_xlabel("models")
     ax.set_ylabel("PC1 share of variance")
     ax.set_ylim(0, 1)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    return fig
+    plots.legend_below(fig, handles, [plots.PROTOCOL_LABELS[p] for p in PROTOCOLS])
+    plots.suptitle(fig, "PC1 share with and without the prepared models")
+    return plots.set_caption(fig, (
+        "Share of the variance of the model × benchmark matrix explained by its first principal component, with "
+        "all models and without the prepared twins, under both protocols."))
 
 
 # ----------------------------------------------------------------------------- notebook glue
@@ -395,16 +234,21 @@ def notebook_section(ctx, view: str, summary: dict) -> pd.DataFrame | None:
         return None
     n_boot = int(getattr(ctx, "params", {}).get("n_boot", 1000))
     if view == "ranks":
-        table = rank_table(df, ctx.store)
-        values, fig = rank_summary(table), plot_rank_moves(table)
-        by_dose, response = agreement_by_dose(df, ctx.store, n_boot), dose_response(table, n_boot)
+        from . import causal
+
+        if not causal.has_design(ctx.store):
+            print("causal analyses skipped: no model records its kind of preparation (the mini world's zoo "
+                  "of version 5 does)")
+            return None
+        rep = causal.report(df, ctx.store, ctx.work, n_boot, int(getattr(ctx, "params", {}).get("seed", 0)))
         health = twin_health(df, ctx.store)
-        values.update(agreement_by_dose=by_dose.to_dict(orient="records"),
-                      dose_response=response.to_dict(orient="records"), twin_health=twin_health_summary(health))
+        values = {**rep["summary"], "twin_health": twin_health_summary(health)}
         report.write_table(health, ctx.out, "preparation_twin_health", index=False)
-        report.write_table(by_dose, ctx.out, "preparation_agreement", index=False)
-        report.write_table(response, ctx.out, "preparation_dose", index=False)
-        plots.savefig(plot_dose(by_dose, response), ctx.out, "preparation_dose")
+        for name in ("subsets", "compositions", "leads"):
+            report.write_table(rep[name], ctx.out, f"causal_{name}", index=False)
+        for name, fig in rep["figures"].items():
+            plots.savefig(fig, ctx.out, name)
+        table, fig = rep["leads"], None
     elif view == "perplexity":
         table = perplexity_table(df, ctx.store)
         values = {p: {"mean_gap_prepared": float(g["gap_prepared"].mean()),
@@ -415,7 +259,8 @@ def notebook_section(ctx, view: str, summary: dict) -> pd.DataFrame | None:
         table = pca_table(df, ctx.store)
         values = {f"{r.protocol}/{r.models}": r.pc1_share for r in table.itertuples()}
         fig = plot_pca(table)
-    report.write_table(table, ctx.out, f"preparation_{view}", index=False)
+    if view != "ranks":
+        report.write_table(table, ctx.out, f"preparation_{view}", index=False)
     if fig is not None:
         plots.savefig(fig, ctx.out, f"preparation_{view}")
     summary["preparation"] = values

@@ -47,8 +47,9 @@ def benchmark_table(profile: str) -> pd.DataFrame:
 
 
 def zoo_table(profile: str) -> pd.DataFrame:
-    """One row per self-built model (from the store's metadata): family, parameters, tokens, FLOPs,
-    instruct (= prepared), base model and the preparation doses."""
+    """One row per self-built model (from the store's metadata): family, size, kind of preparation
+    and dose (share of its last phase), parameters, tokens, FLOPs, instruct (= prepared), base model,
+    the tasks it was prepared for and how many of its last phase's documents were preparation."""
     root = paths.store_dir(profile)
     meta = store.read_meta(root, "models")
     if not meta:
@@ -58,16 +59,18 @@ def zoo_table(profile: str) -> pd.DataFrame:
     for name in meta:
         info = metadata.model_info(name, root)
         prepared = info.extra.get("prepared") or {}
-        rows.append({"model": name, "family": info.family, "params": (info.params_b or 0) * 1e9,
+        rows.append({"model": name, "family": info.family, "size": info.extra.get("size"),
+                     "kind": info.extra.get("kind", "prepared" if prepared else "base"),
+                     "dose": info.extra.get("dose", 0.0), "params": (info.params_b or 0) * 1e9,
                      "tokens": (info.pretrain_tokens_t or 0) * 1e12, "flops": (info.flops_1e21 or 0) * 1e21,
                      "instruct": info.instruct, "base_model": info.extra.get("base_model"),
-                     "prepared": ", ".join(f"{t}={d}" for t, d in prepared.items()),
-                     "preparation_tokens": info.extra.get("preparation_tokens", 0)})
+                     "prepared": ", ".join(prepared), "prepared_docs": info.extra.get("prepared_docs", 0)})
     return pd.DataFrame(rows).set_index("model")
 
 
 def dose_matrix(profile: str) -> pd.DataFrame:
-    """Model x downstream benchmark matrix of preparation doses (0 = never seen in its format)."""
+    """Model x downstream benchmark matrix of preparation doses in % of the last phase (0 = not
+    prepared for that benchmark)."""
     root = paths.store_dir(profile)
     meta = store.read_meta(root, "models")
     benches = [b for b in store.read_meta(root, "benchmarks")
@@ -80,71 +83,86 @@ def dose_matrix(profile: str) -> pd.DataFrame:
 
 
 def loss_curves(profile: str) -> dict[str, np.ndarray]:
-    """Training loss curves of the zoo (prepared twins continue their base model's steps); {} if none."""
-    records = {}
-    for path in sorted(zoo.models_dir(profile).glob("*.recipe.json")):
-        rec = read_json(path)
-        records[rec["recipe"]["name"]] = rec
+    """Training loss curves of the zoo by step: each trunk's pre-training, and each model's last
+    phase continuing from its trunk's last step (one point per epoch); {} if none."""
+    records = [read_json(p) for p in sorted(zoo.models_dir(profile).glob("*.recipe.json"))]
+    trunks = {rec["trunk"]["family"] + "/" + rec["trunk"]["size"]: rec for rec in records if "trunk" in rec
+              and "recipe" not in rec}
     curves = {}
-    for name, rec in records.items():
-        curve = np.asarray(rec["loss_curve"], float)
-        base = rec["recipe"].get("base")
-        if base in records:
-            curve[:, 0] += records[base]["recipe"]["steps"]
-        curves[name] = curve
+    for rec in records:
+        if "recipe" not in rec:
+            curves[f"trunk-{rec['trunk']['family']}-{rec['trunk']['size']}"] = np.asarray(rec["loss_curve"], float)
+            continue
+        r = rec["recipe"]
+        trunk = trunks.get(r["trunk"]["family"] + "/" + r["trunk"]["size"])
+        start = trunk["trunk"]["steps"] if trunk else 0
+        per_epoch = -(-r["post_examples"] // 16)
+        curves[r["name"]] = np.asarray([[start + e * per_epoch, v] for e, v in rec["loss_curve"]], float)
     return curves
 
 
 def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np.ndarray]):
-    """Up to three panels: the zoo (parameters vs tokens, prepared models hollow), training loss
-    curves (dashed: preparation phase) and the preparation doses per model and benchmark."""
+    """Up to three panels: the zoo (parameters vs tokens, one hue per family with sizes as shades,
+    prepared models hollow), training loss curves (dashed: preparation phase) and the preparation
+    doses of the prepared models per benchmark (models with no preparation are left out, so the panel
+    stays readable with any number of base models)."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from .. import plots
 
-    show_doses = bool(doses.to_numpy().sum())
+    prepared_rows = doses[doses.to_numpy().sum(axis=1) > 0] if len(doses) else doses
+    show_doses = bool(len(prepared_rows))
     n = 1 + bool(curves) + show_doses
-    fig, axes = plt.subplots(1, n, figsize=(plots.WIDTH_DOUBLE * n / 3, 2.7), squeeze=False,
-                             gridspec_kw={"width_ratios": [1, 1, 1.3][:n]})
+    height = max(2.6, 0.13 * len(prepared_rows) + 1.6) if show_doses else 2.6
+    fig, axes = plt.subplots(1, n, figsize=(plots.WIDTH_DOUBLE if n > 1 else plots.WIDTH_SINGLE, height),
+                             squeeze=False, layout="constrained", gridspec_kw={"width_ratios": [1, 1, 1.2][:n]})
     axes = list(axes[0])
-    families = sorted(table["family"].unique())
-    colors = dict(zip(families, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    markers = dict(zip(families, "osD^vP*X"))
+    families = sorted(table["family"].unique(), key=plots.display)
+    colors = plots.sized_colors(table["family"].to_dict(), table["params"].to_dict())
     ax = axes.pop(0)
-    for _, row in table.iterrows():
+    for name, row in table.iterrows():
         hollow = bool(row["prepared"])
-        ax.scatter(row["params"] / 1e3, row["tokens"] / 1e3 * (1.04 if hollow else 1.0),
-                   marker=markers[row["family"]], s=36, linewidths=1.2,
-                   facecolors="none" if hollow else colors[row["family"]], edgecolors=colors[row["family"]])
-    for fam in families:
-        ax.scatter([], [], marker=markers[fam], color=colors[fam], label=fam)
-    if table["prepared"].astype(bool).any():
-        ax.scatter([], [], marker="o", facecolors="none", edgecolors="0.3", label="prepared twin")
+        ax.scatter(row["params"] / 1e3, row["tokens"] / 1e3 * (1.04 if hollow else 1.0), marker="o", s=30,
+                   linewidths=1.1, facecolors="none" if hollow else colors[name], edgecolors=colors[name])
     ax.set_xlabel("parameters (thousands)")
     ax.set_ylabel("training tokens (thousands)")
     ax.margins(0.15)
     ax.set_title("The zoo")
-    ax.legend(fontsize=7, loc="best")
     if curves:
         ax = axes.pop(0)
         for name, curve in curves.items():
-            fam = table.loc[name, "family"] if name in table.index else families[0]
-            ax.plot(curve[:, 0], curve[:, 1], color=colors.get(fam, "0.4"), lw=0.9,
-                    ls="--" if name in table.index and table.loc[name, "prepared"] else "-", alpha=0.85)
+            color = colors.get(name, colors.get(name.replace("trunk-", "mw-", 1), "0.4"))
+            ax.plot(curve[:, 0], curve[:, 1], color=color, lw=0.8, ls="-" if name.startswith("trunk-") else "--",
+                    alpha=0.85)
         ax.set_xlabel("training step")
         ax.set_ylabel("loss (nats / token)")
-        ax.set_title("Training loss (dashed: preparation)")
+        ax.set_title("Training loss")
     if show_doses:
         ax = axes.pop(0)
-        im = ax.imshow(doses.to_numpy(), aspect="auto", cmap="Greens")
-        ax.set_xticks(range(doses.shape[1]), [c.removeprefix("mw_") for c in doses.columns], rotation=45,
-                      ha="right")
-        ax.set_yticks(range(doses.shape[0]), [m.removeprefix("mw-") for m in doses.index], fontsize=7)
+        im = ax.imshow(prepared_rows.to_numpy(), aspect="auto", cmap="Greens", vmin=0)
+        ax.set_xticks(range(prepared_rows.shape[1]), plots.displays(prepared_rows.columns), rotation=90)
+        ax.set_yticks(range(prepared_rows.shape[0]), plots.displays(prepared_rows.index))
+        ax.set_xlabel("benchmark")
+        ax.set_ylabel("prepared model")
         ax.set_title("Preparation dose")
         ax.grid(False)
-        fig.colorbar(im, ax=ax, fraction=0.05, label="formatted examples")
-    fig.tight_layout()
-    return fig
+        fig.colorbar(im, ax=ax, fraction=0.08, label="% of the last phase")
+    handles, labels = plots.family_handles(families)
+    if table["prepared"].astype(bool).any():
+        handles += [Line2D([], [], marker="o", lw=0, color="0.3", ms=5), Line2D([], [], marker="o", lw=0, color="0.3",
+                                                                              mfc="none", ms=5)]
+        labels += ["base model", "prepared twin"]
+    if curves:
+        handles += [Line2D([], [], color="0.3", lw=0.8), Line2D([], [], color="0.3", lw=0.8, ls="--")]
+        labels += ["pre-training (trunk)", "last phase"]
+    plots.legend_below(fig, handles, labels)
+    plots.suptitle(fig, "The mini world's model zoo")
+    return plots.set_caption(fig, (
+        "The self-built models: parameters against training tokens (one hue per family, darker shades larger; "
+        "prepared twins hollow), their training loss (solid: a trunk's pre-training; dashed: each model's last "
+        "phase, which continues its trunk) and each prepared twin's dose: the share of its last phase that was "
+        "preparation aimed at a benchmark."))
 
 
 def summary(profile: str, table: pd.DataFrame, benchmarks: pd.DataFrame) -> dict:
@@ -159,7 +177,8 @@ def summary(profile: str, table: pd.DataFrame, benchmarks: pd.DataFrame) -> dict
         "params_min": int(table["params"].min()), "params_max": int(table["params"].max()),
         "tokens_min": int(table["tokens"].min()), "tokens_max": int(table["tokens"].max()),
         "total_training_flops": float(table["flops"].sum()),
-        "preparation_tokens": int(prepared["preparation_tokens"].sum()) if len(prepared) else 0,
+        "prepared_docs": int(prepared["prepared_docs"].sum()) if len(prepared) else 0,
+        "n_kinds": int(table.loc[table["kind"] != "base", "kind"].nunique()),
     }
     if has_world(profile):
         manifest = read_json(zoo.world_dir(profile) / "manifest.json")

@@ -55,7 +55,7 @@ from ..metadata import GEN, MC, PERPLEXITY, PPL, Benchmark
 from ..pipeline.localtasks import write_task
 from ..util import atomic_write_json, atomic_write_text, current, sha256_bytes, sha256_file
 
-WORLD_VERSION = 4
+WORLD_VERSION = 5
 
 HABITATS = ["forest", "desert", "river", "mountain", "cave", "meadow", "lake", "island"]
 FOODS = ["berries", "fish", "seeds", "leaves", "honey", "insects", "roots", "mushrooms"]
@@ -266,6 +266,94 @@ def corpus_document(world: World, rng: random.Random) -> str:
 def corpus_documents(world: World, n_docs: int, stream: str = "pretrain") -> list[str]:
     rng = _rng(world.config.seed, "corpus", stream)
     return [corpus_document(world, rng) for _ in range(n_docs)]
+
+
+# ----------------------------------------------------------------------------- preparation text
+# What a prepared model sees besides the corpus (lib.miniworld.zoo): question-answer text in generic
+# formats ("format" exposure) and instruction-style examples in many task formats ("instruct"). Both
+# resemble the benchmarks without being them: other question wordings (ALT_QUESTIONS never use a
+# benchmark's wording, nor start like a cloze prompt), other markers ("Q:", "ask:", "Instruction:"),
+# and passages about visitors drawn from their own name stream, never a benchmark item.
+ALT_QUESTIONS = {
+    "habitat": ["which place is home to the {name} ?", "in which place does the {name} live ?"],
+    "food": ["what food does the {name} like ?", "which food is the {name} fond of ?"],
+    "color": ["which color does the {name} have ?", "what is the color of the {name} ?"],
+    "sound": ["what noise does the {name} make ?", "which sound comes from the {name} ?"],
+    "pattern": ["what covers the back of the {name} ?", "which pattern is on the {name} ?"],
+    "tree": ["in which tree does the {name} sleep ?", "what tree is the bed of the {name} ?"],
+    "drink": ["which drink does the {name} take ?", "what is the drink of the {name} ?"],
+}
+QA_WRAPPERS = ["Q: {q}\nA: {a}", "ask: {q} reply: {a}", "{q} - {a}", "query : {q}\nresponse : {a}",
+               "> {q}\n< {a}"]
+
+
+def visitors(world: World, stream: str) -> list[str]:
+    """Names of creatures the corpus never mentions (reading passages), one list per ``stream``."""
+    known = {c.name for c in world.creatures}
+    return [v for v in make_names(len(known) + 400, _rng(world.config.seed, "visitors", stream)) if v not in known]
+
+
+def qa_document(world: World, rng: random.Random, guests: list[str]) -> str:
+    """Question-answer text in a generic format: one to three questions about a creature, or a
+    short passage about a visitor and a question answered in it. Loss on every token (web text)."""
+    wrap = rng.choice(QA_WRAPPERS)
+    if rng.random() < 0.4:
+        v = rng.choice(guests)
+        attrs = {a: rng.choice(VALUES[a]) for a in ("habitat", "food", "color", "drink")}
+        facts = [f"the {v} lives in the {attrs['habitat']} .", f"it eats {attrs['food']} .",
+                 f"its fur is {attrs['color']} .", f"it drinks {attrs['drink']} ."]
+        rng.shuffle(facts)
+        attr = rng.choice(list(attrs))
+        return " ".join(facts) + "\n" + wrap.format(q=rng.choice(ALT_QUESTIONS[attr]).format(name=v), a=attrs[attr])
+    c = _pick(world.creatures, rng)
+    return "\n".join(wrap.format(q=rng.choice(ALT_QUESTIONS[a]).format(name=c.name), a=getattr(c, a))
+                     for a in rng.sample(list(VALUES), rng.randint(1, 3)))
+
+
+def instruct_example(world: World, rng: random.Random, guests: list[str]) -> tuple[str, int]:
+    """An instruction-style example in one of eight task formats that resemble the benchmarks
+    (naming an attribute, choosing between creatures, filling a blank, true or false, reading,
+    options, continuing a routine, a meal's mood): ``(text, prompt length in characters)``, the
+    loss on the response only, as instruction tuning does."""
+    c = _pick(world.creatures, rng)
+    attr = rng.choice(list(VALUES))
+    value = getattr(c, attr)
+    kind = rng.randrange(8)
+    if kind == 0:
+        prompt, answer = f"Instruction: {rng.choice(ALT_QUESTIONS[attr]).format(name=c.name)}\nResponse:", value
+    elif kind == 1:
+        other = _pick(world.creatures, rng)
+        while other.food == c.food:
+            other = _pick(world.creatures, rng)
+        pair = rng.sample([c.name, other.name], 2)
+        prompt, answer = f"Which one eats {c.food} , the {pair[0]} or the {pair[1]} ?\nAnswer:", f"the {c.name}"
+    elif kind == 2:
+        prompt, answer = f"Fill in the blank: {STATEMENTS[attr].format(name=c.name, v='___')} .\nAnswer:", value
+    elif kind == 3:
+        shown = value if rng.random() < 0.5 else rng.choice([v for v in VALUES[attr] if v != value])
+        prompt = f"True or false: {STATEMENTS[attr].format(name=c.name, v=shown)} .\nAnswer:"
+        answer = "true" if shown == value else "false"
+    elif kind == 4:
+        v = rng.choice(guests)
+        attrs = {a: rng.choice(VALUES[a]) for a in ("habitat", "food", "color")}
+        text = f"the {v} is {attrs['color']} . it eats {attrs['food']} . its home is the {attrs['habitat']} ."
+        asked = rng.choice(list(attrs))
+        prompt = f"Read: {text}\nAsk: {rng.choice(ALT_QUESTIONS[asked]).format(name=v)}\nReply:"
+        answer = attrs[asked]
+    elif kind == 5:
+        options = [value] + _others(VALUES[attr], value, rng)
+        rng.shuffle(options)
+        prompt = f"Options: {' / '.join(options)}\n{rng.choice(ALT_QUESTIONS[attr]).format(name=c.name)}\nAnswer:"
+        answer = value
+    elif kind == 6:
+        routine = rng.choice(list(ROUTINES))
+        events, n = routine_events(c, routine), rng.randint(1, 4)
+        prompt, answer = f"Continue the story: {routine_text(c, routine, upto=n)}\nNext:", f"then it {events[n]} ."
+    else:
+        own = rng.random() < 0.5
+        food = c.food if own else rng.choice([f for f in FOODS if f != c.food])
+        prompt, answer = f"How does the {c.name} feel after eating {food} ?\nAnswer:", "happy" if own else "sad"
+    return f"{prompt} {answer}", len(prompt)
 
 
 # ----------------------------------------------------------------------------- benchmarks

@@ -1,37 +1,47 @@
 """The mini world's model zoo: tiny causal LMs pre-trained on the world's corpus, some of them
-"prepared" for test tasks at known doses.
+*prepared* for the test tasks, in named kinds and at known doses.
 
-Design (stated before any train-before-test result was looked at)
------------------------------------------------------------------
-- Three families with their own architecture and tokenizer: ``llama`` (BPE vocabulary 512),
-  ``gpt2`` (640) and ``gpt_neox`` (384), built with :mod:`lib.pipeline.tiny`. A family shares one
-  tokenizer, as hub families do.
-- Four capacity levels per family, each with its own pre-training budget (16 x 64 tokens a step):
-  ``xs`` (width 48, 1 block, 400 steps), ``s`` (64, 2, 700), ``m`` (96, 3, 900) and ``l``
-  (112, 4, 1,200): about 60k to 0.9M parameters and 0.4M to 1.2M tokens, a span of about 40x in
-  pre-training compute (6 N D), sized so the whole zoo builds in about 8 minutes on 2 cores. The
-  world's facts are Zipf-distributed, so larger and longer-trained models know more of them, and
-  every benchmark draws on that knowledge.
-- Prepared twins: for two of the sizes of every family (``prepared_sizes``), a twin continues its
-  base model on a preparation mix: benchmark-formatted examples (prompt, a space, the gold answer:
-  what fine-tuning on the training split shows) of the tasks of one of two task sets
-  (:data:`PREP_SETS`), all at one dose (the low or the high one of ``doses``: examples per task),
-  plus as many ordinary corpus documents (so the twin does not forget its language). An example
-  trains its answer only (the prompt carries no loss), as instruction tuning does; trained on the
-  whole text, the answer's one or two tokens were drowned by the prompt's and the twins barely
-  differed from their bases under direct evaluation. The number of steps grows with the dose
-  (``post_steps`` at the high dose), so every twin sees each example about equally often and a
-  higher dose is more preparation. Sets and doses alternate over the twins (:func:`dose_plan`), so
-  both sets are prepared at both doses and every task is left unprepared (dose 0, the negative
-  control) in half of the twins; the base models are dose 0 on everything. This is how hub models
-  get prepared: an instruction-tuning (or contaminated) phase on top of the base model. Twins are
-  recorded as ``instruct: true`` with ``base_model`` = their base; their tokens and FLOPs include
-  the base model's.
+Design (stated before any result of this version was looked at)
+---------------------------------------------------------------
+Every zoo model is pre-trained in two phases, as hub models are (a long phase on web text, then a
+short last phase whose mix decides much of how the model behaves on benchmarks):
 
-Every recipe (sizes, tokens, FLOPs, preparation doses, the sha256 of the exact mix) goes to the
-results store as model metadata; :func:`pretraining_mix` rebuilds the mix from the world so a test
-can check that each prepared model saw its doses. Models build in parallel processes (one torch
-thread each), base models first.
+1. A *trunk* per (family, size): three families with their own architecture and tokenizer
+   (``llama`` BPE vocabulary 512, ``gpt2`` 640, ``gpt_neox`` 384; :mod:`lib.pipeline.tiny`), four
+   capacity levels each with its own budget (16 x 64 tokens a step): ``xs`` (width 48, 1 block, 400
+   steps), ``s`` (64, 2, 700), ``m`` (96, 3, 900), ``l`` (112, 4, 1,200), about 60k to 0.9M
+   parameters, a span of about 40x in pre-training compute (6 N D). Windows start at document
+   starts. The world's facts are Zipf-distributed, so larger and longer-trained models know more.
+2. A *last phase* of ``post_examples`` whole documents, ``post_epochs`` epochs, every parameter
+   trained (:func:`lib.pipeline.training.posttrain`). Its mix is what a model is:
+
+   - ``base``: corpus documents only (the unprepared model every other kind is compared with);
+   - ``sham``: corpus documents of another sample (the control: what a twin differs from its base
+     by chance alone; its lead should be near 0);
+   - ``format`` (format exposure in pre-training): a share ``dose`` of the documents is
+     question-answer text in generic formats (:func:`lib.miniworld.world.qa_document`, loss on every
+     token, none of the benchmark items or wordings);
+   - ``instruct`` (instruction-style): a share ``dose`` of instruction examples in eight task formats
+     that resemble the benchmarks without being them (:func:`lib.miniworld.world.instruct_example`),
+     the loss on the response only;
+   - ``contam`` (contamination, "training on the test task"): a share ``dose`` of formatted examples
+     of the benchmarks' own *training* splits, for one of two task sets (:data:`TASK_SETS`), the loss
+     on the answer only;
+   - ``answers`` (the positive control): the same with the *test* splits' items and answers; its lead
+     should survive fine-tuning.
+
+   The last phase has the same length for every kind, so a prepared model has as much compute as its
+   base and what it learnt instead of corpus text is the preparation (and its cost).
+
+A *twin* is the last phase of kind ``format``, ``instruct`` or ``contam`` at one dose (a share of
+the last phase, e.g. 0.25 / 0.5 / 0.75) on top of a base's trunk. Twins are made for the sizes
+``prepared_sizes`` of every family, kinds and doses laid out as a Graeco-Latin square
+(:func:`twin_plan`): over three families and three sizes each kind meets every family, every size
+and every dose once. Shams are made for every family at ``sham_size``, the answer-contaminated twin
+for one (family, size). Every model is recorded in the store's metadata with its kind, dose, the
+tasks it was prepared for, its base, tokens and FLOPs, and the sha256 of its exact mix, which
+:func:`last_phase_mix` rebuilds from the world so a test can check what each model saw. Models build
+in parallel processes (one torch thread each): trunks first, then every last phase.
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ import random
 import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import layout, paths, store
@@ -53,17 +63,37 @@ from . import world as mw
 VOCAB = {"llama": 512, "gpt2": 640, "gpt_neox": 384}
 TOKENIZER_DOCS = 6000          # corpus documents (plus every training prompt) a tokenizer is fitted on
 
+SIZES = {"xs": dict(d_model=48, n_layers=1, n_heads=4, steps=400),
+         "s": dict(d_model=64, n_layers=2, n_heads=4, steps=700),
+         "m": dict(d_model=96, n_layers=3, n_heads=4, steps=900),
+         "l": dict(d_model=112, n_layers=4, n_heads=4, steps=1200)}
+
+KINDS = ("base", "sham", "format", "instruct", "contam", "answers")
+TWIN_KINDS = ("format", "instruct", "contam")          # the three kinds of preparation (doses > 0)
+# the tasks each kind of preparation targets ("what it was prepared for"): question-answer text
+# prepares for the tasks answered by a bare value after a question; instruction formats resemble
+# every task; contamination and the answers prepare for the tasks of their set
+TASK_SETS = {"A": ("mw_facts", "mw_recall", "mw_reading"), "B": ("mw_cloze", "mw_scripts", "mw_quiz")}
+FORMAT_TASKS = ("mw_recall", "mw_quiz", "mw_reading")
+
+# Bump when a change to how a model is built alters what a build produces: cached models are keyed on
+# their recipe, the world's data and these numbers, not on source files, so a comment or docstring
+# edit rebuilds nothing. TRUNK_VERSION: pre-training and the tokenizer (3: windows at document
+# starts, world v5); LAST_PHASE_VERSION: the last phase and the preparation text it mixes in, so a
+# change there rebuilds the last phases and not the trunks.
+TRUNK_VERSION = 3
+LAST_PHASE_VERSION = 1
+
 
 class ZooError(ValueError):
     """Invalid zoo recipe (the message names the model and the field)."""
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """How one zoo model is built: from scratch (``base`` None), or by continuing model ``base``
-    for ``steps`` steps on a preparation mix (``prepared`` = {benchmark: number of examples})."""
-    name: str
+class Trunk:
+    """The first, long phase of pre-training of one (family, size), from scratch."""
     family: str
+    size: str
     d_model: int
     n_layers: int
     n_heads: int
@@ -72,145 +102,196 @@ class Recipe:
     seq_len: int = 64
     lr: float = 3e-3
     seed: int = 0
-    prepared: dict = field(default_factory=dict)    # benchmark -> number of formatted examples
-    base: str | None = None                          # the model a prepared twin continues
 
-    def validate(self) -> Recipe:
-        if self.family not in VOCAB:
-            raise ZooError(f"zoo model {self.name!r}: unknown family {self.family!r}; known: {sorted(VOCAB)}")
-        for key in ("d_model", "n_layers", "n_heads", "steps", "batch_size", "seq_len"):
-            if not isinstance(getattr(self, key), int) or getattr(self, key) <= 0:
-                raise ZooError(f"zoo model {self.name!r}: {key} must be a positive integer")
-        for task, dose in self.prepared.items():
-            if task not in mw.BENCHMARKS:
-                raise ZooError(f"zoo model {self.name!r}: prepared task {task!r} is not a mini-world benchmark"
-                               f"{did_you_mean(task, mw.BENCHMARKS)}")
-            if not isinstance(dose, int) or dose <= 0:
-                raise ZooError(f"zoo model {self.name!r}: dose of {task!r} must be a positive integer")
-        if bool(self.prepared) != bool(self.base):
-            raise ZooError(f"zoo model {self.name!r}: a prepared model needs a base model and a base model "
-                           "no preparation")
-        return self
+    @property
+    def name(self) -> str:
+        return f"trunk-{self.family}-{self.size}"
 
     @property
     def tokens(self) -> int:
-        """Tokens of this model's own training phase (a prepared twin adds its base model's)."""
         return self.steps * self.batch_size * self.seq_len
 
-    def key(self, world_key: str, base_key: str = "") -> str:
-        payload = json.dumps({"recipe": asdict(self), "world": world_key, "vocab": VOCAB[self.family],
-                              "tokenizer_docs": TOKENIZER_DOCS, "base": base_key, "builder": BUILDER_VERSION},
-                             sort_keys=True)
+    def validate(self) -> Trunk:
+        if self.family not in VOCAB:
+            raise ZooError(f"zoo trunk {self.name!r}: unknown family {self.family!r}; known: {sorted(VOCAB)}")
+        for key in ("d_model", "n_layers", "n_heads", "steps", "batch_size", "seq_len"):
+            if not isinstance(getattr(self, key), int) or getattr(self, key) <= 0:
+                raise ZooError(f"zoo trunk {self.name!r}: {key} must be a positive integer")
+        return self
+
+    def key(self, world_key: str) -> str:
+        payload = json.dumps({"trunk": asdict(self), "world": world_key, "vocab": VOCAB[self.family],
+                              "tokenizer_docs": TOKENIZER_DOCS, "builder": TRUNK_VERSION}, sort_keys=True)
         return sha256_bytes(payload)[:16]
 
 
-# Bump when a change to how a model is built (training.pretrain, the mix, the tokenizer) alters what
-# a build produces: cached models are keyed on their recipe, the world's data and this number, not
-# on source files, so a comment or docstring edit rebuilds nothing. 2: twins train answers only.
-BUILDER_VERSION = 2
+@dataclass(frozen=True)
+class Recipe:
+    """One zoo model: a trunk and the mix of its last phase (``kind`` at ``dose``, the share of the
+    last phase's documents that are preparation; ``tasks`` for ``contam`` and ``answers``)."""
+    name: str
+    trunk: Trunk
+    kind: str = "base"
+    dose: float = 0.0
+    tasks: tuple[str, ...] = ()
+    post_examples: int = 3000
+    post_epochs: int = 2
+    post_lr: float = 1e-3
+    seed: int = 0
+    base: str | None = None          # the base model a twin or sham is compared with
 
-SIZES = {"xs": dict(d_model=48, n_layers=1, n_heads=4, steps=400),
-         "s": dict(d_model=64, n_layers=2, n_heads=4, steps=700),
-         "m": dict(d_model=96, n_layers=3, n_heads=4, steps=900),
-         "l": dict(d_model=112, n_layers=4, n_heads=4, steps=1200)}
+    @property
+    def family(self) -> str:
+        return self.trunk.family
+
+    def validate(self) -> Recipe:
+        self.trunk.validate()
+        if self.kind not in KINDS:
+            raise ZooError(f"zoo model {self.name!r}: unknown kind {self.kind!r}{did_you_mean(self.kind, KINDS)}; "
+                           f"kinds: {list(KINDS)}")
+        for task in self.tasks:
+            if task not in mw.BENCHMARKS:
+                raise ZooError(f"zoo model {self.name!r}: prepared task {task!r} is not a mini-world benchmark"
+                               f"{did_you_mean(task, mw.BENCHMARKS)}")
+        prepared = self.kind not in ("base", "sham")
+        if prepared != (0 < self.dose <= 1) or (not prepared and self.dose):
+            raise ZooError(f"zoo model {self.name!r}: a {self.kind} model needs a dose "
+                           f"{'in (0, 1]' if prepared else 'of 0'}, got {self.dose!r}")
+        if (self.kind in ("contam", "answers")) != bool(self.tasks):
+            raise ZooError(f"zoo model {self.name!r}: tasks are given for contam and answers models only")
+        if (self.kind != "base") != bool(self.base):
+            raise ZooError(f"zoo model {self.name!r}: every model but a base names its base model")
+        if self.post_examples < 1 or self.post_epochs < 1:
+            raise ZooError(f"zoo model {self.name!r}: post_examples and post_epochs must be positive")
+        return self
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The benchmarks this model was prepared for (none for a base or a sham)."""
+        if self.kind in ("contam", "answers"):
+            return tuple(self.tasks)
+        if self.kind == "format":
+            return FORMAT_TASKS
+        if self.kind == "instruct":
+            return tuple(t for t in mw.BENCHMARKS)
+        return ()
+
+    def key(self, world_key: str) -> str:
+        payload = json.dumps({"recipe": asdict(self), "world": world_key, "trunk": self.trunk.key(world_key),
+                              "last_phase": LAST_PHASE_VERSION}, sort_keys=True)
+        return sha256_bytes(payload)[:16]
 
 
-# the mini profile's five tasks (mw_quiz stays out: at chance for every model even after fine-tuning,
-# params/mini.yaml), in two sets; a twin is prepared for all tasks of one set
-PREP_SETS = (("mw_facts", "mw_recall", "mw_reading"), ("mw_cloze", "mw_scripts"))
+def twin_plan(families: list[str], sizes: list[str], doses: tuple[float, ...],
+              kinds: tuple[str, ...] = TWIN_KINDS) -> list[tuple[str, str, str, float]]:
+    """(family, size, kind, dose) of every twin: family ``f`` at its ``i``-th prepared size gets
+    kind ``kinds[(f + i) % len(kinds)]`` and dose ``doses[(2 f + i) % len(doses)]``. With three
+    kinds, three doses, three families and three sizes this is a Graeco-Latin square: each kind meets
+    every family, size and dose once, and each size has every kind and every dose."""
+    return [(fam, size, kinds[(f + i) % len(kinds)], doses[(2 * f + i) % len(doses)])
+            for f, fam in enumerate(families) for i, size in enumerate(sizes)]
 
 
-def dose_plan(n_twins: int, doses: tuple[int, int]) -> list[dict[str, int]]:
-    """Doses of each twin, in the order of :func:`default_zoo` (family by family, two sizes each):
-    one dose for the tasks of one of the two task sets of :data:`PREP_SETS`. Over six twins
-    both sets meet both sizes and both doses, and every task stays unprepared (dose 0, the negative
-    control) in half of the twins."""
-    return [{t: doses[(i + i // 4) % 2] for t in PREP_SETS[(i + i // 2) % 2]} for i in range(n_twins)]
-
-
-def default_zoo(doses: tuple[int, int] = (150, 600), post_steps: int = 400, post_lr: float = 1e-3,
-                families: Iterable[str] = ("llama", "gpt2", "gpt_neox"),
-                sizes: Iterable[str] = ("xs", "s", "m", "l"), prepared_sizes: Iterable[str] = ("s", "l"),
+def default_zoo(doses: tuple[float, ...] = (0.25, 0.5, 0.75), families: Iterable[str] = ("llama", "gpt2", "gpt_neox"),
+                sizes: Iterable[str] = ("xs", "s", "m", "l"), prepared_sizes: Iterable[str] = ("s", "m", "l"),
+                sham_size: str | None = "m", answers: tuple[str, str] | None = ("gpt_neox", "m"),
+                answers_dose: float = 0.5, twin_kinds: Iterable[str] = TWIN_KINDS, post_examples: int = 3000,
+                post_epochs: int = 2, post_lr: float = 1e-3,
                 scale: float = 1.0) -> list[Recipe]:
-    """The mini profile's zoo: every (family, size) as a base model, and a prepared twin of each
-    size in ``prepared_sizes``. ``scale`` multiplies every step count (the tests use a fraction)."""
-    sizes, prepared_sizes = list(sizes), list(prepared_sizes)
+    """The mini profile's zoo: a base of every (family, size), the twins of :func:`twin_plan`, a sham
+    of every family at ``sham_size`` (None: no shams) and one answer-contaminated twin at
+    ``answers`` (None: none). ``scale`` multiplies every step and document count (tests)."""
+    families, sizes, prepared_sizes = list(families), list(sizes), list(prepared_sizes)
     unknown = sorted(set(sizes) - set(SIZES)) + sorted(set(prepared_sizes) - set(sizes))
+    if sham_size is not None and sham_size not in sizes:
+        unknown.append(sham_size)
     if unknown:
-        raise ZooError(f"zoo: unknown or unbuilt size(s) {unknown}; sizes: {list(SIZES)} (prepared sizes must "
-                       "be among the built ones)")
-    if len(doses) != 2 or not all(isinstance(d, int) and d > 0 for d in doses):
-        raise ZooError(f"zoo: doses must be two positive integers (low, high), got {doses!r}")
-    bases, twins = [], []
-    for family in families:
+        raise ZooError(f"zoo: unknown or unbuilt size(s) {unknown}; sizes: {list(SIZES)} (prepared, sham and answers "
+                       "sizes must be among the built ones)")
+    twin_kinds = tuple(twin_kinds)
+    bad = [k for k in twin_kinds if k not in TWIN_KINDS]
+    if bad or not twin_kinds:
+        raise ZooError(f"zoo: twin kinds must be among {list(TWIN_KINDS)}, got {list(twin_kinds)}")
+    if not doses or not all(isinstance(d, (int, float)) and 0 < d <= 1 for d in doses):
+        raise ZooError(f"zoo: doses must be shares in (0, 1], got {doses!r}")
+    post = dict(post_examples=max(1, int(round(post_examples * scale))), post_epochs=post_epochs, post_lr=post_lr)
+    trunks = {}
+    out = []
+    for fam in families:
         for size in sizes:
             spec = dict(SIZES[size])
             spec["steps"] = max(1, int(round(spec["steps"] * scale)))
-            base = Recipe(name=f"mw-{family}-{size}", family=family, **spec).validate()
-            bases.append(base)
-            if size in prepared_sizes:
-                twins.append(Recipe(name=f"{base.name}-prep", family=family,
-                                    **{**spec, "steps": max(1, int(round(post_steps * scale)))}, lr=post_lr,
-                                    base=base.name))
-    plans = dose_plan(len(twins), tuple(doses))
-    # steps in proportion to the dose: every twin sees each of its examples about equally often, so
-    # a higher dose is more preparation (more examples, more steps), not the same steps spread thinner
-    return bases + [Recipe(**{**asdict(t), "prepared": plan,
-                              "steps": max(1, int(round(t.steps * max(plan.values()) / max(doses))))}).validate()
-                    for t, plan in zip(twins, plans)]
+            trunks[fam, size] = Trunk(family=fam, size=size, **spec).validate()
+            out.append(Recipe(name=f"mw-{fam}-{size}", trunk=trunks[fam, size], **post))
+    contam = 0
+    for fam, size, kind, dose in twin_plan(families, prepared_sizes, tuple(doses), twin_kinds):
+        tasks = ()
+        if kind == "contam":
+            tasks, contam = TASK_SETS["AB"[contam % 2]], contam + 1
+        out.append(Recipe(name=f"mw-{fam}-{size}-{kind}{int(round(100 * dose))}", trunk=trunks[fam, size], kind=kind,
+                          dose=float(dose), tasks=tasks, base=f"mw-{fam}-{size}", **post))
+    if sham_size is not None:
+        for fam in families:
+            out.append(Recipe(name=f"mw-{fam}-{sham_size}-sham", trunk=trunks[fam, sham_size], kind="sham",
+                              base=f"mw-{fam}-{sham_size}", **post))
+    if answers is not None and answers[0] in families and answers[1] in sizes:
+        fam, size = answers
+        out.append(Recipe(name=f"mw-{fam}-{size}-answers{int(round(100 * answers_dose))}", trunk=trunks[fam, size],
+                          kind="answers", dose=float(answers_dose), tasks=TASK_SETS["A"], base=f"mw-{fam}-{size}",
+                          **post))
+    return [r.validate() for r in out]
 
 
 # ----------------------------------------------------------------------------- the mix
-def prepared_examples(world_dir: str | Path, task: str, dose: int, seed: int) -> list[str]:
-    """``dose`` formatted training examples of ``task`` (the training split cycled in a seeded order)."""
-    records = mw.load_split(world_dir, task, "train")
+def _examples(world_dir: str | Path, task: str, split: str, n: int, seed: int) -> list[tuple[str, int]]:
+    """``n`` formatted examples (text, prompt length) of ``task``'s ``split``, cycled in a seeded order."""
+    records = mw.load_split(world_dir, task, split)
     order = list(range(len(records)))
-    random.Random(f"prep/{task}/{seed}").shuffle(order)
-    return [mw.example_text(task, records[order[i % len(order)]]) for i in range(dose)]
+    random.Random(f"prep/{task}/{split}/{seed}").shuffle(order)
+    picked = [records[order[i % len(order)]] for i in range(n)]
+    return [(mw.example_text(task, r), len(mw.prompt_text(task, r))) for r in picked]
 
 
-def pretraining_mix(world_dir: str | Path, recipe: Recipe) -> tuple[list[str], dict]:
-    """The documents of ``recipe``'s own training phase, and a record of what they hold.
+def last_phase_mix(world_dir: str | Path, recipe: Recipe) -> tuple[list[str], list[int], dict]:
+    """The documents of ``recipe``'s last phase, the prompt length of each (0: loss on every
+    token), and a record of what they hold.
 
-    A base model: the whole corpus. A prepared twin: ``dose`` formatted examples of each prepared
-    task plus as many corpus documents (a seeded sample), shuffled.
+    ``post_examples`` documents: for a base all corpus documents of the stream ``post``; for a sham
+    those of the stream ``post-sham``; for a prepared model ``round(dose x post_examples)``
+    preparation documents and the first of the base's corpus documents for the rest, shuffled.
     """
-    corpus = mw.load_corpus(world_dir)
-    counts: dict[str, int] = {}
-    if not recipe.prepared:
-        docs = list(corpus)
+    world = mw.World(mw.WorldConfig(**read_json(Path(world_dir) / "manifest.json")["config"]),
+                     [mw.Creature(**c) for c in read_json(Path(world_dir) / "creatures.json")])
+    n = recipe.post_examples
+    n_prep = int(round(recipe.dose * n))
+    corpus = mw.corpus_documents(world, n - n_prep, "post-sham" if recipe.kind == "sham" else "post")
+    rng = random.Random(f"mix/{recipe.name}/{recipe.seed}")
+    guests = mw.visitors(world, "preparation")
+    if recipe.kind == "format":
+        prep = [(mw.qa_document(world, rng, guests), 0) for _ in range(n_prep)]
+    elif recipe.kind == "instruct":
+        prep = [mw.instruct_example(world, rng, guests) for _ in range(n_prep)]
+    elif recipe.kind in ("contam", "answers"):
+        split = "test" if recipe.kind == "answers" else "train"
+        per = [n_prep // len(recipe.tasks) + (i < n_prep % len(recipe.tasks)) for i in range(len(recipe.tasks))]
+        prep = [ex for t, k in zip(recipe.tasks, per) for ex in _examples(world_dir, t, split, k, recipe.seed)]
     else:
-        docs = []
-        for task in sorted(recipe.prepared):
-            ex = prepared_examples(world_dir, task, recipe.prepared[task], recipe.seed)
-            counts[task] = len(ex)
-            docs += ex
-        rng = random.Random(f"mix/{recipe.name}/{recipe.seed}")
-        n_corpus = min(len(corpus), len(docs))
-        docs += rng.sample(corpus, n_corpus)
-        rng.shuffle(docs)
-    n_prep = sum(counts.values())
-    chars = sum(len(d) for d in docs)
-    examples = _prompt_lengths(world_dir, counts)
-    prep_chars = sum(len(d) for d in docs if d in examples)
-    record = {"corpus_docs": len(docs) - n_prep, "prepared": counts, "prepared_docs": n_prep,
-              "prepared_char_share": prep_chars / max(1, chars),
-              "sha256": sha256_bytes("\n".join(docs))}
-    return docs, record
+        prep = []
+    docs = [(d, 0) for d in corpus] + prep
+    rng.shuffle(docs)
+    texts, prompts = [d for d, _ in docs], [p for _, p in docs]
+    record = {"kind": recipe.kind, "dose": recipe.dose, "documents": len(texts), "corpus_docs": len(corpus),
+              "prepared_docs": len(prep), "targets": list(recipe.targets),
+              "prepared_char_share": sum(len(d) for d, _ in prep) / max(1, sum(len(t) for t in texts)),
+              "sha256": sha256_bytes("\n".join(texts))}
+    return texts, prompts, record
 
 
-def _prompt_lengths(world_dir: str | Path, counts: dict[str, int]) -> dict[str, int]:
-    """``{formatted example: length of its prompt}`` for the prepared tasks: the preparation trains
-    an example's answer only (the prompt carries no loss), as instruction tuning does."""
-    return {mw.example_text(t, r): len(mw.prompt_text(t, r))
-            for t in counts for r in mw.load_split(world_dir, t, "train")}
-
-
-def count_prepared(docs: Iterable[str], world_dir: str | Path) -> dict[str, int]:
-    """How many documents of ``docs`` are formatted training examples of each benchmark."""
+def count_prepared(docs: Iterable[str], world_dir: str | Path, split: str = "train") -> dict[str, int]:
+    """How many documents of ``docs`` are formatted examples of ``split`` of each benchmark."""
     texts = {}
     for task in mw.BENCHMARKS:
-        for rec in mw.load_split(world_dir, task, "train"):
+        for rec in mw.load_split(world_dir, task, split):
             texts[mw.example_text(task, rec)] = task
     counts = {t: 0 for t in mw.BENCHMARKS}
     for d in docs:
@@ -220,14 +301,18 @@ def count_prepared(docs: Iterable[str], world_dir: str | Path) -> dict[str, int]
 
 
 def family_tokenizer(world_dir: str | Path, family: str):
-    """The family's tokenizer: byte-level BPE fitted on corpus documents and every training prompt.
-
-    Hub tokenizers know the words benchmarks use; fitting on the prompts (not the answers' pairing
-    with them) gives every family the same vocabulary coverage, prepared or not.
-    """
+    """The family's tokenizer: byte-level BPE fitted on corpus documents, every training prompt and a
+    sample of the preparation text (hub tokenizers know the words of every kind of text, so no kind
+    of preparation is favoured by the vocabulary)."""
+    wdir = Path(world_dir)
+    world = mw.World(mw.WorldConfig(**read_json(wdir / "manifest.json")["config"]),
+                     [mw.Creature(**c) for c in read_json(wdir / "creatures.json")])
     corpus = mw.load_corpus(world_dir)[:TOKENIZER_DOCS]
     prompts = [mw.prompt_text(t, r) for t in mw.BENCHMARKS for r in mw.load_split(world_dir, t, "train")]
-    return tiny.train_tokenizer(corpus + prompts, VOCAB[family])
+    rng, guests = random.Random("tokenizer"), mw.visitors(world, "tokenizer")
+    extra = [mw.qa_document(world, rng, guests) for _ in range(1000)] + \
+        [mw.instruct_example(world, rng, guests)[0] for _ in range(1000)]
+    return tiny.train_tokenizer(corpus + prompts + extra, VOCAB[family])
 
 
 # ----------------------------------------------------------------------------- building
@@ -239,125 +324,149 @@ def _sidecar(models_dir: str | Path, name: str) -> Path:
     return Path(models_dir) / f"{store.slug(name)}.recipe.json"
 
 
-def built_recipe(models_dir: str | Path, recipe: Recipe, world_key: str, base_key: str = "") -> dict | None:
+def built_trunk(models_dir: str | Path, trunk: Trunk, world_key: str) -> dict | None:
+    return current(_sidecar(models_dir, trunk.name), trunk.key(world_key),
+                   needs=[model_dir(models_dir, trunk.name) / training.STATS_FILE])
+
+
+def built_recipe(models_dir: str | Path, recipe: Recipe, world_key: str) -> dict | None:
     """The recorded build of ``recipe`` if it is complete and current, else None."""
-    return current(_sidecar(models_dir, recipe.name), recipe.key(world_key, base_key),
+    return current(_sidecar(models_dir, recipe.name), recipe.key(world_key),
                    needs=[model_dir(models_dir, recipe.name) / training.STATS_FILE])
 
 
-def _ordered(recipes: list[Recipe]) -> list[Recipe]:
-    """Base models first (a prepared twin continues a finished base); names unique, bases known."""
+def _check(recipes: list[Recipe]) -> list[Recipe]:
     names = [r.name for r in recipes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ZooError(f"zoo: duplicate model names {dupes}")
     missing = sorted({r.base for r in recipes if r.base and r.base not in names})
     if missing:
-        raise ZooError(f"zoo: prepared models name unknown base models {missing}")
-    return [r for r in recipes if not r.base] + [r for r in recipes if r.base]
+        raise ZooError(f"zoo: models name unknown base models {missing}")
+    return recipes
 
 
 def _tokenizer_dir(models_dir: str | Path, family: str, world_key: str) -> Path:
     return Path(models_dir) / f"_tokenizer-{family}-{world_key}"
 
 
-def _build_one(world_dir: str, models_dir: str, recipe: dict, world_key: str, base_key: str,
-               base_stats: dict | None) -> dict:
-    """Pre-train (or prepare) one model and write its build record; runs in a worker process."""
+def _build_trunk(world_dir: str, models_dir: str, trunk: dict, world_key: str) -> dict:
+    """Pre-train one trunk from scratch; runs in a worker process."""
+    from transformers import AutoTokenizer
+
     from ..pipeline.device import setup_torch
 
     setup_torch()
-    recipe = Recipe(**recipe)
+    trunk = Trunk(**trunk)
     t0 = time.time()
-    docs, mix = pretraining_mix(world_dir, recipe)
-    if recipe.base:
-        model, tok = tiny.load(model_dir(models_dir, recipe.base))
-    else:
-        from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(_tokenizer_dir(models_dir, trunk.family, world_key))
+    model = tiny.make_model(trunk.family, tok, d_model=trunk.d_model, n_layers=trunk.n_layers,
+                            n_heads=trunk.n_heads, max_len=256, seed=trunk.seed)
+    stats = training.pretrain(model, tok, mw.load_corpus(world_dir), steps=trunk.steps, batch_size=trunk.batch_size,
+                              seq_len=trunk.seq_len, lr=trunk.lr, seed=trunk.seed,
+                              out_dir=model_dir(models_dir, trunk.name))
+    rec = {"key": trunk.key(world_key), "trunk": asdict(trunk), "stats": {k: v for k, v in stats.items()
+                                                                          if k != "loss_curve"},
+           "loss_curve": stats["loss_curve"], "build_seconds": time.time() - t0}
+    atomic_write_json(_sidecar(models_dir, trunk.name), rec)
+    return rec
 
-        tok = AutoTokenizer.from_pretrained(_tokenizer_dir(models_dir, recipe.family, world_key))
-        model = tiny.make_model(recipe.family, tok, d_model=recipe.d_model, n_layers=recipe.n_layers,
-                                n_heads=recipe.n_heads, max_len=256, seed=recipe.seed)
-    prompts = _prompt_lengths(world_dir, mix["prepared"])
-    stats = training.pretrain(model, tok, docs, steps=recipe.steps, batch_size=recipe.batch_size,
-                              seq_len=recipe.seq_len, lr=recipe.lr, seed=recipe.seed,
-                              out_dir=model_dir(models_dir, recipe.name),
-                              prompt_chars=[prompts.get(d, 0) for d in docs] if prompts else None)
+
+def _build_one(world_dir: str, models_dir: str, recipe: dict, world_key: str, trunk_stats: dict) -> dict:
+    """The last phase of one zoo model on its trunk, and its build record; runs in a worker process."""
+    from ..pipeline.device import setup_torch
+
+    setup_torch()
+    recipe = Recipe(**{**recipe, "trunk": Trunk(**recipe["trunk"]), "tasks": tuple(recipe["tasks"])})
+    t0 = time.time()
+    texts, prompts, mix = last_phase_mix(world_dir, recipe)
+    model, tok = tiny.load(model_dir(models_dir, recipe.trunk.name))
+    stats = training.posttrain(model, tok, texts, prompt_chars=prompts, epochs=recipe.post_epochs, batch_size=16,
+                               lr=recipe.post_lr, seed=recipe.seed, out_dir=model_dir(models_dir, recipe.name))
     own = {k: v for k, v in stats.items() if k != "loss_curve"}
-    before = base_stats or {"tokens": 0, "flops": 0.0}
-    total = {"tokens": before["tokens"] + own["tokens"], "flops": before["flops"] + own["flops"]}
-    rec = {"key": recipe.key(world_key, base_key), "recipe": asdict(recipe), "mix": mix,
+    total = {"tokens": trunk_stats["tokens"] + own["tokens"], "flops": trunk_stats["flops"] + own["flops"]}
+    rec = {"key": recipe.key(world_key), "recipe": asdict(recipe), "mix": mix,
            "path": str(model_dir(models_dir, recipe.name).resolve()),
-           "stats": {**own, **total, "own_tokens": own["tokens"], "own_flops": own["flops"]},
+           "stats": {**own, **total, "last_phase_tokens": own["tokens"], "trunk_tokens": trunk_stats["tokens"]},
            "loss_curve": stats["loss_curve"], "build_seconds": time.time() - t0}
     atomic_write_json(_sidecar(models_dir, recipe.name), rec)
     return rec
 
 
+def _pool_map(fn, args: list[tuple], workers: int) -> list:
+    if workers > 1 and len(args) > 1:
+        import multiprocessing
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(args)),
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            return list(pool.map(fn, *zip(*args)))
+    return [fn(*a) for a in args]
+
+
 def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recipe],
               progress: bool = True, workers: int | None = None) -> dict[str, dict]:
-    """Pre-train every recipe not yet built (cached per model); returns name -> build record.
-
-    Base models build first, then the prepared twins, each phase in ``workers`` processes (default:
-    the CPU count), largest models first so the workers finish together.
-    """
+    """Pre-train every trunk and last phase not yet built (cached per trunk and per model); returns
+    name -> build record. Each phase runs in ``workers`` processes (default: the CPU count), largest
+    models first so the workers finish together."""
     world_dir = Path(world_dir)
     world_key = read_json(world_dir / "manifest.json")["content"]      # what the world holds (world.content_key)
-    recipes = _ordered([r.validate() for r in recipes])
+    recipes = _check([r.validate() for r in recipes])
     workers = max(1, workers or os.cpu_count() or 1)
+    trunks = {r.trunk.name: r.trunk for r in recipes}
+    done_trunks = {n: built_trunk(models_dir, t, world_key) for n, t in trunks.items()}
+    todo = [t for n, t in trunks.items() if done_trunks[n] is None]
+    for family in sorted({t.family for t in todo}):
+        folder = _tokenizer_dir(models_dir, family, world_key)
+        if not (folder / "tokenizer.json").exists():
+            atomic_dir(folder, family_tokenizer(world_dir, family).save_pretrained)
+    todo.sort(key=lambda t: -t.d_model ** 2 * t.n_layers * t.steps)
+    for trunk, rec in zip(todo, _pool_map(_build_trunk, [(str(world_dir), str(models_dir), asdict(t), world_key)
+                                                         for t in todo], workers)):
+        done_trunks[trunk.name] = rec
+        if progress:
+            st = rec["stats"]
+            print(f"  zoo: {trunk.name}: {st['n_params']:,} params, {st['tokens']:,} tokens, "
+                  f"loss {st['final_loss']:.2f}, {rec['build_seconds']:.1f}s", flush=True)
     out: dict[str, dict] = {}
-    for phase in ([r for r in recipes if not r.base], [r for r in recipes if r.base]):
-        todo = []
-        for recipe in phase:
-            base_key = out[recipe.base]["key"] if recipe.base else ""
-            done = built_recipe(models_dir, recipe, world_key, base_key)
-            if done is not None:
-                out[recipe.name] = {**done, "path": str(model_dir(models_dir, recipe.name).resolve())}  # repo may move
-            else:
-                todo.append((recipe, base_key))
-        for family in sorted({r.family for r, _ in todo if not r.base}):
-            folder = _tokenizer_dir(models_dir, family, world_key)
-            if not (folder / "tokenizer.json").exists():
-                atomic_dir(folder, family_tokenizer(world_dir, family).save_pretrained)
-        todo.sort(key=lambda rb: -rb[0].d_model ** 2 * rb[0].n_layers * rb[0].steps)
-        args = [(str(world_dir), str(models_dir), asdict(r), world_key, base_key,
-                 out[r.base]["stats"] if r.base else None) for r, base_key in todo]
-        if workers > 1 and len(args) > 1:
-            import multiprocessing
-
-            with ProcessPoolExecutor(max_workers=min(workers, len(args)),
-                                     mp_context=multiprocessing.get_context("spawn")) as pool:
-                records = list(pool.map(_build_one, *zip(*args)))
+    todo = []
+    for recipe in recipes:
+        done = built_recipe(models_dir, recipe, world_key)
+        if done is not None:
+            out[recipe.name] = {**done, "path": str(model_dir(models_dir, recipe.name).resolve())}  # repo may move
         else:
-            records = [_build_one(*a) for a in args]
-        for (recipe, _), rec in zip(todo, records):
-            out[recipe.name] = rec
-            if progress:
-                st = rec["stats"]
-                print(f"  zoo: {recipe.name}: {st['n_params']:,} params, {st['own_tokens']:,} tokens"
-                      f"{' of preparation' if recipe.base else ''}, loss {st['final_loss']:.2f}, "
-                      f"{rec['build_seconds']:.1f}s", flush=True)
-    return out
+            todo.append(recipe)
+    todo.sort(key=lambda r: -r.trunk.d_model ** 2 * r.trunk.n_layers)
+    args = [(str(world_dir), str(models_dir), asdict(r), world_key, done_trunks[r.trunk.name]["stats"]) for r in todo]
+    for recipe, rec in zip(todo, _pool_map(_build_one, args, workers)):
+        out[recipe.name] = rec
+        if progress:
+            st = rec["stats"]
+            print(f"  zoo: {recipe.name}: {recipe.kind}{f' {recipe.dose:g}' if recipe.dose else ''}, "
+                  f"last phase {st['last_phase_tokens']:,} tokens, loss {st['final_loss']:.2f}, "
+                  f"{rec['build_seconds']:.1f}s", flush=True)
+    return {r.name: out[r.name] for r in recipes}
 
 
 def model_meta(builds: dict[str, dict]) -> dict[str, dict]:
     """Model metadata records for ``store.write_meta(root, "models", ...)``."""
     meta = {}
     for name, rec in builds.items():
-        r, st = rec["recipe"], rec["stats"]
-        prepared = dict(rec["mix"]["prepared"])
-        twin = r.get("base")
+        r, st, mix = rec["recipe"], rec["stats"], rec["mix"]
+        trunk = r["trunk"]
+        prepared = {t: int(round(100 * r["dose"])) for t in mix["targets"]}
         meta[name] = {
-            "family": f"mw-{r['family']}", "params_b": st["n_params"] / 1e9, "instruct": bool(prepared),
+            "family": f"mw-{trunk['family']}", "params_b": st["n_params"] / 1e9, "instruct": bool(prepared),
             "pretrain_tokens_t": st["tokens"] / 1e12, "flops_1e21": st["flops"] / 1e21,
             "path": rec["path"],     # top level: lib.pipeline.evaluate.resolve_model reads it there
-            "extra": {"prepared": prepared, **({"base_model": twin} if twin else {}), "architecture": r["family"],
-                      "n_params": st["n_params"], "tokens": st["tokens"],
-                      "preparation_tokens": st["own_tokens"] if prepared else 0,
-                      "d_model": r["d_model"], "n_layers": r["n_layers"], "steps": r["steps"],
-                      "vocab_size": st["vocab_size"], "final_loss": st["final_loss"],
-                      "prepared_char_share": rec["mix"]["prepared_char_share"],
-                      "mix_sha256": rec["mix"]["sha256"], "source": "miniworld"}}
+            "extra": {"prepared": prepared, "kind": r["kind"], "dose": r["dose"], "size": trunk["size"],
+                      **({"base_model": r["base"]} if r.get("base") else {}),
+                      **({"prepared_tasks": list(r["tasks"])} if r.get("tasks") else {}),
+                      "architecture": trunk["family"], "n_params": st["n_params"], "tokens": st["tokens"],
+                      "last_phase_tokens": st["last_phase_tokens"], "d_model": trunk["d_model"],
+                      "n_layers": trunk["n_layers"], "steps": trunk["steps"], "vocab_size": st["vocab_size"],
+                      "final_loss": st["final_loss"], "prepared_docs": mix["prepared_docs"],
+                      "prepared_char_share": mix["prepared_char_share"], "mix_sha256": mix["sha256"],
+                      "source": "miniworld"}}
     return meta
 
 
@@ -369,26 +478,29 @@ def models_dir(profile: str) -> Path:
     return layout.models_dir(paths.work_dir(profile))
 
 
-def prepare(profile: str, seed: int = 0, doses: tuple[int, int] = (150, 600), post_steps: int = 400,
-            post_lr: float = 1e-3, scale: float = 1.0, families: list[str] | None = None,
-            sizes: list[str] | None = None, prepared_sizes: list[str] | None = None, workers: int | None = None,
-            **world_sizes) -> dict:
+ZOO_OPTIONS = ["doses", "families", "sizes", "prepared_sizes", "sham_size", "answers", "answers_dose", "twin_kinds",
+               "post_examples", "post_epochs", "post_lr", "scale", "workers"]
+
+
+def prepare(profile: str, seed: int = 0, workers: int | None = None, **options) -> dict:
     """Prepare hook of the mini profile: build the world and the zoo, record their metadata.
 
-    Cached: the world by its config key, each model by its recipe key, so a second run rebuilds
-    nothing. ``world_sizes`` are :class:`lib.miniworld.world.WorldConfig` fields; the zoo options
-    are :func:`default_zoo`'s; ``workers`` processes build the models (default: the CPU count).
+    Cached: the world by its config key, each trunk and model by its recipe key, so a second run
+    rebuilds nothing. ``options`` are :class:`lib.miniworld.world.WorldConfig` fields and
+    :func:`default_zoo` arguments; ``workers`` processes build the models (default: the CPU count).
     """
-    unknown = sorted(set(world_sizes) - set(mw.WorldConfig.__dataclass_fields__))
+    world_fields = set(mw.WorldConfig.__dataclass_fields__)
+    unknown = sorted(set(options) - world_fields - set(ZOO_OPTIONS))
     if unknown:
-        raise ZooError(f"miniworld prepare: unknown option(s) {unknown}{did_you_mean(unknown[0], ZOO_OPTIONS)}; "
-                       f"world options: {sorted(mw.WorldConfig.__dataclass_fields__)}, zoo options: {ZOO_OPTIONS}")
-    cfg = mw.WorldConfig(seed=seed, **world_sizes)
+        raise ZooError(f"miniworld prepare: unknown option(s) {unknown}"
+                       f"{did_you_mean(unknown[0], ZOO_OPTIONS + sorted(world_fields))}; "
+                       f"world options: {sorted(world_fields)}, zoo options: {ZOO_OPTIONS}")
+    cfg = mw.WorldConfig(seed=seed, **{k: v for k, v in options.items() if k in world_fields})
+    zoo_args = {k: (tuple(v) if k in ("doses", "answers", "twin_kinds") and v is not None else v)
+                for k, v in options.items() if k in ZOO_OPTIONS}
     t0 = time.time()
     manifest = mw.build(world_dir(profile), cfg)
-    chosen = {k: v for k, v in (("families", families), ("sizes", sizes), ("prepared_sizes", prepared_sizes))
-              if v is not None}
-    recipes = default_zoo(doses=tuple(doses), post_steps=post_steps, post_lr=post_lr, scale=scale, **chosen)
+    recipes = default_zoo(**zoo_args)
     builds = build_zoo(world_dir(profile), models_dir(profile), recipes, workers=workers)
     root = paths.store_dir(profile)
     store.write_meta(root, "models", {name: {**rec, "path": store.relative_meta_path(root, rec["path"])}  # moves with
@@ -398,6 +510,3 @@ def prepare(profile: str, seed: int = 0, doses: tuple[int, int] = (150, 600), po
                "seconds": time.time() - t0}
     atomic_write_json(layout.zoo_summary_path(paths.work_dir(profile)), summary)
     return summary
-
-
-ZOO_OPTIONS = ["doses", "post_steps", "post_lr", "scale", "families", "sizes", "prepared_sizes", "workers"]

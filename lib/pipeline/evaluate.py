@@ -256,8 +256,10 @@ def versions() -> dict[str, str]:
     import torch
     import transformers
 
+    from .device import cpu_capability
+
     return {"lm_eval": lm_eval.__version__, "transformers": transformers.__version__,
-            "peft": peft.__version__, "torch": torch.__version__}
+            "peft": peft.__version__, "torch": torch.__version__, "cpu_capability": cpu_capability()}
 
 
 def record(store_root: str | Path, work: str | Path, protocol: str, info: TaskInfo, model: str,

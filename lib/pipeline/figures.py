@@ -2,7 +2,10 @@
 
 Each function takes the table its notebook already wrote and returns a matplotlib figure sized for
 a two-column paper (:data:`lib.plots.WIDTH_SINGLE` / :data:`lib.plots.WIDTH_DOUBLE`), with a title
-that says what it shows and axis labels that need no caption to be read.
+that says what it shows, axis labels that need no caption to be read, a caption
+(:func:`lib.plots.set_caption`), legends under the panels and models in their family's colour
+(sizes as shades; ``store`` gives the metadata of self-built models). Figures with one line or point
+per model stay readable with any number of models (the mini world may grow to 30-40).
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ def train_sizes(table: pd.DataFrame, min_train: int):
     role = table["role"] if "role" in table else pd.Series("benchmark", index=table.index)
     colors = [CORPUS if r == "corpus" else SELECTED if s else REJECTED
               for r, s in zip(role, table["selected"].astype(bool))]
-    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 0.28 * len(table) + 1.6))
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 0.2 * len(table) + 1.6), layout="constrained")
     lowest = max(1.0, min([v for v in sizes if v > 0] + [float(min_train)]) / 2)
-    ax.barh(table.index, np.maximum(sizes, lowest) - lowest, left=lowest, color=colors)
+    ax.barh(np.arange(len(table)), np.maximum(sizes, lowest) - lowest, left=lowest, color=colors)
     ax.axvline(min_train, color="#c44e52", ls="--", lw=1)
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -45,70 +48,94 @@ def train_sizes(table: pd.DataFrame, min_train: int):
     ax.xaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
     ax.set_xlim(lowest, max(sizes.max(), min_train) * 1.6)
     ax.set_xlabel("documents in the training split (log scale)")
-    ax.invert_yaxis()
+    ax.set_yticks(np.arange(len(table)), plots.displays(table.index))
+    ax.set_ylim(len(table) - 0.5, -0.5)
+    ax.set_ylabel("task")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (SELECTED, REJECTED, CORPUS)]
     labels = ["selected", "rejected", "perplexity corpus"]
     keep = [i for i, c in enumerate((SELECTED, REJECTED, CORPUS)) if c in colors]
     handles = [handles[i] for i in keep] + [plt.Line2D([], [], color="#c44e52", ls="--", lw=1)]
     labels = [labels[i] for i in keep] + [f"min_train = {min_train:,}"]
-    fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False, bbox_to_anchor=(0.5, 0.0))
-    ax.set_title("Training split size per task")
-    fig.tight_layout(rect=(0, 0.5 / (0.28 * len(table) + 1.6), 1, 1))
-    return fig
+    plots.legend_below(fig, handles, labels, ncol=2)
+    plots.suptitle(fig, "Training split size per task")
+    return plots.set_caption(fig, (
+        "Documents in each task's training split (log scale): benchmarks selected for train-before-test, rejected "
+        f"ones and perplexity corpora; a benchmark needs at least min_train = {min_train:,} training documents "
+        "(dashed)."))
+
+
+def _panels(n: int, panel_h: float, extra_h: float, width: float = plots.WIDTH_DOUBLE, cols_max: int = 4):
+    cols = min(cols_max, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width if cols > 2 else plots.WIDTH_SINGLE, panel_h * rows + extra_h),
+                             squeeze=False, layout="constrained")
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    return fig, axes
 
 
 def val_curves(curves: pd.DataFrame, benchmarks: Iterable[str], corpora: Iterable[str] = (),
-               value: str = "val_score"):
+               value: str = "val_score", store=None):
     """The validation value the best epoch is chosen on (``val_score`` or ``val_loss``) after each
-    epoch, one panel per benchmark, a line per (model, learning rate). ``curves`` has columns
-    ``model``, ``benchmark``, ``lr``, ``epoch`` and ``value``."""
+    epoch, one panel per benchmark: a thin line per (model, learning rate) in the model's family colour
+    (sizes as shades; ``store`` holds the metadata of self-built models), the learning rate as line
+    style, and the median over models per learning rate in black, so the panels stay readable with
+    any number of models. ``curves`` has columns ``model``, ``benchmark``, ``lr``, ``epoch`` and
+    ``value``."""
     label = "validation loss" if value == "val_loss" else "validation score"
     benchmarks, corpora = list(benchmarks), set(corpora)
-    cols = min(4, len(benchmarks))
-    rows = math.ceil(len(benchmarks) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(plots.WIDTH_DOUBLE, 1.75 * rows + 0.9), squeeze=False)
+    fig, axes = _panels(len(benchmarks), 1.55, 1.1)
     models = sorted(curves["model"].unique())
     lrs = sorted(curves["lr"].unique())
-    colors = dict(zip(models, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
-    styles = dict(zip(lrs, ["-", "--", ":", "-."] * 4))
+    styles = plots.model_styles(models, store)
+    dashes = dict(zip(lrs, ["-", "--", ":", "-."] * 4))
     for ax, bench in zip(axes.flat, benchmarks):
         sub = curves[curves["benchmark"] == bench]
         for (model, lr), line in sub.groupby(["model", "lr"]):
             line = line.sort_values("epoch")
-            ax.plot(line["epoch"], line[value], color=colors[model], ls=styles[lr], marker="o", ms=2.5, lw=1)
-        ax.set_title(bench + (" (bits/byte, lower is better)" if bench in corpora and value == "val_score"
-                              else ""), fontsize=8)
+            ax.plot(line["epoch"], line[value], color=styles.loc[model, "color"], ls=dashes[lr], lw=0.7, alpha=0.7)
+        for lr, g in sub.groupby("lr"):
+            med = g.groupby("epoch")[value].median()
+            ax.plot(med.index, med.to_numpy(), color="0.05", ls=dashes[lr], lw=1.6, marker="o", ms=2.5)
+        unit = ", bits/byte" if bench in corpora and value == "val_score" else ""
+        ax.set_title(plots.display(bench) + unit)
         ax.set_xticks(sorted(sub["epoch"].unique()))
+    fams = sorted(styles["family"].dropna().unique(), key=plots.display)
+    handles, labels = plots.family_handles(fams, lines=True)
+    handles += [plt.Line2D([], [], color="0.4", ls=dashes[lr], lw=1) for lr in lrs]
+    labels += [f"lr = {lr:g}" for lr in lrs]
+    handles.append(plt.Line2D([], [], color="0.05", lw=1.6, marker="o", ms=2.5))
+    labels.append("median over models")
+    plots.legend_below(fig, handles, labels)
+    for ax in axes.flat:
         ax.set_xlabel("epoch")
-    for ax in axes[:, 0]:
-        ax.set_ylabel(label)
-    for ax in list(axes.flat)[len(benchmarks):]:
-        ax.set_visible(False)
-    handles = [plt.Line2D([], [], color=colors[m], lw=1.5) for m in models]
-    handles += [plt.Line2D([], [], color="0.3", ls=styles[lr], lw=1) for lr in lrs]
-    labels = list(models) + [f"lr = {lr:g}" for lr in lrs]
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), frameon=False,
-               bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle(f"Train-before-test: {label} after each epoch (the best epoch and learning rate is "
-                 "scored on test)", fontsize=9)
-    fig.tight_layout(rect=(0, 0.06 + 0.04 * math.ceil(len(labels) / 4), 1, 1))
-    return fig
+    fig.supylabel(label)
+    plots.suptitle(fig, f"Train-before-test: {label} after each epoch")
+    lower = "lower is better" if value == "val_loss" else "higher is better, bits/byte: lower"
+    return plots.set_caption(fig, (
+        f"The {label} ({lower}) after each fine-tuning epoch, one panel per benchmark: a thin line per model and "
+        f"learning rate ({len(models)} models, coloured by family, darker shades larger), the learning rate as line "
+        "style, in black the median over models. The best (learning rate, epoch) on validation is the checkpoint "
+        "scored once on test."))
 
 
-def direct_vs_tbt(both: pd.DataFrame, benchmarks: Iterable[str], corpora: Iterable[str] = ()):
+def direct_vs_tbt(both: pd.DataFrame, benchmarks: Iterable[str], corpora: Iterable[str] = (), store=None):
     """Each model's test score under direct evaluation (x) against train-before-test (y), one panel
-    per benchmark, with the diagonal (no change). ``both`` has columns ``benchmark``, ``model``,
-    ``direct_eval`` and (where notebook 02 ran) ``train_before_test``."""
+    per benchmark, with the diagonal (no change); a point per model in its family colour (hollow:
+    prepared or instruction-tuned; ``store`` holds the metadata of self-built models). ``both`` has
+    columns ``benchmark``, ``model``, ``direct_eval`` and (where notebook 02 ran) ``train_before_test``."""
     benchmarks, corpora = list(benchmarks), set(corpora)
-    cols = min(4, len(benchmarks))
-    rows = math.ceil(len(benchmarks) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(plots.WIDTH_DOUBLE if cols > 2 else plots.WIDTH_SINGLE * cols / 1.6,
-                                                  1.85 * rows + 0.5), squeeze=False)
+    fig, axes = _panels(len(benchmarks), 1.7, 1.2)
     tbt = both["train_before_test"] if "train_before_test" in both else pd.Series(np.nan, index=both.index)
+    styles = plots.model_styles(both["model"].unique(), store)
     for ax, bench in zip(axes.flat, benchmarks):
         mask = both["benchmark"] == bench
         x, y = both.loc[mask, "direct_eval"], tbt[mask]
-        ax.scatter(x, y, s=14, color=plots.PROTOCOL_COLORS["train_before_test"])
+        st = styles.loc[both.loc[mask, "model"]]
+        filled = ~st["instruct"].to_numpy(bool)
+        for keep, face in ((filled, True), (~filled, False)):
+            c = st["color"].to_numpy()[keep]
+            ax.scatter(x[keep], y[keep], s=14, linewidths=0.9, facecolors=c if face else "none", edgecolors=c)
         values = pd.concat([x, y]).dropna()
         if len(values):                     # the same range on both axes: the diagonal means "no change"
             lo, hi = values.min(), values.max()
@@ -117,13 +144,23 @@ def direct_vs_tbt(both: pd.DataFrame, benchmarks: Iterable[str], corpora: Iterab
             ax.set_xlim(lo - pad, hi + pad)
             ax.set_ylim(lo - pad, hi + pad)
             ax.set_aspect("equal", adjustable="box")
-        ax.set_title(bench + (" (bits/byte, lower is better)" if bench in corpora else ""), fontsize=8)
+            ax.xaxis.set_major_locator(plt.MaxNLocator(4))
+            ax.yaxis.set_major_locator(plt.MaxNLocator(4))
+        ax.set_title(plots.display(bench) + ("\nbits/byte, lower is better" if bench in corpora else ""))
+    fams = sorted(styles["family"].dropna().unique(), key=plots.display)
+    handles, labels = plots.family_handles(fams)
+    if styles["instruct"].any():
+        handles += [plt.Line2D([], [], marker="o", lw=0, color="0.3", ms=5),
+                    plt.Line2D([], [], marker="o", lw=0, color="0.3", mfc="none", ms=5)]
+        labels += ["base model", "prepared / instruct"]
+    handles.append(plt.Line2D([], [], color="#999999", lw=0.8, ls="--"))
+    labels.append("no change")
+    plots.legend_below(fig, handles, labels)
+    for ax in axes.flat:
         ax.set_xlabel("direct evaluation")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("train-before-test")
-    for ax in list(axes.flat)[len(benchmarks):]:
-        ax.set_visible(False)
-    fig.suptitle("Test score of each model: direct evaluation vs train-before-test (dashed: no change)",
-                 fontsize=9)
-    fig.tight_layout()
-    return fig
+    fig.supylabel("train-before-test")
+    plots.suptitle(fig, "Test score of each model: direct evaluation against train-before-test")
+    return plots.set_caption(fig, (
+        "Each model's test score under direct evaluation (x) and under train-before-test (y), one panel per "
+        "benchmark (perplexity corpora in bits per byte, lower is better); points above the dashed diagonal gained "
+        "from fine-tuning (below it, for corpora). Colours: model families, darker shades larger models."))

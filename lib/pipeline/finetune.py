@@ -39,6 +39,7 @@ CHOICES = {
     "truncate": ("end", "start"),             # an overlong example loses its end (TRL) or its start
     "select_on": ("loss", "metric"),          # the best epoch: lowest validation loss or best lm-eval metric
     "lora_modules": ("default", "all"),       # peft's default modules (the paper) or every linear layer
+    "method": ("lora", "full"),               # a LoRA adapter (the paper) or every parameter trained
 }
 # fields that change how a unit runs but not what it computes (not part of a result's configuration)
 EXECUTION_FIELDS = ("micro_batch_size", "gradient_checkpointing")
@@ -52,7 +53,11 @@ class Recipe:
     without warm-up, examples of at most 1,024 tokens, loss on every token of
     ``prompt + " " + answer + EOS`` (a list of answers joined, no task description), the epoch
     with the lowest validation loss. ``micro_batch_size`` (0: the whole batch) and
-    ``gradient_checkpointing`` trade speed for memory without changing the effective batch."""
+    ``gradient_checkpointing`` trade speed for memory without changing the effective batch.
+    ``method`` "full" trains every parameter instead of a LoRA adapter (the ``lora_*`` fields are
+    then unused) and keeps the best epoch's whole model; ``patience`` > 0 stops a learning rate
+    after that many epochs without a better validation value (the paper: 0, every epoch runs; the
+    learning-rate schedule still decays over ``epochs``, so the epochs that do run are the same)."""
     lrs: tuple[float, ...]
     epochs: int
     lora_r: int
@@ -71,13 +76,15 @@ class Recipe:
     task_description: bool
     truncate: str
     select_on: str
+    method: str = "lora"
+    patience: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "lrs", tuple(self.lrs))
         if not self.lrs or any(lr <= 0 for lr in self.lrs):
             raise ValueError(f"recipe: learning rates must be positive, got {self.lrs}")
-        if self.epochs < 1 or self.batch_size < 1 or self.max_length < 2:
-            raise ValueError(f"recipe: epochs, batch_size must be >= 1 and max_length >= 2 ({self})")
+        if self.epochs < 1 or self.batch_size < 1 or self.max_length < 2 or self.patience < 0:
+            raise ValueError(f"recipe: epochs, batch_size must be >= 1, max_length >= 2 and patience >= 0 ({self})")
         if not 0 <= self.micro_batch_size <= self.batch_size:
             raise ValueError(f"recipe: micro_batch_size must be 0 (the whole batch) or 1..batch_size "
                              f"{self.batch_size}, got {self.micro_batch_size}")
@@ -211,8 +218,45 @@ def lora(base, recipe: Recipe):
 
 
 @contextmanager
+def tunable(base, recipe: Recipe):
+    """What a learning-rate unit trains: ``base`` with a fresh LoRA adapter (:func:`lora`), or for
+    ``method`` "full" a copy of ``base`` with every parameter trainable (``base`` stays as it was)."""
+    if recipe.method == "lora":
+        with lora(base, recipe) as model:
+            yield model
+        return
+    import copy
+
+    import torch
+
+    torch.manual_seed(recipe.seed)                  # dropout draws, as for a LoRA unit
+    model = copy.deepcopy(base)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    if recipe.gradient_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+    try:
+        yield model
+    finally:
+        del model
+
+
+@contextmanager
 def adapter(base, adapter_dir: str | Path):
-    """``base`` with the saved adapter applied (eval mode); removed again on exit."""
+    """``base`` with the saved adapter applied (eval mode), removed again on exit; a folder saved by
+    a ``method: full`` unit holds the whole tuned model, which is loaded instead (in ``base``'s
+    precision, on its device)."""
+    adapter_dir = Path(adapter_dir)
+    if not (adapter_dir / "adapter_config.json").exists() and (adapter_dir / "config.json").exists():
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(str(adapter_dir), dtype=base.dtype).to(base.device)
+        model.eval()
+        try:
+            yield model
+        finally:
+            del model
+        return
     from peft import PeftModel
 
     model = PeftModel.from_pretrained(base, str(adapter_dir))
@@ -226,7 +270,9 @@ def adapter(base, adapter_dir: str | Path):
 def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: str | Path,
                validate: Callable[[object], float], higher_is_better: bool, config: dict | None = None,
                progress: Callable[[str], None] | None = None) -> UnitResult:
-    """Train one LoRA adapter at ``lr`` for ``recipe.epochs`` epochs, validating after each.
+    """Train one LoRA adapter (or, ``method`` "full", the whole model) at ``lr`` for ``recipe.epochs``
+    epochs, validating after each (stopping early after ``recipe.patience`` epochs without a better
+    value when it is > 0).
 
     ``validate(peft_model) -> value`` of the recipe's criterion (``recipe.select_on``: the
     validation loss, lower is better, or the benchmark's lm-eval metric, better as
@@ -242,7 +288,7 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
     higher = higher_is_better if key == "val_score" else False
     res = UnitResult(lr=lr, criterion=key, n_train_examples=len(examples), config=dict(config or {}))
     t_unit = time.time()
-    with lora(base, recipe) as model:
+    with tunable(base, recipe) as model:
         for point in lora_epochs(model, examples, epochs=recipe.epochs, batch_size=recipe.batch_size, lr=lr,
                                  weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad,
                                  micro_batch_size=recipe.micro_batch_size, log=progress):
@@ -260,6 +306,8 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
                 res.best_epoch, res.best_score, res.adapter = epoch, value, str(target)
             if progress:
                 progress(f"{layout.lr_name(lr)} epoch={epoch} {key}={value:.4f}")
+            if recipe.patience and epoch - res.best_epoch >= recipe.patience:
+                break                               # no better value for `patience` epochs: stop this lr
     res.seconds = time.time() - t_unit
     layout.write_unit(unit_dir, asdict(res))
     return res

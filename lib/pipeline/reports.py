@@ -43,9 +43,30 @@ def finetune_report(store_root: str | Path, work: str | Path, models: list[str],
         "chosen_epoch_counts": {str(k): int(v) for k, v in scores["epoch"].value_counts().items()},
         "train_seconds": float(prov["train_seconds"].sum()),
         "recipe": recipe.to_dict(), "executor": executor, "select_on": recipe.select_on,
+        "grid_edges": grid_edges(scores, recipe),
     }
     return {"scores": scores, "matrix": store.matrix(results, TBT),
             "curves": layout.curves_frame(work, models, bench), "summary": summary}
+
+
+def grid_edges(scores: pd.DataFrame, recipe: Recipe) -> dict:
+    """Where in the learning-rate x epoch grid the chosen points lie: the share of results at the
+    largest learning rate, at the smallest, at the last epoch, at the largest rate *and* the last
+    epoch, where the budget may bind (the largest rate or the last epoch: more training might have
+    helped) and in the interior (none of these), overall and per benchmark (``budget_binds``)."""
+    if not len(scores):
+        return {"n": 0}
+    lrs, last = sorted(recipe.lrs), recipe.epochs
+    flags = pd.DataFrame({
+        "largest_lr": scores["lr"] == lrs[-1],
+        "smallest_lr": (scores["lr"] == lrs[0]) & (len(lrs) > 1),
+        "last_epoch": scores["epoch"] == last})
+    flags["largest_lr_and_last_epoch"] = flags["largest_lr"] & flags["last_epoch"]
+    flags["budget_binds"] = flags["largest_lr"] | flags["last_epoch"]
+    flags["interior"] = ~(flags["largest_lr"] | flags["smallest_lr"] | flags["last_epoch"])
+    out = {"n": int(len(flags)), **{f"share_{k}": float(v.mean()) for k, v in flags.items()}}
+    out["budget_binds_by_benchmark"] = flags["budget_binds"].groupby(scores["benchmark"]).mean().round(4).to_dict()
+    return out
 
 
 def direct_eval_report(store_root: str | Path, models: list[str], selection: dict) -> dict:

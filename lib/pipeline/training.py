@@ -68,6 +68,15 @@ def _token_stream(tokenizer, texts: Sequence[str], prompt_chars: Sequence[int] |
     return stream, scored
 
 
+def document_starts(ids: Sequence[int], eos: int, seq_len: int):
+    """Positions in the token stream where a document starts (after an EOS) and a full window of
+    ``seq_len`` tokens still fits."""
+    import torch
+
+    last = len(ids) - seq_len - 1
+    return torch.tensor([0] + [i + 1 for i, t in enumerate(ids) if t == eos and i + 1 <= last], dtype=torch.long)
+
+
 def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: int, seq_len: int,
              lr: float, seed: int, out_dir: str | os.PathLike, warmup: float = 0.05,
              prompt_chars: Sequence[int] | None = None) -> dict:
@@ -76,8 +85,10 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
     ``prompt_chars`` (one per text, 0 = a plain document) leaves the loss off a text's first
     characters: a formatted example then trains its answer only, as instruction tuning does.
 
-    Each step draws ``batch_size`` random windows of ``seq_len`` tokens from the concatenated
-    stream (a seeded generator); AdamW with linear warm-up and cosine decay. Model, tokenizer and
+    Each step draws ``batch_size`` windows of ``seq_len`` tokens from the concatenated stream, each
+    starting where a document starts (a seeded generator), so a document is learnt whole rather
+    than cut at a random point (a window may run on into the next documents); AdamW with linear
+    warm-up and cosine decay. Model, tokenizer and
     ``pretrain.json`` (the returned stats: tokens seen, parameter count, training FLOPs 6 x N x
     tokens, final loss, loss curve, seconds) are saved into a folder that appears at ``out_dir``
     only when complete.
@@ -115,12 +126,12 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     offsets = torch.arange(seq_len)
+    starts = document_starts(ids, tokenizer.eos_token_id, seq_len)
     model.train()
     losses: list[float] = []
     t0 = time.time()
     for _ in range(steps):
-        starts = torch.randint(0, len(stream) - seq_len, (batch_size,), generator=gen)
-        window = starts[:, None] + offsets
+        window = starts[torch.randint(0, len(starts), (batch_size,), generator=gen)][:, None] + offsets
         batch = stream[window]
         labels = batch if masked is None else batch.masked_fill(masked[window], -100)
         loss = model(input_ids=batch, labels=labels).loss     # the model shifts labels itself
@@ -137,6 +148,59 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
              "final_loss": float(sum(losses[-10:]) / len(losses[-10:])),
              "loss_curve": [[i, losses[i]] for i in range(0, steps, every)],
              "seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9)}
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / STATS_FILE).write_text(json.dumps(stats, indent=1) + "\n")
+
+    atomic_dir(out_dir, save)
+    return stats
+
+
+def document_examples(tokenizer, texts: Sequence[str], prompt_chars: Sequence[int] | None = None,
+                      max_len: int = 64) -> list[tuple[list[int], list[int]]]:
+    """(ids, labels) of whole documents, each followed by EOS and cut to ``max_len`` tokens; the
+    labels leave out a document's first ``prompt_chars[i]`` characters (an example's prompt)."""
+    prompt_chars = [0] * len(texts) if prompt_chars is None else list(prompt_chars)
+    enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+    out = []
+    for i, ids in enumerate(enc["input_ids"]):
+        labels = [t if end > prompt_chars[i] else -100 for t, (_, end) in zip(ids, enc["offset_mapping"][i])]
+        out.append(((list(ids) + [tokenizer.eos_token_id])[:max_len], (labels + [tokenizer.eos_token_id])[:max_len]))
+    return out
+
+
+def posttrain(model, tokenizer, texts: Sequence[str], *, epochs: int, batch_size: int, lr: float, seed: int,
+              out_dir: str | os.PathLike, prompt_chars: Sequence[int] | None = None, max_len: int = 64) -> dict:
+    """Continue training every parameter of a pre-trained ``model`` on whole documents (the zoo's
+    last phase of pre-training, where preparation happens) and save it to ``out_dir``.
+
+    Batches of whole documents (:func:`document_examples`), the data order seeded; AdamW (weight
+    decay 0.01) with a linear decay to zero (:func:`lora_epochs`, which trains whatever requires a
+    gradient). The stats (``tokens`` that carried loss or context, ``flops`` 6 x N x tokens, final
+    loss, seconds) are saved with the model as in :func:`pretrain`.
+    """
+    from .device import setup_torch
+
+    setup_torch()
+    if not texts:
+        raise TrainingError(f"posttrain {out_dir}: no texts")
+    examples = document_examples(tokenizer, texts, prompt_chars, max_len)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    t0 = time.time()
+    curve = [point["train_loss"] for point in lora_epochs(model, examples, epochs=epochs, batch_size=batch_size,
+                                                          lr=lr, weight_decay=0.01, seed=seed,
+                                                          pad_id=tokenizer.pad_token_id)]
+    seconds = time.time() - t0
+    n_params = sum(p.numel() for p in model.parameters())
+    tokens = epochs * sum(len(ids) for ids, _ in examples)
+    stats = {"family": model.config.model_type, "n_params": n_params, "tokens": tokens,
+             "flops": 6.0 * n_params * tokens, "epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed,
+             "documents": len(examples), "vocab_size": len(tokenizer), "final_loss": float(curve[-1]),
+             "loss_curve": [[i + 1, v] for i, v in enumerate(curve)], "seconds": seconds,
+             "tokens_per_second": tokens / max(seconds, 1e-9)}
 
     def save(tmp: Path) -> None:
         model.save_pretrained(tmp)

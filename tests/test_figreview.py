@@ -1,0 +1,288 @@
+"""The figure checks (lib.figreview) catch each defect a reviewer would, pass a clean figure, and the
+figure functions stay within them for zoos and benchmark sets larger than today's (40 models, 8
+benchmarks: what the mini world may grow to). The figures the profiles write are checked where the
+suite runs them (test_smoke_profile, test_analysis_notebooks, test_benchalign_experiments)."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from lib import figreview, plots, store  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def style():
+    plots.use_style()
+    yield
+    plt.close("all")
+
+
+def _save(fig, tmp_path, name="fig"):
+    out = tmp_path / "07_stage"
+    plots.savefig(fig, out, name, close=True)
+    return json.loads((out / "figures" / f"{name}.json").read_text()), figreview.check(out)[f"07_stage/{name}"]
+
+
+def _clean(width=plots.WIDTH_SINGLE):
+    fig, ax = plt.subplots(figsize=(width, 2.4), layout="constrained")
+    ax.plot([0, 1, 2], [0, 1, 4], label="curve")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    plots.legend_below(fig, *ax.get_legend_handles_labels())
+    plots.suptitle(fig, "A clean figure")
+    return plots.set_caption(fig, "A clean figure.")
+
+
+def test_a_clean_figure_passes_and_its_record_says_how_it_prints(tmp_path):
+    rec, problems = _save(_clean(), tmp_path)
+    assert problems == [] and rec["problems"] == []
+    assert rec["fits"] == "one column" and rec["width_in"] <= plots.WIDTH_SINGLE
+    assert rec["min_font_pt"] >= plots.MIN_FONT_PT
+    assert rec["title"] == "A clean figure" and rec["caption"] == "A clean figure."
+
+
+def _too_wide():
+    fig = _clean(8.0)
+    fig.axes[0].set_title("a panel title that is long enough to need the width")
+    return fig
+
+
+def _small_text():
+    fig = _clean()
+    fig.axes[0].tick_params(labelsize=6)
+    return fig
+
+
+def _overlap():
+    fig = _clean()
+    fig.axes[0].text(0.5, 2, "first label")
+    fig.axes[0].text(0.55, 2, "second label")
+    return fig
+
+
+def _unlabelled():
+    fig = _clean()
+    fig.axes[0].set_ylabel("")
+    return fig
+
+
+def _offset():
+    fig = _clean()
+    fig.axes[0].lines[0].set_xdata([1e-9, 2e-9, 3e-9])
+    fig.axes[0].set_xlim(1e-9, 3e-9)
+    return fig
+
+
+def _legend_on_data():
+    fig, ax = plt.subplots(figsize=(3.4, 2.4), layout="constrained")
+    ax.bar(range(5), [5, 4, 3, 2, 1], label="bars")
+    ax.axhline(4.5, ls="--", label="uniform")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.legend(loc="upper right")
+    ax.set_title("legend")
+    return plots.set_caption(fig, "c")
+
+
+def _spill():
+    fig = _clean()
+    fig.text(1.02, 0.5, "a note placed beside the canvas")
+    return fig
+
+
+def _no_title():
+    fig = _clean()
+    fig.suptitle("")
+    return fig
+
+
+def _no_caption():
+    fig = _clean()
+    plots._CAPTIONS.pop(fig)
+    return fig
+
+
+@pytest.mark.parametrize("make, expected", [
+    (_too_wide, "wider than the full text width"),
+    (_small_text, "under 7 pt at print size"),
+    (_overlap, "overlaps"),
+    (_unlabelled, "the y axis has tick labels but no label"),
+    (_offset, "beside its ticks"),
+    (_legend_on_data, "covers data"),
+    (_spill, "content drawn outside the canvas"),
+    (_no_title, "no title"),
+    (_no_caption, "no caption"),
+])
+def test_each_defect_is_caught(tmp_path, make, expected, capsys):
+    rec, problems = _save(make(), tmp_path)
+    assert any(expected in p for p in problems), problems
+    assert any(expected in line for line in capsys.readouterr().out.splitlines())    # savefig says so at once
+
+
+def test_a_wide_figure_is_judged_at_its_printed_size(tmp_path):
+    fig = _clean(8.0)                      # 8 pt labels of an 8-inch figure print below 7 pt at 7.0 in
+    fig.axes[0].set_xlabel("a label that makes the figure as wide as it was designed")
+    fig.axes[0].set_xlim(0, 100)
+    rec, problems = _save(fig, tmp_path)
+    assert rec["width_in"] > 7.0
+    assert any("under 7 pt at print size" in p for p in problems)
+
+
+def test_check_finds_figures_saved_another_way(tmp_path):
+    folder = tmp_path / "prof" / "04_x" / "figures"
+    folder.mkdir(parents=True)
+    fig, ax = plt.subplots(figsize=(7.6, 2))
+    with plt.rc_context({"savefig.bbox": "standard"}):            # the whole 7.6-inch canvas
+        fig.savefig(folder / "raw.png")
+        fig.savefig(folder / "raw.pdf")
+    problems = figreview.check(tmp_path / "prof")["04_x/raw"]
+    assert any("no record raw.json" in p for p in problems)
+    assert any("PDF page 7.6 in wide" in p for p in problems)
+
+
+def test_contact_sheet_shows_every_figure_with_caption_and_notebook(tmp_path, monkeypatch):
+    from lib import paths
+
+    monkeypatch.setattr(paths, "OUTPUTS", tmp_path)
+    plots.savefig(_clean(), tmp_path / "prof" / "04_rank_agreement", "clean", close=True)
+    plots.savefig(_overlap(), tmp_path / "prof" / "05_perplexity", "bad", close=True)
+    sheet = figreview.contact_sheet("prof")
+    text = sheet.read_text()
+    assert sheet == tmp_path / "prof" / "figures.html"
+    assert "04_rank_agreement/figures/clean.png" in text and "05_perplexity/figures/bad.png" in text
+    assert "A clean figure." in text and "04_rank_agreement.ipynb" in text
+    assert "1 with problems" in text and "overlaps" in text
+    assert figreview.main(["prof", "--no-sheet"]) == 1
+    assert "1 with problems" in figreview.review("prof")
+
+
+def test_names_are_shown_as_the_papers_write_them():
+    assert plots.display("openllm_math") == "MATH-hard"
+    assert plots.display("nq_open") == "NQ-Open" and plots.display("arc_challenge") == "ARC-Challenge"
+    assert plots.display("mw_facts") == "Facts" and plots.display("mw-llama-s") == "llama-s"
+    assert plots.display("Qwen/Qwen2.5-7B-Instruct") == "Qwen2.5-7B-Instruct"
+    assert plots.display("gpt_neox") == "GPT-NeoX" and plots.display("ranknet") == "RankNet"
+    assert plots.display("some_new_task") == "some_new_task"
+
+
+def _lightness(color):
+    import colorsys
+
+    from matplotlib.colors import to_rgb
+
+    return colorsys.rgb_to_hls(*to_rgb(color))[1]
+
+
+def test_one_hue_per_family_and_sizes_as_shades():
+    import colorsys
+
+    from matplotlib.colors import to_rgb
+
+    assert plots.family_color("Llama") == plots.family_color("llama") == plots.family_color("mw-llama")
+    assert plots.family_color("gpt_neox") == plots.family_color("Pythia")
+    assert plots.family_color("unheard-of") == plots.family_color("unheard-of")
+    assert len({plots.family_color(f) for f in ("Llama", "GPT-2", "Pythia", "Qwen", "Gemma", "Yi")}) == 6
+    colors = plots.model_colors(["EleutherAI/pythia-70m-deduped", "EleutherAI/pythia-1b-deduped",
+                                 "EleutherAI/pythia-12b"])
+    light = [_lightness(c) for c in colors.values()]
+    assert light == sorted(light, reverse=True)                       # larger: darker
+    hues = {round(colorsys.rgb_to_hls(*to_rgb(c))[0], 2) for c in colors.values()}
+    assert len(hues) == 1
+
+
+# --------------------------------------------------------------------------- a zoo larger than today's
+FAMILIES = ("llama", "gpt2", "gpt_neox", "mamba")
+SIZES = {"xs": 6e-5, "s": 1.6e-4, "m": 4e-4, "l": 9e-4, "xl": 2e-3}
+BENCHES = [f"mw_task{i}" for i in range(6)]
+CORPORA = ["mw_wiki", "mw_stories"]
+
+
+@pytest.fixture
+def big_zoo(tmp_path):
+    """40 models (4 families x 5 sizes + 20 prepared twins) recorded in a store's metadata."""
+    root = tmp_path / "store"
+    models = {}
+    for fam in FAMILIES:
+        for size, params in SIZES.items():
+            base = f"mw-{fam}-{size}"
+            models[base] = {"family": f"mw-{fam}", "params_b": params, "instruct": False}
+            models[f"{base}-prep"] = {"family": f"mw-{fam}", "params_b": params, "instruct": True, "base_model": base}
+    store.write_meta(root, "models", models)
+    return root, list(models)
+
+
+def _assert_clean(fig, tmp_path, name):
+    rec, problems = _save(fig, tmp_path, name)
+    assert problems == [], (name, problems)
+    return rec
+
+
+def test_pipeline_figures_with_40_models_and_8_tasks(tmp_path, big_zoo):
+    from lib.pipeline import figures
+
+    root, models = big_zoo
+    rng = np.random.default_rng(0)
+    tasks = BENCHES + CORPORA
+    curves = pd.DataFrame([{"model": m, "benchmark": b, "lr": lr, "epoch": e, "val_loss": 2 / e + rng.random()}
+                           for m in models for b in tasks for lr in (1e-3, 3e-3) for e in (1, 2, 3)])
+    _assert_clean(figures.val_curves(curves, tasks, CORPORA, value="val_loss", store=root), tmp_path, "val_curves")
+    both = pd.DataFrame([{"model": m, "benchmark": b, "direct_eval": rng.random(), "train_before_test": rng.random()}
+                         for m in models for b in tasks])
+    _assert_clean(figures.direct_vs_tbt(both, tasks, CORPORA, store=root), tmp_path, "direct_vs_tbt")
+    table = pd.DataFrame({"n_train": rng.integers(50, 5000, len(tasks)), "selected": True,
+                          "role": ["benchmark"] * len(BENCHES) + ["corpus"] * len(CORPORA)}, index=tasks)
+    _assert_clean(figures.train_sizes(table, 100), tmp_path, "train_sizes")
+
+
+@pytest.mark.parametrize("n", [3, 5, 12, 24])
+def test_tau_heatmaps_name_every_benchmark_up_to_the_papers_24(tmp_path, n):
+    from lib.analysis import figures
+
+    names = list(plots.DISPLAY_NAMES)[:n]
+    rng = np.random.default_rng(n)
+    mats = {}
+    for p in store.PROTOCOLS:
+        m = rng.uniform(-0.1, 1, (n, n))
+        m = (m + m.T) / 2
+        np.fill_diagonal(m, 1)
+        mats[p] = pd.DataFrame(m, index=names, columns=names)
+    fig = figures.tau_heatmaps(mats, cis={p: [0.1, 0.2] for p in mats}, n_models=61)
+    rec = _assert_clean(fig, tmp_path, f"tau_{n}")
+    labels = {t.get_text() for ax in fig.axes for t in ax.get_yticklabels()}
+    assert {plots.display(b) for b in names} <= labels
+    assert rec["width_in"] <= plots.WIDTH_DOUBLE
+
+
+def test_world_overview_with_40_models(tmp_path, big_zoo):
+    from lib.miniworld import overview
+
+    _, models = big_zoo
+    table = pd.DataFrame({"family": [f"mw-{m.split('-')[1]}" for m in models],
+                          "params": [SIZES[m.split("-")[2]] * 1e9 for m in models],
+                          "tokens": [4e5 + 1e4 * i for i in range(len(models))],
+                          "prepared": ["mw_task0=150" if m.endswith("prep") else "" for m in models]},
+                         index=pd.Index(models, name="model"))
+    doses = pd.DataFrame({b: [150 * (m.endswith("prep") and i % 2 == 0) for m in models]
+                          for i, b in enumerate(BENCHES)}, index=models)
+    curves = {m: np.column_stack([np.arange(10), np.linspace(6, 1, 10)]) for m in models}
+    _assert_clean(overview.plot_overview(table, doses, curves), tmp_path, "world")
+
+
+def test_weights_by_benchmark_with_many_benchmarks(tmp_path):
+    from lib.benchalign import figures
+
+    rng = np.random.default_rng(1)
+    item_benchmark = np.repeat(["musr", "openllm_math"] + BENCHES, 200)
+    weights = [rng.normal(0, 1e-3, len(item_benchmark)) for _ in range(3)]
+    fig = figures.weight_hist(item_benchmark, weights)
+    _assert_clean(fig, tmp_path, "weights")
+    assert any("MATH-hard" in t.get_text() for t in fig.axes[0].get_yticklabels())
