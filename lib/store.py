@@ -181,11 +181,12 @@ def meta_path(root: str | os.PathLike, path: str) -> Path:
 def relative_meta_path(root: str | os.PathLike, path: str | os.PathLike) -> str:
     """``path`` as :func:`meta_path` reads it back: relative to the store root when it lies in the
     folder that holds the store (``../work/models/x`` for a profile's own models), else absolute."""
-    root, path = Path(os.path.abspath(root)), Path(os.path.abspath(path))
-    try:
-        return (Path("..") / path.relative_to(root.parent)).as_posix()
-    except ValueError:
-        return str(path)
+    for resolve in (os.path.abspath, os.path.realpath):     # as written, then with links resolved
+        try:
+            return (Path("..") / Path(resolve(path)).relative_to(Path(resolve(root)).parent)).as_posix()
+        except ValueError:
+            continue
+    return os.path.abspath(path)
 
 
 def read_meta(root: str | os.PathLike, kind: str) -> dict[str, dict]:
