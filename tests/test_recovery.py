@@ -160,6 +160,62 @@ def test_a_summary_that_does_not_parse_reruns_its_stage_not_the_next_one_failing
     assert json.loads(summary.read_text()) == {"n_squared": 49}
 
 
+@pytest.mark.slow
+def test_moved_or_linked_outputs_stay_cached(project, monkeypatch):
+    """outputs/x moved to another disk and linked back, then the whole outputs folder moved (as with
+    a moved checkout): every stage stays cached."""
+    _notebook(project / "notebooks" / "02_reader.ipynb", READER)
+    (project / "params" / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 7}\n  02_reader:\n")
+    assert [s["status"] for s in run.run_profile("x").values()] == ["ran", "ran"]
+    shutil.move(project / "outputs" / "x", project / "disk")
+    (project / "outputs" / "x").symlink_to(project / "disk")
+    assert [s["status"] for s in run.run_profile("x").values()] == ["cached", "cached"]
+    (project / "outputs" / "x").unlink()
+    shutil.move(project / "disk", project / "elsewhere" / "x")
+    monkeypatch.setenv("TBT_OUTPUTS", str(project / "elsewhere"))
+    monkeypatch.setattr(paths, "OUTPUTS", project / "elsewhere")
+    assert [s["status"] for s in run.run_profile("x").values()] == ["cached", "cached"]
+
+
+DATA_READER = """
+from lib import params, report
+from lib.benchalign import data as bdata
+ctx = params.stage("01_demo", globals())
+scores, models, _ = bdata.read_oll("ifeval")
+report.write_summary(ctx.out, {"mean": float(scores.mean()), "n": n})
+"""
+
+
+@pytest.mark.slow
+def test_other_data_under_harmony_data_reruns_the_stage_that_read_it(project, monkeypatch, capfd, harmony_data):
+    """HARMONY_DATA pointed at an identical copy: cached. At a copy whose ifeval.npz has every item
+    flipped: the stage runs again and reports the new data's numbers. At a truncated copy: one line
+    naming the file and how to restore it, exit code 2."""
+    _notebook(project / "notebooks" / "01_demo.ipynb", DATA_READER)
+    first = _data_copy(harmony_data, project / "first")
+    monkeypatch.setenv(paths.DATA_ENV, str(first))
+    assert run.run_profile("x")["01_demo"]["status"] == "ran"
+    summary = project / "outputs" / "x" / "01_demo" / "summary.json"
+    mean = json.loads(summary.read_text())["mean"]
+    monkeypatch.setenv(paths.DATA_ENV, str(_data_copy(harmony_data, project / "identical")))
+    assert run.run_profile("x")["01_demo"]["status"] == "cached"
+    flipped = _data_copy(harmony_data, project / "flipped")
+    with np.load(flipped / "oll-v2-items" / "ifeval.npz") as npz:
+        np.savez_compressed(flipped / "oll-v2-items" / "ifeval.npz", scores=1 - npz["scores"], models=npz["models"])
+    monkeypatch.setenv(paths.DATA_ENV, str(flipped))
+    assert run.run_profile("x")["01_demo"]["status"] == "ran"
+    assert json.loads(summary.read_text())["mean"] == pytest.approx(1 - mean)
+    truncated = _data_copy(harmony_data, project / "truncated")
+    npz = truncated / "oll-v2-items" / "ifeval.npz"
+    npz.write_bytes(npz.read_bytes()[:1000])
+    monkeypatch.setenv(paths.DATA_ENV, str(truncated))
+    capfd.readouterr()
+    assert run.main(["x"]) == 2
+    err = _errors(capfd.readouterr().err)
+    assert len(err) == 1 and "corrupt data file" in err[0] and "oll-v2-items/ifeval.npz" in err[0], err
+    assert "make data" in err[0] and "Traceback" in _log_of(err[0]).read_text()
+
+
 # --------------------------------------------------------------------------- units are keyed on content
 def _model(folder: Path, weights: bytes = b"w" * 64) -> Path:
     folder.mkdir(parents=True)
