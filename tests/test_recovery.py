@@ -490,6 +490,32 @@ def test_06_in_jupyterlab_without_the_data_stops_and_make_all_repairs_damage(pub
     assert log["06_pca"]["status"] == "ran" and (out / "numbers.tex").read_text() == before
 
 
+def test_an_executed_notebook_keeps_no_progress_bars_and_no_path_of_this_machine(tmp_path):
+    """What lm-eval's bars leave in a cell's output (one stream output per redraw) is dropped, the
+    lines around them are kept; papermill's record of the notebooks names them from the repository."""
+    nb = nbformat.v4.new_notebook()
+    bars = [nbformat.v4.new_output("stream", name="stderr", text=f"\rRunning loglikelihood requests: {p:3d}%|"
+                                   f"{'#' * (p // 10):<10}| {4 * p}/400 [00:00<00:00, 938.93it/s]")
+            for p in (0, 16, 40, 100)]
+    cell = nbformat.v4.new_code_cell("x")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="[19:22:27] lr=0.003 epoch=3\n"), *bars,
+                    nbformat.v4.new_output("stream", name="stderr", text="\n"),
+                    nbformat.v4.new_output("stream", name="stderr", text="Map: 400it [00:01, 399.00it/s]\nkept\n")]
+    nb.cells = [cell]
+    out = paths.OUTPUTS / "smoke" / "02_finetune"
+    nb.metadata["papermill"] = {"input_path": str(paths.NOTEBOOKS / "02_finetune.ipynb"),
+                                "output_path": str(out / ".02_finetune.partial.ipynb")}
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    run._tidy(path, out / "02_finetune.ipynb")
+    text = path.read_text()
+    assert "it/s" not in text and str(paths.ROOT) not in text
+    kept = nbformat.read(path, as_version=4)
+    assert ["".join(o["text"]) for o in kept.cells[0].outputs] == ["[19:22:27] lr=0.003 epoch=3\n", "kept\n"]
+    assert kept.metadata["papermill"] == {"input_path": "notebooks/02_finetune.ipynb",
+                                          "output_path": paths.show(out / "02_finetune.ipynb")}
+
+
 # --------------------------------------------------------------------------- the git filter and make venv
 def test_the_notebook_filter_lets_git_work_without_the_environment(tmp_path):
     repo = tmp_path / "repo"
