@@ -2,7 +2,7 @@
 finished only when all its files are; every failure ends in one line with what to do, exit code 2
 and the traceback in a log; interactive runs cannot leave damage cached; 07 resumes.
 
-The trials that need the smoke profile's fine-tuning units are in ``test_smoke_recovery.py``."""
+A deleted or corrupt ``unit.json`` of real fine-tuning units is in ``test_pipeline_jobs.py``."""
 
 from __future__ import annotations
 
