@@ -11,8 +11,9 @@ figures). A stage is skipped when nothing it depends on changed since its last s
   :func:`lib.util.note_read` by content digest, under a name relative to the outputs folder, the
   published data folder or the repository (:func:`lib.paths.portable`): other data behind the same
   ``HARMONY_DATA`` re-runs what read it, a moved outputs folder or checkout re-runs nothing;
-- its *outputs*: what its folder held when it finished, so that a notebook run by hand in
-  JupyterLab that changed them is redone; and a summary.json that parses.
+- its *results*: the summary, numbers and tables its folder held when it finished (not the
+  figures, whose PDFs record when they were drawn), so that a notebook run by hand in JupyterLab
+  that changed them is redone; and a summary.json that parses.
 
 So editing ``lib/benchalign`` re-runs only 07, and a stage whose upstream outputs came out the
 same stays cached. Long stages also cache per unit of work (``lib.pipeline.jobs``, and 07's
@@ -39,6 +40,7 @@ import datetime
 import errno
 import fcntl
 import functools
+import hashlib
 import importlib
 import json
 import os
@@ -128,10 +130,25 @@ def _key_change(old: dict, new: dict) -> str:
         if lib else "its key changed"
 
 
+def results_digest(out_dir: Path) -> str:
+    """Content digest of the results a stage folder holds: summary.json, numbers.tex and the
+    tables, by relative path. Not the figures (a PDF records when it was drawn) nor the executed
+    notebook (only the runner writes it), so a notebook stepped through in JupyterLab that wrote
+    the same numbers leaves its stage cached, and one that wrote other numbers does not."""
+    h = hashlib.sha256()
+    for path in sorted(out_dir.rglob("*")):
+        rel = path.relative_to(out_dir)
+        if (path.is_file() and rel.parts[0] != "figures" and path.suffix != ".ipynb"
+                and not any(part.startswith(".") for part in rel.parts)):
+            h.update(f"{rel.as_posix()}\0{digest(path)}\n".encode())
+    return h.hexdigest()
+
+
 def stale(out_dir: Path, key: dict) -> str | None:
     """None when the stage is cached: its stamp holds ``key``, its summary.json parses, every input
     it read holds what it held then (by content, wherever HARMONY_DATA or outputs/ points now), and
-    its folder holds what that run wrote (a notebook run by hand in JupyterLab may have changed it).
+    its folder holds the results that run wrote (:func:`results_digest`: a notebook run by hand in
+    JupyterLab may have changed them).
     Otherwise the reason it runs, in a few words."""
     stamp = out_dir / paths.STAGE_STAMP
     if not stamp.exists():
@@ -151,7 +168,7 @@ def stale(out_dir: Path, key: dict) -> str | None:
     changed = _changed_inputs(record.get("reads", {}))
     if changed:
         return f"{changed[0]} changed" + (f" (and {len(changed) - 1} more inputs)" if len(changed) > 1 else "")
-    if record.get("outputs") != digest(out_dir):
+    if record.get("outputs") != results_digest(out_dir):
         return "its outputs differ from what its last run wrote"
     return None
 
@@ -451,7 +468,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
             reads = execute(stage, params, out_dir, label=f"[{name}] {stage}")
             dt = time.time() - t0
             read_json(out_dir / "summary.json", rebuild=paths.make_command(out_dir))    # it exists and parses
-            mark(out_dir / paths.STAGE_STAMP, key, reads=reads, outputs=digest(out_dir), seconds=dt,
+            mark(out_dir / paths.STAGE_STAMP, key, reads=reads, outputs=results_digest(out_dir), seconds=dt,
                  finished=time.time())
             print(f"[{name}] {stage}: done in {dt:.1f}s -> {paths.show(out_dir)}", flush=True)
             log[stage] = {"status": "ran", "seconds": dt}

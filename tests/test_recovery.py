@@ -114,7 +114,7 @@ def _stage_folder(tmp_path, monkeypatch, data_dir: Path) -> tuple[Path, dict]:
     read = data_dir / "oll-v2-items" / "ifeval.npz"
     key = {"notebook": "n", "params": {"n": 1}, "lib": {}}
     util.mark(out / paths.STAGE_STAMP, key, reads={paths.portable(read): util.digest(read)},
-              outputs=util.digest(out))
+              outputs=run.results_digest(out))
     return out, key
 
 
@@ -144,6 +144,9 @@ def test_a_stage_is_stale_when_what_it_read_or_wrote_differs_wherever_it_lies(tm
     (out / "summary.json").write_text('{"rho": ')
     assert run.stale(out, key) == "its summary.json does not parse"
     (out / "summary.json").write_text('{"rho": 0.5}\n')
+    (out / "figures").mkdir()
+    (out / "figures" / "rho.pdf").write_bytes(b"%PDF CreationDate now")        # a figure drawn again by hand
+    assert run.stale(out, key) is None
     (out / "numbers.tex").write_text("\\newcommand{\\Rho}{None}\n")      # written by a notebook run by hand
     assert run.stale(out, key) == "its outputs differ from what its last run wrote"
 
