@@ -309,6 +309,10 @@ def test_a_unit_is_finished_only_when_all_its_files_are(tmp_path):
     broken(lambda: items.unlink(), "per-item file", "is missing")
     broken(lambda: items.write_text("{"), "per-item file", "damaged")
     assert spec.unfinished("b") is None                                # a pruned adapter of another lr is fine
+    items.unlink()                                                     # a metric without per-item values
+    store.write(spec.store_root, store.Result(store.TBT, "b", "m", "acc", 0.5, provenance={
+        "config": spec.config(), "lr": 3e-3, "kind": "generate_until", "per_item": False}))
+    assert spec.unfinished("b") is None
     path = store.path_for(spec.store_root, store.TBT, "b", "m")
     path.write_text(path.read_text().replace('"score": 0.5', '"score": NaN'))
     assert "is damaged" in spec.unfinished("b")

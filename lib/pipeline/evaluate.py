@@ -269,7 +269,8 @@ def record(store_root: str | Path, work: str | Path, protocol: str, info: TaskIn
     if outcome.correct is not None:
         layout.write_items(work, protocol, info.name, model, metric=outcome.metric, doc_ids=outcome.doc_ids,
                            correct=outcome.correct)
-    prov = {"filter": info.filter, "kind": info.kind, "n_test": outcome.n, "versions": versions(),
+    prov = {"filter": info.filter, "kind": info.kind, "per_item": outcome.correct is not None, "n_test": outcome.n,
+            "versions": versions(),
             "eval_seconds": outcome.seconds, **provenance}
     return store.write(store_root, store.Result(
         protocol=protocol, benchmark=info.name, model=model, metric=info.metric, score=outcome.score,

@@ -108,7 +108,8 @@ class JobSpec:
         if result.provenance.get("config") != self.config():
             return ""
         problems = []
-        if result.provenance.get("kind") != "loglikelihood_rolling":         # perplexity has no items
+        prov = result.provenance               # per-item values were written (perplexity has none)
+        if prov.get("per_item", prov.get("kind") != "loglikelihood_rolling"):
             problems.append(layout.items_problem(self.work_root, self.protocol, benchmark, self.model))
         if self.protocol == TBT:
             problems += layout.unit_problems(self.work_root, self.model, benchmark,
