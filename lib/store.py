@@ -173,14 +173,23 @@ def write_meta(root: str | os.PathLike, kind: str, records: dict[str, dict]) -> 
 
 
 def meta_path(root: str | os.PathLike, path: str) -> Path:
-    """A path recorded in the metadata (a model's folder): relative ones are relative to the store
-    root, so a moved outputs folder keeps working."""
+    """A path recorded in the metadata (a model's folder) where it lies now: ``outputs:<profile>/...``
+    under today's outputs folder (:func:`lib.paths.located`), another relative one under the store
+    root, an absolute one as it is."""
+    prefix, sep, _ = path.partition(":")
+    if sep and prefix in paths.PORTABLE_ROOTS:
+        return paths.located(path)
     return Path(root) / path if not Path(path).is_absolute() else Path(path)
 
 
 def relative_meta_path(root: str | os.PathLike, path: str | os.PathLike) -> str:
-    """``path`` as :func:`meta_path` reads it back: relative to the store root when it lies in the
-    folder that holds the store (``../work/models/x`` for a profile's own models), else absolute."""
+    """``path`` as :func:`meta_path` reads it back, naming no folder of this machine: under the
+    outputs folder ``outputs:<profile>/work/models/x`` (so a copy of the store finds the models
+    too), else relative to the store root when it lies in the folder that holds the store, else
+    absolute."""
+    name = paths.portable(path)
+    if name.startswith("outputs:"):
+        return name
     for resolve in (os.path.abspath, os.path.realpath):     # as written, then with links resolved
         try:
             return (Path("..") / Path(resolve(path)).relative_to(Path(resolve(root)).parent)).as_posix()

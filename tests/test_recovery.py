@@ -250,7 +250,7 @@ def test_a_unit_is_keyed_on_the_model_content_not_its_path(tmp_path):
     assert ev.model_key("org/model-that-is-not-cached").startswith("hub:org/model-that-is-not-cached")
 
 
-def test_the_zoo_records_model_folders_relative_to_the_store(tmp_path):
+def test_the_zoo_records_model_folders_relative_to_the_store(tmp_path, monkeypatch):
     root = tmp_path / "outputs" / "p" / "store"
     model = _model(tmp_path / "outputs" / "p" / "work" / "models" / "m")
     rel = store.relative_meta_path(root, model)
@@ -259,6 +259,12 @@ def test_the_zoo_records_model_folders_relative_to_the_store(tmp_path):
     shutil.move(tmp_path / "outputs", tmp_path / "bigdisk")            # outputs moved to another disk
     name, source = ev.resolve_model("m", tmp_path / "bigdisk" / "p" / "store")
     assert name == "m" and Path(source) == tmp_path / "bigdisk" / "p" / "work" / "models" / "m"
+    monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "bigdisk")          # a profile's models under outputs/
+    model = tmp_path / "bigdisk" / "p" / "work" / "models" / "m"
+    assert store.relative_meta_path(tmp_path / "bigdisk" / "p" / "store", model) == "outputs:p/work/models/m"
+    copy = tmp_path / "copy"                                           # a copy of the store (tests make them)
+    store.write_meta(copy, "models", {"m": {"family": "f", "path": "outputs:p/work/models/m"}})
+    assert Path(ev.resolve_model("m", copy)[1]) == model
 
 
 def _unit(work: Path, lr: float, config: dict, best: int = 2, adapter: bool = True) -> Path:
