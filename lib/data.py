@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import socket
 import sys
 import urllib.error
@@ -41,6 +42,11 @@ TIMEOUT_S = 60
 
 class DataError(RuntimeError):
     """A download or conversion failed; the message is one line naming the file."""
+
+
+class CorruptData(ValueError):
+    """A file of the published data cannot be read as what it should be; the message names it and
+    how to restore it (:func:`corrupt`)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,31 @@ ITEM_FILES: dict[str, tuple[Remote, Remote]] = {
            Remote(*_BP, f"data/scores/{name}_models.jbl", f"_raw/benchmark-prediction/{name}_models.jbl", m_sha))
     for name, (s_sha, m_sha) in _ITEM_SHA.items()
 }
+
+
+def expected_sha256(dest: str) -> str | None:
+    """The sha256 a published file (path inside the data folder) must have, where one is pinned."""
+    return next((r.sha256 for r in FILES if r.dest == dest), None)
+
+
+def corrupt(path: str | Path, reason: str) -> CorruptData:
+    """The error for a published data file that does not read: which file, why, and how to get a
+    good copy (`make data`, or the sha256 a copy must have)."""
+    name = paths.portable(path)
+    dest = name.partition(":")[2] if name.startswith("data:") else Path(path).name
+    sha = expected_sha256(dest)
+    check = (f"a good copy has sha256 {sha}" if sha else
+             "`make data` makes it from downloads whose sha256 it checks")
+    env = os.environ.get(paths.DATA_ENV)
+    if not name.startswith("data:"):
+        fix = ("replace it with a good copy (`make data` downloads the published files into "
+               f"{paths.show(paths.DATA_DOWNLOADS)})")
+    elif env:
+        fix = (f"copy a good one into {paths.DATA_ENV}={env}, or `unset {paths.DATA_ENV}; make data` to download the "
+               f"published data into {paths.show(paths.DATA_DOWNLOADS)}")
+    else:
+        fix = f"`make data` downloads it again into {paths.show(paths.DATA_DOWNLOADS)}"
+    return CorruptData(f"corrupt data file {path} ({reason}): {fix} ({check})")
 
 
 def fetch(url: str) -> bytes:

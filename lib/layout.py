@@ -13,6 +13,7 @@ rebuilds a path. (Test scores live in the results store, :mod:`lib.store`.)
     <work>/locks/<protocol>/<model>/<benchmark>[.lr=2e-05].lock       held while a job works on the unit (or on one lr)
     <work>/failed/<protocol>/<model>/<benchmark>[.lr=2e-05].json      why a unit failed, and the spec that retries it
     <work>/submitit/<stage>/                                          submitit's logs of a stage's jobs
+    <work>/benchalign/<unit>.pkl                                      a finished unit of notebook 07 (resume)
     <work>/world/, <work>/models/, <work>/zoo.json                    the mini world, its zoo, the zoo's summary
 
 Model and benchmark names appear as :func:`lib.store.slug` (``org/model`` -> ``org__model``).
@@ -20,12 +21,13 @@ Model and benchmark names appear as :func:`lib.store.slug` (``org/model`` -> ``o
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from .store import TBT, slug
-from .util import atomic_write_json, current, note_read, read_json
+from .util import CorruptFile, atomic_write_json, jsonable, note_read, read_json
 
 UNIT_FILE = "unit.json"            # written last: a learning-rate unit without it is unfinished
 SELECTION_FILE = "selection.json"
@@ -89,13 +91,131 @@ def examples_frame(work: Work, models: list[str], benchmarks: list[str]):
     return pd.DataFrame(rows, columns=["model", "benchmark", "text", "tokens", "loss_tokens", "loss_text"])
 
 
+def write_unit(unit: Work, record: dict) -> Path:
+    """Write a unit's ``unit.json`` (last: it marks the unit finished). Its adapter is named
+    relative to the unit's folder, so the unit stays finished when outputs/ moves."""
+    record = dict(record)
+    if record.get("adapter"):
+        record["adapter"] = Path(record["adapter"]).name
+    return atomic_write_json(Path(unit) / UNIT_FILE, record)
+
+
 def read_unit(unit: Work, config: dict | None = None) -> dict | None:
-    """A finished unit's record (``unit.json``); None when it has not finished or, given
-    ``config``, was made with another configuration (so that it is redone)."""
-    path = Path(unit) / UNIT_FILE
-    if config is not None:
-        return current(path, config, field="config")
-    return read_json(path) if path.exists() else None
+    """A finished unit's record (``unit.json``, its adapter as a path under the unit's folder);
+    None when it has not finished, its record is damaged (:func:`unit_problem`) or, given
+    ``config``, it was made with another configuration (so that it is redone)."""
+    record, _ = check_unit(unit, config)
+    return record
+
+
+def check_unit(unit: Work, config: dict | None = None) -> tuple[dict | None, str]:
+    """``(record, "")`` for a finished unit (of ``config``, when given); else ``(None, why)``, why
+    being ``""`` when there is nothing to say (never started, or made with another configuration:
+    an ordinary reason to run it) and a few words when a file is missing or damaged."""
+    unit = Path(unit)
+    path = unit / UNIT_FILE
+    if not path.exists():
+        return None, f"{lr_label(unit)} has no {UNIT_FILE} (interrupted, or the file was removed)" \
+            if unit.is_dir() else ""
+    try:
+        record = read_json(path)
+    except CorruptFile:
+        return None, f"{lr_label(unit)}/{UNIT_FILE} does not parse"
+    if not isinstance(record, dict):
+        return None, f"{lr_label(unit)}/{UNIT_FILE} is not a JSON object"
+    if config is not None and jsonable(record.get("config")) != jsonable(config):
+        return None, ""
+    problem = _curve_problem(record)
+    if problem:
+        return None, f"{lr_label(unit)}/{UNIT_FILE}: {problem}"
+    if record.get("adapter"):
+        record["adapter"] = str(adapter_dir(unit, int(str(record["adapter"]).rsplit("=", 1)[-1])))
+    return record, ""
+
+
+def lr_label(unit: Work) -> str:
+    """``mw-llama-s/mw_facts/lr=0.001``: a unit's folder, for messages."""
+    return "/".join(Path(unit).parts[-3:])
+
+
+def _curve_problem(record: dict) -> str:
+    """What is wrong with a unit's validation curve ("" when nothing): one point per epoch from 1,
+    each with a value of the unit's criterion and its training loss, the best epoch among them."""
+    curve, key = record.get("curve"), record.get("criterion", "val_score")
+    if not isinstance(curve, list) or not curve:
+        return "no validation curve"
+    for i, point in enumerate(curve, start=1):
+        if not isinstance(point, dict) or point.get("epoch") != i:
+            return f"curve point {i} is not epoch {i}"
+        for field in (key, "train_loss"):             # null: a non-finite value, recorded as such
+            value = point.get(field, "missing")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                return f"epoch {i} has no {field}"
+    if record.get("best_epoch") not in range(1, len(curve) + 1):
+        return f"best epoch {record.get('best_epoch')!r} is not on its curve"
+    if record.get("adapter") and not str(record["adapter"]).endswith(f"epoch={record['best_epoch']}"):
+        return f"its adapter {record['adapter']} is not the best epoch's"
+    return ""
+
+
+def adapter_problem(adapter: Work) -> str:
+    """What is missing or damaged in a kept adapter ("" when nothing): a LoRA adapter's
+    ``adapter_config.json`` and weights, or (a unit that trained every parameter) a whole model's
+    ``config.json`` and weights; a safetensors file must be as long as its header says."""
+    adapter = Path(adapter)
+    name = lr_label(adapter)
+    if not adapter.is_dir():
+        return f"the adapter {name} is missing"
+    config = next((c for c in ("adapter_config.json", "config.json") if (adapter / c).exists()), None)
+    if config is None:
+        return f"the adapter {name} has no adapter_config.json"
+    try:
+        read_json(adapter / config)
+    except CorruptFile:
+        return f"{name}/{config} does not parse"
+    stem = "adapter_model" if config == "adapter_config.json" else "model"
+    weights = [p for p in (adapter / f"{stem}.safetensors", adapter / f"{stem}.bin") if p.exists()]
+    if not weights and not list(adapter.glob(f"{stem}-*.safetensors")):
+        return f"the adapter {name} has no weights ({stem}.safetensors)"
+    for path in [*weights, *adapter.glob(f"{stem}-*.safetensors")]:
+        if path.suffix == ".safetensors" and not safetensors_complete(path):
+            return f"{name}/{path.name} is truncated or damaged"
+    return ""
+
+
+def safetensors_complete(path: Work) -> bool:
+    """Whether a ``.safetensors`` file is as long as its header says (a cheap check that reads the
+    header only: a truncated copy or an interrupted write fails it)."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if n <= 0 or 8 + n > size:
+                return False
+            header = json.loads(fh.read(n))
+        ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+        return 8 + n + max(ends, default=0) == size
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return False
+
+
+def unit_problems(work: Work, model: str, benchmark: str, configs: dict[float, dict],
+                  chosen: float | None) -> list[str]:
+    """Why the train-before-test units of one (model, benchmark) are not all finished: every
+    learning rate's ``unit.json`` (of its configuration in ``configs``) and the adapter of the
+    ``chosen`` learning rate (the others are pruned once the choice is made). One entry per
+    missing or damaged file."""
+    out = []
+    for lr, config in configs.items():
+        unit = unit_dir(work, model, benchmark, lr)
+        record, why = check_unit(unit, config)
+        if record is None:
+            out.append(why or (f"{lr_label(unit)} was made with another configuration" if unit.is_dir()
+                               else f"{lr_label(unit)} is missing"))
+        elif lr == chosen and record.get("adapter"):
+            out.append(adapter_problem(record["adapter"]))
+    return [p for p in out if p]
 
 
 def unit_files(work: Work, models: list[str], benchmarks: list[str]) -> Iterator[tuple[str, str, Path]]:
@@ -172,6 +292,19 @@ def read_items(path: Work) -> dict:
     return data
 
 
+def items_problem(work: Work, protocol: str, benchmark: str, model: str) -> str:
+    """What is wrong with the per-item file of one test score ("" when nothing)."""
+    path = items_path(work, protocol, benchmark, model)
+    name = "/".join(path.parts[-4:])
+    if not path.exists():
+        return f"its per-item file {name} is missing"
+    try:
+        read_items(path)
+    except (CorruptFile, ItemFileError) as exc:
+        return f"its per-item file {name} is damaged ({str(exc).replace(str(path), '').strip(': ')})"
+    return ""
+
+
 # --------------------------------------------------------------------------- jobs
 def _job_name(benchmark: str, lr: float | None) -> str:
     return slug(benchmark) if lr is None else f"{slug(benchmark)}.{lr_name(lr)}"
@@ -193,6 +326,12 @@ def submitit_dir(work: Work, stage: str | None = None) -> Path:
     """submitit's job logs (of one stage, given ``stage``)."""
     root = Path(work) / "submitit"
     return root if stage is None else root / stage
+
+
+# --------------------------------------------------------------------------- notebook 07
+def benchalign_dir(work: Work) -> Path:
+    """Notebook 07's finished units of work (:mod:`lib.benchalign.memo`), so a stopped run resumes."""
+    return Path(work) / "benchalign"
 
 
 # --------------------------------------------------------------------------- the mini world (lib.miniworld)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import functools
 import math
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
@@ -32,7 +33,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import paths
+from . import data, paths
 from .store import read_meta
 from .util import did_you_mean, note_read
 
@@ -197,11 +198,14 @@ def _float_or_none(text: str | None) -> float | None:
 
 @functools.lru_cache(maxsize=4)
 def _read_obsscaling(path: str) -> dict[str, dict[str, Any]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise data.corrupt(path, f"{type(exc).__name__}: {exc}") from None
     need = {"Model", "Model Family", "Model Size (B)", "Pretraining Data Size (T)", "FLOPs (1E21)"}
-    if rows and not need <= set(rows[0]):
-        raise MetadataError(f"{path}: expected columns {sorted(need)}, found {sorted(rows[0])}")
+    if not rows or not need <= set(rows[0]):
+        raise data.corrupt(path, f"expected columns {sorted(need)}, found {sorted(rows[0]) if rows else 'no rows'}")
     return {r["Model"]: {"id": r["Model"], "family": r["Model Family"],
                          "params_b": _float_or_none(r["Model Size (B)"]),
                          "pretrain_tokens_t": _float_or_none(r["Pretraining Data Size (T)"]),
@@ -318,9 +322,26 @@ def benchmarks_frame(names: Iterable[str], store: str | Path | None = None) -> p
     return pd.DataFrame(rows, columns=cols).rename(columns={"name": "benchmark"}).set_index("benchmark")
 
 
-def models_frame(ids: Iterable[str], store: str | Path | None = None) -> pd.DataFrame:
+def require_compute(ids: Iterable[str]) -> None:
+    """Raise :class:`lib.paths.DataMissing`, naming the command that fixes it, when the pre-training
+    compute of some of ``ids`` comes from the published ObsScaling table and that table is not
+    found (a notebook run in JupyterLab without ``HARMONY_DATA``): without it an analysis of
+    compute would quietly shrink to the models that carry their own."""
+    needing = [m for m in ids if m in _MODELS]
+    if needing and not paths.has_data(OBSSCALING_CSV):
+        raise paths.DataMissing(
+            f"the pre-training compute of {len(needing)} models (e.g. {needing[0]}) comes from the published "
+            f"data's {OBSSCALING_CSV}, not found in {paths.show(paths.data_root())}: "
+            f"{paths.provide_data(os.environ.get(paths.DATA_ENV))}")
+
+
+def models_frame(ids: Iterable[str], store: str | Path | None = None, need_compute: bool = False) -> pd.DataFrame:
     """One row per model (index ``model``): family, params_b, instruct, pretrain_tokens_t, flops_1e21,
-    plus ``series``, ``base_model`` and ``compute_source`` from ``extra`` where known."""
+    plus ``series``, ``base_model`` and ``compute_source`` from ``extra`` where known. With
+    ``need_compute``, missing published compute data is an error (:func:`require_compute`)."""
+    ids = list(ids)
+    if need_compute:
+        require_compute(ids)
     records = _store_records(store, "models")
     rows = []
     for m in ids:

@@ -21,15 +21,25 @@ class DataMissing(FileNotFoundError):
     """The published reference data cannot be found."""
 
 
-def data_dir(required: str | None = None) -> Path:
-    """Folder of the published reference data.
+def data_root() -> Path:
+    """Where the published data is looked for (it may be absent): ``$HARMONY_DATA``, a relative
+    value read from the repository's root (not from the working directory, which is ``notebooks/``
+    in a JupyterLab kernel), or else the folder `make data` downloads into."""
+    env = os.environ.get(DATA_ENV)
+    if not env:
+        return DATA_DOWNLOADS
+    return (ROOT / Path(env).expanduser()).resolve()     # an absolute value stays as it is
 
-    ``$HARMONY_DATA`` wins; otherwise the folder `make data` downloads into. ``required`` names a
-    file or folder inside it that the caller needs (e.g. ``"lm-harmony/all_results.json"``); if it
-    is absent a :class:`DataMissing` error says, in one line, what to do.
+
+def data_dir(required: str | None = None) -> Path:
+    """Folder of the published reference data (:func:`data_root`).
+
+    ``required`` names a file or folder inside it that the caller needs (e.g.
+    ``"lm-harmony/all_results.json"``); if it is absent a :class:`DataMissing` error says, in one
+    line, what to do.
     """
     env = os.environ.get(DATA_ENV)
-    base = Path(env).expanduser().resolve() if env else DATA_DOWNLOADS
+    base = data_root()
     target = base / required if required else base
     if not target.exists():
         raise DataMissing(f"published data not found: {target} ({provide_data(env)})")
@@ -54,12 +64,54 @@ def has_data(required: str) -> bool:
         return False
 
 
+# --------------------------------------------------------------------------- paths that survive a move
+# A cache that names what it read by absolute path goes stale when outputs/ or the checkout moves,
+# and stays "fresh" when HARMONY_DATA points at other data under the same name. So recorded paths
+# are relative to the folder they lie in, named by a prefix: the outputs folder, the published
+# data folder (wherever HARMONY_DATA points now) or the repository.
+PORTABLE_ROOTS = ("outputs", "data", "repo")
+
+
+def _roots() -> dict[str, Path]:
+    return {"outputs": OUTPUTS, "data": data_root(), "repo": ROOT}
+
+
+def portable(path: str | os.PathLike) -> str:
+    """``outputs:smoke/store``, ``data:oll-v2-items/ifeval.npz`` or ``repo:lib/store.py``: ``path``
+    relative to the first of the outputs folder, the published data folder and the repository that
+    holds it, compared as written and then with symbolic links resolved (so ``outputs/smoke`` may be
+    a link to another disk); a path outside all three stays absolute."""
+    roots = _roots()
+    forms = [(os.path.abspath, os.path.abspath), (os.path.abspath, os.path.realpath),
+             (os.path.realpath, os.path.realpath)]
+    for as_path, as_root in forms:
+        target = Path(as_path(path))
+        for name, root in roots.items():
+            try:
+                rel = target.relative_to(as_root(root))
+            except ValueError:
+                continue
+            return f"{name}:{rel.as_posix()}"
+    return os.path.realpath(path)
+
+
+def located(name: str) -> Path:
+    """The path a :func:`portable` name stands for now (under today's outputs, data and repository)."""
+    prefix, sep, rel = name.partition(":")
+    if sep and prefix in PORTABLE_ROOTS:
+        root = _roots()[prefix]
+        return root / rel if rel not in ("", ".") else root
+    return Path(name)
+
+
 def show(path: str | os.PathLike) -> str:
     """``path`` relative to the repository when it lies inside it (for messages)."""
-    try:
-        return str(Path(path).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
+    for resolve in (os.path.abspath, os.path.realpath):
+        try:
+            return str(Path(resolve(path)).relative_to(resolve(ROOT)))
+        except ValueError:
+            continue
+    return str(path)
 
 
 def make_command(where: str | os.PathLike, stages: str | None = None) -> str:
@@ -68,10 +120,10 @@ def make_command(where: str | os.PathLike, stages: str | None = None) -> str:
     ``make all PROFILE=<p>`` (``make all`` for the default profile, mini); a path elsewhere: ``make all``."""
     parts: tuple[str, ...] = (str(where),)
     if os.sep in str(where):
-        try:
-            parts = Path(where).resolve().relative_to(OUTPUTS.resolve()).parts
-        except ValueError:
+        name = portable(where)
+        if not name.startswith("outputs:"):
             return "make all"
+        parts = Path(name.partition(":")[2]).parts
     profile = parts[0]
     if stages is None and len(parts) > 1 and parts[1][:2].isdigit() and "_" in parts[1]:
         stages = parts[1].split("_")[0]

@@ -23,7 +23,8 @@ import sys
 import time
 
 STAGE_ENV = "TBT_STAGE"      # set by lib.run while a stage runs: prefixes the lines with its name
-HEARTBEAT_ENV = "TBT_HEARTBEAT"   # set by lib.run: a file touched at every line, so its heartbeat stays quiet
+HEARTBEAT_ENV = "TBT_HEARTBEAT"   # set by lib.run: a file written at every line ("done total label"), so
+                                  # its heartbeat stays quiet and an interrupted run can say how far it got
 
 
 def clock(seconds: float) -> str:
@@ -58,9 +59,9 @@ class Progress:
         try:
             self.stream.write(self.line(note) + "\n")
             self.stream.flush()
-            if os.environ.get(HEARTBEAT_ENV):
-                with open(os.environ[HEARTBEAT_ENV], "a"):
-                    os.utime(os.environ[HEARTBEAT_ENV])
+            if os.environ.get(HEARTBEAT_ENV):      # the runner's heartbeat (and its message on Ctrl-C) reads it
+                with open(os.environ[HEARTBEAT_ENV], "w") as fh:
+                    fh.write(f"{self.done} {self.total} {self.label}")
         except (OSError, ValueError):      # a closed console must never stop the work
             pass
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import metadata, paths, store
+from . import data, metadata, paths, store
 from .util import CorruptFile, current, mark, read_json, sha256_file
 
 RESULTS_FILE = "lm-harmony/all_results.json"
@@ -36,13 +36,21 @@ def results_path() -> Path:
 def parse_results(path: str | Path) -> dict[str, dict[str, dict[str, dict[str, float | None]]]]:
     """Read and validate ``all_results.json``: returns ``{protocol: {benchmark: {model: {"score", "stderr"}}}}``.
 
-    Raises :class:`lib.store.StoreError` naming the file and the offending entry.
+    Raises :class:`lib.store.StoreError` naming the file, the offending entry and how to restore a
+    good copy (:func:`lib.data.corrupt`).
     """
-    path = Path(path)
+    try:
+        return _parse_results(Path(path))
+    except store.StoreError as exc:
+        bad = data.corrupt(path, str(exc).replace(f"{path}: ", "", 1))
+        raise store.StoreError(str(bad)) from None
+
+
+def _parse_results(path: Path) -> dict[str, dict[str, dict[str, dict[str, float | None]]]]:
     try:
         raw = read_json(path)
     except CorruptFile as exc:
-        raise store.StoreError(str(exc)) from None
+        raise store.StoreError(str(exc).split(": ", 1)[1]) from None
     if not isinstance(raw, dict):
         raise store.StoreError(f"{path}: expected a JSON object {{protocol: {{benchmark: {{model: score}}}}}}")
     allowed = set(store.PROTOCOLS) | {p + "_stderr" for p in store.PROTOCOLS}
@@ -111,7 +119,7 @@ def import_store(profile: str, source: str | Path | None = None, force: bool = F
     t0 = time.time()
     results = parse_results(path)
     infos = _check_metadata(results, path)
-    provenance = {"source": str(path.name), "source_path": str(path), "sha256": digest, **SOURCE}
+    provenance = {"source": str(path.name), "source_path": paths.portable(path), "sha256": digest, **SOURCE}
     keys = []
     for protocol, per_bench in results.items():
         for bench, by_model in per_bench.items():
@@ -129,7 +137,7 @@ def import_store(profile: str, source: str | Path | None = None, force: bool = F
             old.unlink()
             removed += 1
     os.sync()            # one flush for the whole batch (per-file fsync made the import 8x slower)
-    return mark(marker, digest, source_path=str(path), sha256=digest, n_results=len(keys), removed=removed,
+    return mark(marker, digest, source_path=paths.portable(path), sha256=digest, n_results=len(keys), removed=removed,
                 seconds=round(time.time() - t0, 2), keys=sorted(keys))
 
 

@@ -1,17 +1,23 @@
 """Run the notebooks of a profile, in order, through papermill: ``python -m lib.run PROFILE``.
 
 Each stage writes ``outputs/<profile>/<stage>/`` (the executed notebook, summary.json, tables,
-figures). A stage is skipped when nothing it depends on changed since its last successful run:
+figures). A stage is skipped when nothing it depends on changed since its last successful run
+(:func:`stale` says what did):
 
 - its *key*: the notebook's source, its resolved parameters, and the source of the ``lib``
-  modules it imports (followed through their own imports, :func:`lib_closure`), and
+  modules it imports (followed through their own imports, :func:`lib.util.lib_closure`);
 - its *reads*: every input it read while it ran (results store, earlier stages' summary.json,
   item files, published data, task folders), recorded by the stage itself through
-  :func:`lib.util.note_read` and compared by content digest.
+  :func:`lib.util.note_read` by content digest, under a name relative to the outputs folder, the
+  published data folder or the repository (:func:`lib.paths.portable`): other data behind the same
+  ``HARMONY_DATA`` re-runs what read it, a moved outputs folder or checkout re-runs nothing;
+- its *results*: the summary, numbers and tables its folder held when it finished (not the
+  figures, whose PDFs record when they were drawn), so that a notebook run by hand in JupyterLab
+  that changed them is redone; and a summary.json that parses.
 
 So editing ``lib/benchalign`` re-runs only 07, and a stage whose upstream outputs came out the
-same stays cached. Long stages also cache per unit of work (``lib.pipeline.jobs``), so an
-interrupted run resumes where it stopped.
+same stays cached. Long stages also cache per unit of work (``lib.pipeline.jobs``, and 07's
+``lib.benchalign.experiments``), so an interrupted run resumes where it stopped.
 
 One run per profile at a time: a run holds ``outputs/<profile>/.lock`` (``flock``, released by the
 operating system when the process ends, however it ends); a second run stops with one line naming
@@ -20,23 +26,32 @@ console gets a line whenever nothing else was printed for :data:`HEARTBEAT_S` se
 elapsed), so a log file or CI shows the run is alive. Notebooks run in this interpreter, whichever
 kernels are registered (:func:`kernel_manager_class`). The ``published`` profile downloads its data
 (:mod:`lib.data`) when it is missing, ``HARMONY_DATA`` is unset and the network answers.
+
+Whatever fails (a corrupt file, a full or read-only disk, Ctrl-C, a failed cell) ends in one line
+that says what to do and names the log file that holds the traceback (:func:`failure_line`), and
+exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import datetime
+import errno
 import fcntl
 import functools
+import hashlib
 import importlib
 import json
 import os
+import re
 import shlex
+import shutil
 import sys
+import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 from . import paths
@@ -53,11 +68,26 @@ from .params import (
 )
 from .pipeline.device import pin_arithmetic
 from .progress import HEARTBEAT_ENV, STAGE_ENV, clock
-from .util import READS_ENV, atomic_write_json, current, digest, mark, sha256_bytes
+from .util import (
+    READS_ENV,
+    CorruptFile,
+    atomic_write_json,
+    atomic_write_text,
+    digest,
+    jsonable,
+    lib_closure,
+    mark,
+    read_json,
+    sha256_bytes,
+)
 
 pin_arithmetic()          # before any torch import here or in the kernels and jobs it starts
 
 HEARTBEAT_S = 15.0        # a console line at least this often while a stage runs (when nothing else printed)
+# The kernel's own progress bars (lm-eval, datasets) would be stored, a few hundred lines of them, in
+# the executed notebook, which no one watches while it runs: the console gets lib.progress lines.
+QUIET_KERNEL = {"TQDM_DISABLE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+QUIET_WARNINGS = "ignore:IProgress not found"      # tqdm.auto without ipywidgets, at import
 
 
 # --------------------------------------------------------------------------- what a stage depends on
@@ -71,57 +101,6 @@ def _notebook_source_hash(path: Path) -> str:
     return sha256_bytes(json.dumps([(c["cell_type"], "".join(c["source"])) for c in nb["cells"]]))
 
 
-def _module_file(name: str, root: Path) -> Path | None:
-    base = root.joinpath(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """Names of the ``lib`` modules a module's code imports (anywhere, lazy imports included)."""
-    package = module.split(".") if is_package else module.split(".")[:-1]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = package[:len(package) - node.level + 1] if node.level else []
-            target = ".".join(base + ([node.module] if node.module else []))
-            found.add(target)
-            found |= {f"{target}.{a.name}" for a in node.names}     # `from pkg import module`
-    return {n for n in found if n == "lib" or n.startswith("lib.")}
-
-
-def lib_closure(sources: list[str], root: Path | None = None) -> list[Path]:
-    """The ``lib`` source files that code ``sources`` imports, directly or through other ``lib``
-    modules (with the ``__init__.py`` of every package on the way), sorted."""
-    root = root or paths.ROOT
-    todo = set().union(*(_imported(_parse(s), "__main__", False) for s in sources)) if sources else set()
-    seen: dict[str, Path] = {}
-    while todo:
-        name = todo.pop()
-        parts = name.split(".")
-        for i in range(1, len(parts) + 1):                 # lib, lib.x, lib.x.y: packages run first
-            sub = ".".join(parts[:i])
-            if sub in seen:
-                continue
-            path = _module_file(sub, root)
-            if path is None:
-                continue                                    # an attribute imported from a module
-            seen[sub] = path
-            todo |= _imported(_parse(path.read_text()), sub, path.name == "__init__.py") - set(seen)
-    return sorted(set(seen.values()))
-
-
-def _parse(source: str) -> ast.AST:
-    try:
-        return ast.parse(source)
-    except SyntaxError:      # IPython magics: keep the lines Python can read
-        return ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
-
-
 def stage_key(stage: str, params: dict, root: Path | None = None) -> dict:
     """What determines a stage besides its inputs: notebook source, parameters, lib closure."""
     root = root or paths.ROOT
@@ -131,14 +110,72 @@ def stage_key(stage: str, params: dict, root: Path | None = None) -> dict:
             "lib": {str(p.relative_to(root)): digest(p) for p in files}}
 
 
-def _reads_now(reads: dict[str, str]) -> dict[str, str]:
-    return {p: digest(p) for p in reads}
+def _changed_inputs(reads: dict[str, str]) -> list[str]:
+    """The recorded inputs whose content differs now (each looked up where it lies today)."""
+    return [p for p, d in reads.items() if digest(paths.located(p)) != d]
+
+
+def _key_change(old: dict, new: dict) -> str:
+    """Which part of a stage's key changed, in words."""
+    if not isinstance(old, dict):
+        return "its cache stamp is from another version"
+    if old.get("notebook") != new["notebook"]:
+        return "its notebook changed"
+    if old.get("params") != jsonable(new["params"]):
+        changed = sorted(k for k in set(new["params"]) | set(old.get("params") or {})
+                         if (old.get("params") or {}).get(k) != jsonable(new["params"]).get(k))
+        return f"its parameters changed ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''})"
+    lib = [f for f in set(new["lib"]) | set(old.get("lib") or {}) if (old.get("lib") or {}).get(f) != new["lib"].get(f)]
+    return f"{sorted(lib)[0]} changed" + (f" (and {len(lib) - 1} more lib files)" if len(lib) > 1 else "") \
+        if lib else "its key changed"
+
+
+def results_digest(out_dir: Path) -> str:
+    """Content digest of the results a stage folder holds: summary.json, numbers.tex and the
+    tables, by relative path. Not the figures (a PDF records when it was drawn) nor the executed
+    notebook (only the runner writes it), so a notebook stepped through in JupyterLab that wrote
+    the same numbers leaves its stage cached, and one that wrote other numbers does not."""
+    h = hashlib.sha256()
+    for path in sorted(out_dir.rglob("*")):
+        rel = path.relative_to(out_dir)
+        if (path.is_file() and rel.parts[0] != "figures" and path.suffix != ".ipynb"
+                and not any(part.startswith(".") for part in rel.parts)):
+            h.update(f"{rel.as_posix()}\0{digest(path)}\n".encode())
+    return h.hexdigest()
+
+
+def stale(out_dir: Path, key: dict) -> str | None:
+    """None when the stage is cached: its stamp holds ``key``, its summary.json parses, every input
+    it read holds what it held then (by content, wherever HARMONY_DATA or outputs/ points now), and
+    its folder holds the results that run wrote (:func:`results_digest`: a notebook run by hand in
+    JupyterLab may have changed them).
+    Otherwise the reason it runs, in a few words."""
+    stamp = out_dir / paths.STAGE_STAMP
+    if not stamp.exists():
+        return "no finished run"
+    try:
+        record = read_json(stamp)
+    except CorruptFile:
+        return "its cache stamp does not parse"
+    if not isinstance(record, dict) or jsonable(record.get("key")) != jsonable(key):
+        return _key_change(record.get("key") if isinstance(record, dict) else None, key)
+    try:
+        read_json(out_dir / "summary.json")
+    except FileNotFoundError:
+        return "its summary.json is missing"
+    except CorruptFile:
+        return "its summary.json does not parse"
+    changed = _changed_inputs(record.get("reads", {}))
+    if changed:
+        return f"{changed[0]} changed" + (f" (and {len(changed) - 1} more inputs)" if len(changed) > 1 else "")
+    if record.get("outputs") != results_digest(out_dir):
+        return "its outputs differ from what its last run wrote"
+    return None
 
 
 def is_cached(out_dir: Path, key: dict) -> bool:
-    """True when the stage's stamp holds ``key`` and every input it read is unchanged."""
-    record = current(out_dir / paths.STAGE_STAMP, key, needs=[out_dir / "summary.json"])
-    return record is not None and _reads_now(record.get("reads", {})) == record.get("reads", {})
+    """True when the stage need not run again (:func:`stale` has no reason)."""
+    return stale(out_dir, key) is None
 
 
 # --------------------------------------------------------------------------- running
@@ -323,7 +360,9 @@ def execute(stage: str, params: dict, out_dir: Path, label: str = "") -> dict[st
     reads_log = out_dir / ".reads.partial"
     touch = out_dir / ".heartbeat"
     reads_log.unlink(missing_ok=True)
-    env = {READS_ENV: str(reads_log), STAGE_ENV: stage, HEARTBEAT_ENV: str(touch)}
+    env = {READS_ENV: str(reads_log), STAGE_ENV: stage, HEARTBEAT_ENV: str(touch), **QUIET_KERNEL,
+           "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), QUIET_WARNINGS]))}
+    saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)                       # the kernel (a subprocess) inherits them
     n_cells = sum(c["cell_type"] == "code" for c in json.loads(notebook_path(stage).read_text())["cells"])
     try:
@@ -333,13 +372,47 @@ def execute(stage: str, params: dict, out_dir: Path, label: str = "") -> dict[st
                                 cwd=str(paths.NOTEBOOKS), progress_bar=False, log_output=False,
                                 on_cell_start=_code_cells_only(beat))
     finally:
-        for key in env:
-            os.environ.pop(key, None)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        with contextlib.suppress(OSError, ValueError):       # how far its long work got (lib.progress)
+            done, total, what = touch.read_text().split(" ", 2)
+            _where["units"] = (int(done), int(total), what)
         touch.unlink(missing_ok=True)
     reads = sorted(set(reads_log.read_text().split("\n")) - {""}) if reads_log.exists() else []
     reads_log.unlink(missing_ok=True)
+    _tidy(partial, final)
     os.replace(partial, final)
-    return {p: digest(p) for p in reads}
+    return {p: digest(paths.located(p)) for p in reads}
+
+
+PROGRESS_BAR = re.compile(r"\d+%\|[^|\n]*\|\s*\d+/\d+|^[^\n]*\d+it \[\d+:\d+")   # tqdm's, with or without a total
+
+
+def _tidy(notebook: Path, final: Path) -> None:
+    """What the executed notebook keeps: no path of the machine it ran on (papermill records the
+    input and output notebooks by absolute path: they are named from the repository instead) and no
+    progress bars (a library that draws them into its cells' output, as lm-eval does, would leave a
+    few hundred lines of them; the console had :mod:`lib.progress` lines meanwhile)."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=nbformat.NO_CONVERT)
+    meta = nb.metadata.get("papermill", {})
+    meta.update(input_path=paths.show(meta.get("input_path", "")), output_path=paths.show(final))
+    for cell in nb.cells:
+        outputs = []
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                lines = re.split(r"(?<=\n)|\r", out.get("text", ""))
+                out["text"] = "".join(line for line in lines if not PROGRESS_BAR.search(line))
+                if not out["text"].strip():
+                    continue
+            outputs.append(out)
+        if "outputs" in cell:
+            cell["outputs"] = outputs
+    atomic_write_text(notebook, nbformat.writes(nb))
 
 
 def _code_cells_only(beat: Heartbeat):
@@ -379,25 +452,28 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
         t_start = time.time()
         run_prepare(prof)
         log: dict[str, dict] = {}
-        for stage in selected:
+        for i, stage in enumerate(selected):
+            _where.update(profile=name, stage=stage, index=i, n=len(selected), units=None)
             params = check_stage(prof, stage)
             key = stage_key(stage, params)
             out_dir = paths.stage_dir(name, stage)
-            if not force and is_cached(out_dir, key):
+            reason = "FORCE=1" if force else stale(out_dir, key)
+            if reason is None:
                 print(f"[{name}] {stage}: cached", flush=True)
                 log[stage] = {"status": "cached", "seconds": 0.0}
                 continue
             (out_dir / paths.STAGE_STAMP).unlink(missing_ok=True)
-            print(f"[{name}] {stage}: running ...", flush=True)
+            print(f"[{name}] {stage}: running ({reason}) ...", flush=True)
             t0 = time.time()
             reads = execute(stage, params, out_dir, label=f"[{name}] {stage}")
             dt = time.time() - t0
-            if not (out_dir / "summary.json").exists():
-                raise RuntimeError(f"stage {stage} finished without writing {out_dir / 'summary.json'}")
-            mark(out_dir / paths.STAGE_STAMP, key, reads=reads, seconds=dt, finished=time.time())
+            read_json(out_dir / "summary.json", rebuild=paths.make_command(out_dir))    # it exists and parses
+            mark(out_dir / paths.STAGE_STAMP, key, reads=reads, outputs=results_digest(out_dir), seconds=dt,
+                 finished=time.time())
             print(f"[{name}] {stage}: done in {dt:.1f}s -> {paths.show(out_dir)}", flush=True)
             log[stage] = {"status": "ran", "seconds": dt}
         total = time.time() - t_start
+        _where.clear()
         atomic_write_json(paths.profile_dir(name) / "run_log.json", {"stages": log, "total_seconds": total})
         from .figreview import review
         print(review(name), flush=True)          # the figures' checks and outputs/<profile>/figures.html
@@ -438,7 +514,127 @@ def ensure_published_data(label: str = "[published]") -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------- when something goes wrong
+# Every failure the runner can meet ends in one line saying what happened and what to do, naming the
+# log file that holds the traceback, and exit code 2 (make adds its own `Error 2` line).
+_where: dict = {}        # the profile, stage (index of n) and units done of the stage running now
+_ERRNO = re.compile(r"\[Errno (\d+)\][^:']*(?::\s*'([^']*)')?")
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, f)).st_size
+    return total
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _folder(filename: str | None) -> Path:
+    """The folder an OSError concerns: the file's existing parent, else the running stage's folder."""
+    if filename:
+        path = Path(filename)
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        return path if path.is_dir() else path.parent
+    if _where.get("stage"):
+        return paths.stage_dir(_where["profile"], _where["stage"])
+    return paths.OUTPUTS
+
+
+def os_error_line(errno_: int, filename: str | None, profile: str) -> str | None:
+    """What a full disk, a read-only folder or a missing permission means here, and what to do."""
+    folder = _folder(filename)
+    move = ("or move outputs/ to another disk and link it back (`mv outputs <disk>/outputs && ln -s "
+            "<disk>/outputs outputs`: everything made so far stays cached), then run the same command again")
+    if errno_ in (errno.ENOSPC, errno.EDQUOT):
+        free = shutil.disk_usage(folder).free if folder.exists() else 0
+        made = _size(paths.profile_dir(profile)) if paths.profile_dir(profile).exists() else 0
+        return (f"no space left on the disk of {paths.show(folder)} ({_bytes(free)} free; "
+                f"{paths.show(paths.profile_dir(profile))} holds {_bytes(made)} so far and needs more): free "
+                f"space there, {move}")
+    if errno_ == errno.EROFS:
+        return f"{paths.show(folder)} is on a read-only file system: {move}"
+    if errno_ in (errno.EACCES, errno.EPERM):
+        return (f"no permission to write in {paths.show(folder)}: `chmod -R u+w {paths.show(folder)}`, {move}")
+    return None
+
+
+def _interrupted() -> str:
+    w = _where
+    if not w.get("stage"):
+        return "interrupted before any stage started; the same command starts again"
+    command = os.environ.get("TBT_MAKE_GOAL") or paths.make_command(w["profile"])
+    units = w.get("units")
+    if units and units[1]:
+        done, total, what = units
+        return (f"interrupted in {w['stage']} (stage {w['index'] + 1} of {w['n']}); `{command}` resumes from "
+                f"{done} of {total} units of {what} (finished units are kept)")
+    return (f"interrupted in {w['stage']} (stage {w['index'] + 1} of {w['n']}); `{command}` resumes from this "
+            "stage (the stages before it are cached)")
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line: what went wrong and what to do (the traceback goes to the log file)."""
+    profile = _where.get("profile") or "?"
+    where = f"[{profile}] {_where['stage']}: " if _where.get("stage") else ""
+    name, text, filename, err = type(exc).__name__, str(exc), getattr(exc, "filename", None), None
+    if name == "PapermillExecutionError":                 # raised in the notebook's kernel
+        name, text = exc.ename, exc.evalue
+    if isinstance(exc, KeyboardInterrupt) or name == "KeyboardInterrupt":
+        return _interrupted()
+    if isinstance(exc, OSError) and exc.errno is not None:
+        err = exc.errno
+    elif (m := _ERRNO.search(text)) is not None:
+        err, filename = int(m.group(1)), m.group(2) or filename
+    if err is not None and (line := os_error_line(err, filename, profile)):
+        return where + line
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if name in ("JobError",):                              # the failed units were listed above, once
+        return f"{where}{first}"
+    if name in ("StoreError", "CorruptFile", "ItemFileError", "CorruptData", "DataMissing", "ParamsError",
+                "PrerequisiteError", "MetadataError", "ModelError", "TaskError", "ItemDataError", "ZooError"):
+        return f"{where}{name}: {first}"
+    if exc.__class__.__name__ == "PapermillExecutionError":
+        partial = paths.stage_dir(profile, _where["stage"]) / f".{_where['stage']}.partial.ipynb"
+        return (f"{where}a cell failed ({name}: {first}); the partly executed notebook is "
+                f"{paths.show(partial)}")
+    return f"{where}{name}: {first}"
+
+
+def write_log(exc: BaseException, argv: list[str]) -> Path | None:
+    """The traceback (and a failed cell's) in ``outputs/<profile>/logs/run-<time>.log``, or in the
+    temporary folder when outputs/ cannot take it (full, read-only); None when nowhere can."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    text = [f"command: {_command()}", f"argv: {argv}", f"when: {stamp}", f"where: {_where or 'before any stage'}", "",
+            "".join(traceback.format_exception(exc))]
+    if type(exc).__name__ == "PapermillExecutionError":
+        text += ["the failed cell's traceback:", ANSI.sub("", "\n".join(exc.traceback))]
+    profile = _where.get("profile") or (argv[0] if argv and not argv[0].startswith("-") else "run")
+    for folder in (paths.profile_dir(profile) / "logs", Path(tempfile.gettempdir())):
+        name = f"run-{stamp}.log" if folder.name == "logs" else f"tbt-{profile}-{stamp}.log"
+        with contextlib.suppress(OSError):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text("\n".join(text) + "\n", encoding="utf-8")
+            return folder / name
+    return None
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# errors that explain themselves in one line (a mistyped key, a lock held, data not provided): no traceback
+PLAIN = (ParamsError, paths.DataMissing, RunLocked)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(prog="python -m lib.run", description=__doc__.splitlines()[0])
     ap.add_argument("profile", help="params/<profile>.yaml")
     ap.add_argument("--stages", nargs="*", help="run only these stages (full name or number, e.g. 04)")
@@ -447,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--then-published", action="store_true",
                     help="afterwards run the `published` profile (downloading its data when it is missing)")
     args = ap.parse_args(argv)
+    _where.clear()
     try:
         prof = load_profile(args.profile)
         missing = ensure_published_data(f"[{args.profile}]") if needs_published_data(prof) else None
@@ -459,15 +656,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[published] skipped: published data not found: {missing}", flush=True)
             else:
                 run_profile("published", None, args.force, wait=args.wait)
-    except (ParamsError, paths.DataMissing, RunLocked) as exc:
+    except PLAIN as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # papermill's PapermillExecutionError carries the cell's traceback
-        if type(exc).__name__ != "PapermillExecutionError":
-            raise
-        print(f"error: a notebook cell failed ({exc.ename}: {exc.evalue}); the partially executed notebook "
-              f"is kept as outputs/<profile>/<stage>/.<stage>.partial.ipynb for inspection", file=sys.stderr)
-        return 1
+    except (Exception, KeyboardInterrupt) as exc:    # every other failure: one line, the traceback in a log
+        line, log = failure_line(exc), write_log(exc, argv)
+        where = f"traceback in {paths.show(log)}" if log else "no log file could be written"
+        print(f"error: {line} ({where})", file=sys.stderr, flush=True)
+        return 2
     return 0
 
 

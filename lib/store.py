@@ -93,13 +93,21 @@ def exists(root: str | os.PathLike, protocol: str, benchmark: str, model: str) -
 
 
 def read(path: str | os.PathLike) -> Result:
-    """Read one result file; any problem raises :class:`StoreError` naming the file."""
+    """Read one result file; any problem raises :class:`StoreError` naming the file and the command
+    that makes it again."""
     path = Path(path)
+    try:
+        return _read(path)
+    except StoreError as exc:
+        raise StoreError(f"{exc}; delete it and run `{paths.make_command(path)}` (it redoes only what is "
+                         "missing)") from None
+
+
+def _read(path: Path) -> Result:
     try:
         data = read_json(path)
     except CorruptFile as exc:
-        raise StoreError(f"{exc}; delete it and re-run the stage that wrote it (`{paths.make_command(path)}` "
-                         "redoes only what is missing)") from None
+        raise StoreError(str(exc)) from None
     if not isinstance(data, dict):
         raise StoreError(f"corrupted result file {path}: not a JSON object")
     if data.get("schema") != SCHEMA:
@@ -162,6 +170,32 @@ def write_meta(root: str | os.PathLike, kind: str, records: dict[str, dict]) -> 
     current = read_json(path) if path.exists() else {}
     current.update(records)
     return atomic_write_json(path, current)
+
+
+def meta_path(root: str | os.PathLike, path: str) -> Path:
+    """A path recorded in the metadata (a model's folder) where it lies now: ``outputs:<profile>/...``
+    under today's outputs folder (:func:`lib.paths.located`), another relative one under the store
+    root, an absolute one as it is."""
+    prefix, sep, _ = path.partition(":")
+    if sep and prefix in paths.PORTABLE_ROOTS:
+        return paths.located(path)
+    return Path(root) / path if not Path(path).is_absolute() else Path(path)
+
+
+def relative_meta_path(root: str | os.PathLike, path: str | os.PathLike) -> str:
+    """``path`` as :func:`meta_path` reads it back, naming no folder of this machine: under the
+    outputs folder ``outputs:<profile>/work/models/x`` (so a copy of the store finds the models
+    too), else relative to the store root when it lies in the folder that holds the store, else
+    absolute."""
+    name = paths.portable(path)
+    if name.startswith("outputs:"):
+        return name
+    for resolve in (os.path.abspath, os.path.realpath):     # as written, then with links resolved
+        try:
+            return (Path("..") / Path(resolve(path)).relative_to(Path(resolve(root)).parent)).as_posix()
+        except ValueError:
+            continue
+    return os.path.abspath(path)
 
 
 def read_meta(root: str | os.PathLike, kind: str) -> dict[str, dict]:

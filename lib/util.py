@@ -12,21 +12,30 @@
   sha256); cached work is reused only when its stamp's key equals the key asked for.
 - :func:`note_read`: stages record the inputs they read, so the runner can tell when a cached
   stage is stale (:mod:`lib.run`).
+- :func:`short_warning_paths`: warnings name their file from its package, not by a path of this
+  machine (they end up in executed notebooks).
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
 import hashlib
 import json
+import linecache
 import math
 import os
 import shutil
+import site
+import sysconfig
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from .paths import ROOT, portable
 
 READS_ENV = "TBT_READS"      # set by lib.run: file to which a running stage appends what it reads
 
@@ -192,11 +201,93 @@ def mark(stamp: str | os.PathLike, key: Any, **record: Any) -> dict:
     return jsonable(data)
 
 
+# --------------------------------------------------------------------------- what code a computation runs
+def _module_file(name: str, root: Path) -> Path | None:
+    base = root.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Names of the ``lib`` modules a module's code imports (anywhere, lazy imports included)."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            found.add(target)
+            found |= {f"{target}.{a.name}" for a in node.names}     # `from pkg import module`
+    return {n for n in found if n == "lib" or n.startswith("lib.")}
+
+
+def lib_closure(sources: list[str], root: Path | None = None) -> list[Path]:
+    """The ``lib`` source files that code ``sources`` imports, directly or through other ``lib``
+    modules (with the ``__init__.py`` of every package on the way), sorted."""
+    root = root or ROOT
+    todo = set().union(*(_imported(_parse(s), "__main__", False) for s in sources)) if sources else set()
+    seen: dict[str, Path] = {}
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):                 # lib, lib.x, lib.x.y: packages run first
+            sub = ".".join(parts[:i])
+            if sub in seen:
+                continue
+            path = _module_file(sub, root)
+            if path is None:
+                continue                                    # an attribute imported from a module
+            seen[sub] = path
+            todo |= _imported(_parse(path.read_text()), sub, path.name == "__init__.py") - set(seen)
+    return sorted(set(seen.values()))
+
+
+def _parse(source: str) -> ast.AST:
+    try:
+        return ast.parse(source)
+    except SyntaxError:      # IPython magics: keep the lines Python can read
+        return ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+
+
 # --------------------------------------------------------------------------- recorded reads
 def note_read(path: str | os.PathLike) -> None:
     """Record that the running stage read ``path`` (a file or folder) when ``lib.run`` asks for it
-    (environment variable ``TBT_READS``); a no-op otherwise."""
+    (environment variable ``TBT_READS``); a no-op otherwise. The record names the path relative to
+    the outputs folder, the published data folder or the repository (:func:`lib.paths.portable`),
+    so a moved folder is the same input and other data under the same name is not."""
     log = os.environ.get(READS_ENV)
     if log:
         with open(log, "a", encoding="utf-8") as fh:
-            fh.write(str(Path(path).resolve()) + "\n")
+            fh.write(portable(path) + "\n")
+
+
+# --------------------------------------------------------------------------- warnings
+def short_warning_paths() -> None:
+    """From now on a warning names its file as ``peft/tuners/lora/layer.py`` (from its package) or
+    ``lib/...`` (from the repository), not by the path of this machine's environment."""
+    if getattr(warnings.formatwarning, "_short_paths", False):
+        return
+    original = warnings.formatwarning
+
+    def formatwarning(message, category, filename, lineno, line=None):
+        if line is None:
+            line = linecache.getline(filename, lineno)
+        return original(message, category, short_path(filename), lineno, line)
+
+    formatwarning._short_paths = True
+    warnings.formatwarning = formatwarning
+
+
+def short_path(filename: str) -> str:
+    """``filename`` relative to the site-packages or standard library folder that holds it, or to
+    the repository; unchanged when it lies elsewhere."""
+    bases = [*site.getsitepackages(), site.getusersitepackages(), sysconfig.get_paths()["stdlib"],
+             str(Path(__file__).resolve().parents[1])]
+    for base in sorted(set(bases), key=len, reverse=True):
+        if base and filename.startswith(base.rstrip(os.sep) + os.sep):
+            return filename[len(base.rstrip(os.sep)) + 1:]
+    return filename

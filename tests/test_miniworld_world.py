@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -38,6 +39,25 @@ def test_build_is_cached_and_rebuilt_when_config_changes(tmp_path):
     assert corpus.stat().st_mtime_ns == mtime             # nothing rewritten
     m2 = mw.build(tmp_path, mw.WorldConfig(seed=1, **{**SMALL, "n_corpus_docs": 600}))
     assert len(mw.load_corpus(tmp_path)) == 600 and m2["corpus_docs"] == 600
+
+
+def test_a_moved_world_points_its_tasks_at_its_new_folder_and_a_linked_one_stays_cached(tmp_path):
+    """The task YAMLs name their data files by absolute path (lm-eval reads them from the working
+    directory): a world reached through a link keeps them; a moved one rewrites them, with the same
+    content key, so no zoo model is rebuilt."""
+    first = mw.build(tmp_path / "a" / "world", mw.WorldConfig(seed=1, **SMALL))
+    shutil.move(tmp_path / "a", tmp_path / "disk")                  # moved to a bigger disk and linked back
+    (tmp_path / "a").symlink_to(tmp_path / "disk")
+    corpus = tmp_path / "disk" / "world" / "corpus.txt"
+    mtime = corpus.stat().st_mtime_ns
+    assert mw.build(tmp_path / "a" / "world", mw.WorldConfig(seed=1, **SMALL))["content"] == first["content"]
+    assert corpus.stat().st_mtime_ns == mtime                      # reached through the link: cached
+    (tmp_path / "a").unlink()
+    shutil.move(tmp_path / "disk", tmp_path / "b")                  # moved, no link (another checkout)
+    moved = mw.build(tmp_path / "b" / "world", mw.WorldConfig(seed=1, **SMALL))
+    assert moved["content"] == first["content"] and moved["task_dir"] == str(tmp_path / "b" / "world" / "tasks")
+    for yaml_file in (tmp_path / "b" / "world" / "tasks").rglob("*.yaml"):
+        assert str(tmp_path / "a") not in yaml_file.read_text()
 
 
 def test_six_benchmarks_in_the_papers_formats(small_world):

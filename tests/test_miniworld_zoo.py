@@ -119,6 +119,9 @@ def test_metadata_records_recipes(tiny_zoo):
     assert (info.metric, info.category, info.kind, info.chance) == ("exact_match", "Question Answering",
                                                                     "generate_until", 0.0)
     assert metadata.benchmark_info("mw_wiki", store=root).is_perplexity
+    assert str(paths.OUTPUTS) not in (root / "_meta" / "models.json").read_text()   # outputs/ may move
+    recorded = util.read_json(root / "_meta" / "models.json")["mw-gpt2-s"]["path"]
+    assert recorded == f"outputs:{profile}/work/models/mw-gpt2-s"
 
 
 @pytest.mark.slow

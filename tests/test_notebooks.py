@@ -52,7 +52,9 @@ def test_git_strips_notebook_outputs_before_commit():
     attrs = (paths.ROOT / ".gitattributes").read_text()
     assert "*.ipynb filter=nbstripout" in attrs
     make = (paths.ROOT / "Makefile").read_text()
-    assert "git config filter.nbstripout.clean '$(NBSTRIP)'" in make and "filter.nbstripout.required true" in make
+    assert "git config filter.nbstripout.clean '$(NBSTRIP_FILTER)'" in make
+    assert "filter.nbstripout.required true" in make
+    assert "then $(NBSTRIP) \"$$@\"" in make.split("NBSTRIP_FILTER :=")[1].split("\n")[0]   # the same command
     strip = _makefile_strip_command()
     out = subprocess.run(strip + [str(p) for p in NOTEBOOKS], capture_output=True, text=True, check=True).stdout
     for path in NOTEBOOKS:                               # one process, the notebooks' texts one after another

@@ -363,7 +363,7 @@ def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(
                           work_root=tmp / "work", recipe=recipe, bootstrap_iters=0, benchmarks_per_job=1)
         jobs.launch(specs, executor=executor, max_jobs=2, progress_every=3600)
         result = store.read(store.path_for(tmp / "store", store.TBT, "t_a", "tiny-m"))
-        chosen = result.provenance["adapter"]
+        chosen = os.path.join(tmp / "work", result.provenance["adapter"])     # recorded relative to the work folder
         weights = sorted(p for p in os.listdir(chosen) if p.endswith(".safetensors"))
         outcomes[layout_name] = (result.score, result.provenance["lr"], result.provenance["epoch"],
                                  result.provenance["val_curves"],
@@ -421,7 +421,7 @@ def test_a_unit_killed_mid_training_resumes_after_its_last_finished_epoch_bit_id
 
     def outcome(spec):
         result = store.read(store.path_for(spec.store_root, store.TBT, "t_a", "tiny-m"))
-        chosen = result.provenance["adapter"]
+        chosen = os.path.join(spec.work_root, result.provenance["adapter"])     # relative to work/
         weights = sorted(p for p in os.listdir(chosen) if p.endswith(".safetensors"))
         units = [ft.read_unit(layout.unit_dir(spec.work_root, "tiny-m", "t_a", lr)) for lr in recipe.lrs]
         return (result.score, result.provenance["lr"], result.provenance["epoch"], result.provenance["val_curves"],
@@ -448,3 +448,33 @@ def test_a_unit_killed_mid_training_resumes_after_its_last_finished_epoch_bit_id
     assert outcome(spec) == expected
     if patience:                                                     # early stopping was exercised
         assert min(len(c) for c in expected[4]) < recipe.epochs, expected[4]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["deleted", "corrupt"])
+def test_a_deleted_or_corrupt_unit_json_redoes_exactly_that_unit(world, tmp_path, capfd, damage):
+    """A finished (model, benchmark) whose learning-rate unit lost its unit.json is not finished: the
+    next launch says which file and why, retrains that learning rate only (the other's record is
+    untouched) and records the same score and both validation curves again."""
+    (spec,) = _specs(world, tmp_path, store.TBT, names=("t_a",))
+    jobs.launch([spec], executor="local", progress_every=3600)
+    path = store.path_for(spec.store_root, store.TBT, "t_a", "tiny-m")
+    before = store.read(path)
+    units = {lr: layout.unit_dir(spec.work_root, "tiny-m", "t_a", lr) / layout.UNIT_FILE for lr in RECIPE["lrs"]}
+    kept = units[3e-3].stat().st_mtime_ns
+    if damage == "deleted":
+        units[1e-3].unlink()
+    else:
+        units[1e-3].write_text('{"lr": 0.001, "curve": [')
+    capfd.readouterr()
+    assert not spec.done("t_a")
+    jobs.launch([spec], executor="local", progress_every=3600)
+    said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("redoing")]
+    why = {"deleted": "lr=0.001 has no unit.json (interrupted, or the file was removed)",
+           "corrupt": "lr=0.001/unit.json does not parse"}[damage]
+    assert said == [f"redoing train_before_test tiny-m / t_a: tiny-m/t_a/{why}"], said
+    assert units[3e-3].stat().st_mtime_ns == kept                          # the other unit was not redone
+    after = store.read(path)
+    assert ft.read_unit(units[1e-3].parent) is not None
+    assert (after.score, after.provenance["val_curves"]) == (before.score, before.provenance["val_curves"])
+    assert set(after.provenance["val_curves"]) == {"lr=0.001", "lr=0.003"}

@@ -56,10 +56,10 @@ def test_import_rejects_bad_files_before_writing(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "out")
     broken = tmp_path / "broken.json"
     broken.write_text('{"direct_eval": {"mnli": ')
-    with pytest.raises(store.StoreError, match=r"corrupted file .*broken\.json"):
+    with pytest.raises(store.StoreError, match=r"corrupt data file .*broken\.json \(.*\): replace it"):
         published.import_store("p", source=broken)
     bad = _write(tmp_path / "bad.json", {"direct_eval": {"mnli": {"gpt2": "0.5"}}})
-    with pytest.raises(store.StoreError, match=r"bad\.json: direct_eval/mnli/gpt2: score '0\.5'"):
+    with pytest.raises(store.StoreError, match=r"bad\.json \(direct_eval/mnli/gpt2: score '0\.5'"):
         published.import_store("p", source=bad)
     unknown = _write(tmp_path / "unknown.json", {"direct_eval": {"mnli": {"openai-community/gpt3": 0.5}}})
     with pytest.raises(metadata.MetadataError, match=r"unknown\.json: no metadata for model 'openai-community/gpt3'"):

@@ -4,6 +4,8 @@ notebooks 04-07 read the numbers the smoke pipeline produced (checked here indep
 from __future__ import annotations
 
 import math
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -33,6 +35,10 @@ def test_every_stage_ran_and_left_its_outputs(full_smoke):
         pdfs = {p.stem for p in (out / "figures").glob("*.pdf")}
         pngs = {p.stem for p in (out / "figures").glob("*.png")}
         assert pdfs == pngs, f"{stage}: every figure as PDF and PNG"
+        executed = (out / f"{stage}.ipynb").read_text()
+        for machine in {str(paths.ROOT), os.path.realpath(paths.ROOT), str(paths.OUTPUTS), sys.prefix}:
+            assert machine not in executed, f"{stage}: the executed notebook names {machine}"
+        assert "it/s]" not in executed and "TqdmWarning" not in executed, f"{stage}: progress bars stored"
     assert run.run_profile("smoke")["07_benchalign"]["status"] == "cached"
 
 

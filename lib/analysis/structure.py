@@ -147,7 +147,7 @@ def pca_report(df: pd.DataFrame, store_root=None, min_models: int = 3, max_compo
     protocols = [p for p in store.PROTOCOLS if p in set(df["protocol"])]
     dirs = store.directions(df)
     matrices = {p: store.orient(store.matrix(df, p).reindex(columns=downstream), dirs) for p in protocols}
-    models = metadata.models_frame(sorted(df["model"].unique()), store_root)
+    models = metadata.models_frame(sorted(df["model"].unique()), store_root, need_compute=True)
     notes: list[str] = []
 
     # PCA of each protocol's model x benchmark matrix, and its bootstrap over models

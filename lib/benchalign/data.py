@@ -25,6 +25,8 @@ Model sizes come from the model id (:func:`parse_size_b`) for leaderboard models
 from __future__ import annotations
 
 import re
+import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import layout, paths
+from ..data import corrupt
 from ..util import did_you_mean, note_read
 
 OLL_DIR = "oll-v2-items"
@@ -191,13 +194,17 @@ def read_oll(name: str, data: str | Path | None = None, duplicates: str = "first
     if not path.exists():
         known = oll_available(base)
         raise ItemDataError(f"no leaderboard item file {path}{did_you_mean(name, known)}; present: {known}")
-    with np.load(path, allow_pickle=False) as npz:
-        missing = [k for k in ("scores", "models") if k not in npz.files]
-        if missing:
-            raise ItemDataError(f"{path}: missing array(s) {missing}; found {npz.files}")
-        scores, models = npz["scores"], [str(m) for m in npz["models"]]
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in ("scores", "models") if k in npz.files}
+            found = npz.files
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:   # truncated, not a zip
+        raise corrupt(path, f"{type(exc).__name__}: {exc}") from None
+    if len(arrays) < 2:
+        raise corrupt(path, f"missing array(s) {sorted({'scores', 'models'} - set(arrays))}; found {found}")
+    scores, models = arrays["scores"], [str(m) for m in arrays["models"]]
     if scores.ndim != 2 or scores.shape[0] != len(models):
-        raise ItemDataError(f"{path}: scores shape {scores.shape} does not match {len(models)} model names")
+        raise corrupt(path, f"scores shape {scores.shape} does not match {len(models)} model names")
     X = check_matrix(scores, str(path), models, binary=True)
     return dedupe(X, models, duplicates, where=str(path))
 

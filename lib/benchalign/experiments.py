@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import asdict
+from functools import partial
 
 import numpy as np
 import pandas as pd
 
 from . import rank
 from .data import ItemData
+from .memo import Memo, data_key
 from .methods import METHODS, Config, Split, best_single_choice, clean
 from .studies import (
     SELECTIONS,
@@ -149,7 +151,8 @@ def duplicates_line(info: dict) -> str:
 def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int = 5, n_boot: int = 1000,
                       losses=rank.LOSSES, source_counts=(), item_counts=(), need_seeds: int = 3,
                       cross_paper_store=None, cross_source_max_b: float = 3.5,
-                      cross_test_min_b: float = 6.0, relative_sizes: bool = False, progress: bool = True) -> dict:
+                      cross_test_min_b: float = 6.0, relative_sizes: bool = False, progress: bool = True,
+                      resume=None) -> dict:
     """Everything notebook 07 shows: the method comparison on the test groups (``comparison``,
     ``main``), how the protocol chose (``protocol``), learned weights by benchmark (``by_bench``),
     the loss ablation (``ablation``), the data needs and source selections (``needs``), the
@@ -158,26 +161,32 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
     thresholds are quantiles, as for the tiny models of the mini world),
     ``tables`` (name -> DataFrame to save), ``notes`` and ``summary`` (the plain numbers of
     summary.json). With ``progress``, a console line reports the units of work done (one unit: a
-    method with all its seeds, a loss, a data-needs count, the cross-paper experiment)."""
+    method with all its seeds, a loss, a data-needs count, the cross-paper experiment). With
+    ``resume`` (a folder, :func:`lib.layout.benchalign_dir`), each finished unit is kept there
+    (:class:`lib.benchalign.memo.Memo`), so a run that was stopped resumes at the next unit and ends
+    with the numbers of one that was not."""
     from ..progress import Progress
 
     notes = list(split.notes)
     fittable = bool(split.groups) and len(split.source) >= 2
     n_units = (len(METHODS) + (len(losses) + needs_jobs(split, source_counts, item_counts, items.X.shape[1])
                                if fittable else 0) + (cross_paper_store is not None))
+    memo = Memo.for_report(resume, items, split, cfg, seeds, n_boot)
     with Progress(n_units, "benchalign") if progress else nullcontext() as bar:
         # the main comparison: every method with every seed, on the test groups
-        comp = compare(items, split, tuple(METHODS), seeds, cfg, progress=bar)
+        comp = compare(items, split, tuple(METHODS), seeds, cfg, progress=bar, memo=memo)
         main = summarise(comp, items.target, n_boot)
         by_bench = (weights_by_benchmark(items, comp.weights["benchalign"]) if "benchalign" in comp.weights
                     else pd.DataFrame())
         # the studies: ranking losses (reusing the comparison's BenchAlign fits), data needs, across papers
         done = {cfg.loss: comp.fits["benchalign"]} if "benchalign" in comp.fits else {}
-        abl = ablation(items, split, losses, seeds, cfg, done, progress=bar) if fittable else pd.DataFrame()
-        needs = (data_needs(items, split, source_counts, item_counts, need_seeds, cfg, progress=bar)
+        abl = ablation(items, split, losses, seeds, cfg, done, progress=bar, memo=memo) if fittable else pd.DataFrame()
+        needs = (data_needs(items, split, source_counts, item_counts, need_seeds, cfg, progress=bar, memo=memo)
                  if fittable else pd.DataFrame())
         cross = _cross_paper(cross_paper_store, cross_source_max_b, cross_test_min_b, seeds, cfg, n_boot, bar,
-                             relative_sizes)
+                             relative_sizes, memo)
+    if memo.line(n_units):
+        print(memo.line(n_units), flush=True)
     if not main:
         notes.append("no test group could be evaluated: too few models for a source/test split")
     protocol = protocol_summary(comp.fits, cfg)
@@ -198,14 +207,16 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
 
 
 def _cross_paper(store_root, source_max_b: float, test_min_b: float, seeds: int, cfg: Config, n_boot: int,
-                 bar, relative: bool = False) -> dict:
+                 bar, relative: bool = False, memo: Memo | None = None) -> dict:
     """:func:`lib.benchalign.studies.cross_paper` on the published store, or why it was skipped."""
     from .data import ItemDataError, load_cross_paper
 
     if store_root is None:
         return {"skipped": "cross_paper is off in this profile"}
     try:
-        cross = cross_paper(load_cross_paper(store_root), source_max_b, test_min_b, seeds, cfg, n_boot, relative)
+        data = load_cross_paper(store_root)
+        cross = (memo or Memo(None))("cross-paper", partial(cross_paper, data, source_max_b, test_min_b, seeds, cfg,
+                                                            n_boot, relative), data=data_key(data))
     except (ItemDataError, ValueError, KeyError) as exc:   # e.g. a store without direct_eval results
         cross = {"skipped": f"{type(exc).__name__}: {exc}"}
     advance(bar, "cross-paper")

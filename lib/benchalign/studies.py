@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -47,11 +48,13 @@ class Comparison:
 
 
 def compare(data: ItemData, split: Split, methods=tuple(METHODS), seeds: int = 5, cfg: Config | None = None,
-            progress=None) -> Comparison:
+            progress=None, memo=None) -> Comparison:
     """Fit and evaluate every method for seeds 0..seeds-1 (methods that learn from source models
     are skipped when there are fewer than 2); ``progress`` (a :class:`lib.progress.Progress`)
-    advances by one per method."""
+    advances by one per method; ``memo`` (a :class:`lib.benchalign.memo.Memo`) keeps each method's
+    outcomes, so an interrupted run resumes at the next method."""
     cfg = cfg or Config()
+    memo = memo or _compute
     if data.target is None:
         raise ExperimentError("the item data carries no target scores")
     rows, preds, weights, fits = [], {}, {}, {}
@@ -59,7 +62,7 @@ def compare(data: ItemData, split: Split, methods=tuple(METHODS), seeds: int = 5
         if len(split.source) < 2 and METHODS[method].learns:
             advance(progress)
             continue                                   # nothing to fit on (the split's notes say so)
-        outcomes = run_method(method, data, split.source, range(seeds), cfg)
+        outcomes = memo(f"method-{method}", partial(run_method, method, data, split.source, range(seeds), cfg))
         preds[method] = np.array([o.scores for o in outcomes])
         if outcomes[0].weights is not None:
             weights[method] = [o.weights for o in outcomes]
@@ -71,6 +74,11 @@ def compare(data: ItemData, split: Split, methods=tuple(METHODS), seeds: int = 5
         advance(progress)
     df = pd.DataFrame(rows, columns=["method", "seed", "group", "spearman", "pair_acc"])
     return Comparison(df, preds, weights, split, fits)
+
+
+def _compute(name: str, compute, **args):
+    """No memo: every unit is computed."""
+    return compute()
 
 
 def advance(progress, note: str = "") -> None:
@@ -138,15 +146,16 @@ def summarise(comp: Comparison, y: np.ndarray, n_boot: int = 1000, seed: int = 0
 
 # --------------------------------------------------------------------------- ablation
 def ablation(data: ItemData, split: Split, losses=rank.LOSSES, seeds: int = 5, cfg: Config | None = None,
-             done: dict[str, list[rank.Fit]] | None = None, progress=None) -> pd.DataFrame:
+             done: dict[str, list[rank.Fit]] | None = None, progress=None, memo=None) -> pd.DataFrame:
     """BenchAlign with each ranking loss (same protocol, folds and settings); rows per loss, seed,
     group, with the chosen step. ``done`` holds fits already made (e.g. the comparison's BenchAlign
-    for ``cfg.loss``), reused instead of refitted."""
+    for ``cfg.loss``), reused instead of refitted; ``memo`` keeps each loss's fits."""
     cfg = cfg or Config()
+    memo = memo or _compute
     rows = []
     for loss in losses:
-        fits = (done or {}).get(loss) or cv_fits(data, [rank.Task(split.source, s) for s in range(seeds)],
-                                                 cfg, loss)
+        fits = (done or {}).get(loss) or memo(
+            f"ablation-{loss}", partial(cv_fits, data, [rank.Task(split.source, s) for s in range(seeds)], cfg, loss))
         for seed, f in enumerate(fits):
             for g, res in evaluate(f.scores(data.X), data.target, split.groups).items():
                 rows.append({"loss": loss, "seed": seed, "group": g, "step": f.step, **res})
@@ -194,32 +203,45 @@ SELECTIONS: dict[str, tuple[Callable, bool]] = {
 
 # --------------------------------------------------------------------------- data needs
 def data_needs(data: ItemData, split: Split, source_counts=(10, 20, 40, 80), item_counts=(50, 100, 200, 400),
-               seeds: int = 5, cfg: Config | None = None, progress=None, kinds=tuple(SELECTIONS)) -> pd.DataFrame:
+               seeds: int = 5, cfg: Config | None = None, progress=None, kinds=tuple(SELECTIONS),
+               memo=None) -> pd.DataFrame:
     """Test rho/pair accuracy against the number of source models (chosen by each selection of
     :data:`SELECTIONS`) and of items (random subsets), BenchAlign under the cross-validated protocol
     next to no alignment on the same items. Counts above what the data has are skipped; the seeds
-    of one (kind, count) run as one batch. Rows: kind, n, seed, group, method, metrics, step."""
+    of one (kind, count) run as one batch (``memo`` keeps its rows). Rows: kind, n, seed, group,
+    method, metrics, step."""
     cfg = cfg or Config()
-    rows = []
+    memo = memo or _compute
+    frames = []
     n_src, M = len(split.source), data.X.shape[1]
     jobs = [(kind, n) for kind in kinds for n in source_counts if 2 <= n <= n_src]
     jobs += [("items", n) for n in item_counts if 1 <= n <= M]
     for kind, n in jobs:
-        tasks = []
-        for seed in range(seeds):
-            if kind == "items":
-                rng = np.random.default_rng(10_000 + seed)
-                tasks.append(rank.Task(split.source, seed, np.sort(rng.choice(M, size=n, replace=False))))
-            else:
-                tasks.append(rank.Task(SELECTIONS[kind][0](data, split.source, n, seed), seed))
-        for seed, (t, f) in enumerate(zip(tasks, cv_fits(data, tasks, cfg))):
-            plain = data.X.mean(axis=1) if t.items is None else data.X[:, t.items].mean(axis=1)
-            for method, sc in (("benchalign", f.scores(data.X)), ("no_alignment", plain)):
-                for g, res in evaluate(sc, data.target, split.groups).items():
-                    rows.append({"kind": kind, "n": n, "seed": seed, "group": g, "method": method,
-                                 "step": f.step if method == "benchalign" else 0, **res})
+        frames.append(memo(f"needs-{kind}-{n}", partial(_needs_rows, data, split, kind, n, seeds, cfg, M)))
         advance(progress, f"data needs {kind} {n}")
-    return pd.DataFrame(rows, columns=["kind", "n", "seed", "group", "method", "step", "spearman", "pair_acc"])
+    return pd.DataFrame([r for rows in frames for r in rows], columns=NEEDS_COLUMNS)
+
+
+NEEDS_COLUMNS = ["kind", "n", "seed", "group", "method", "step", "spearman", "pair_acc"]
+
+
+def _needs_rows(data: ItemData, split: Split, kind: str, n: int, seeds: int, cfg: Config, M: int) -> list[dict]:
+    """The rows of one (kind, count) of :func:`data_needs`, its seeds fitted as one batch."""
+    tasks = []
+    for seed in range(seeds):
+        if kind == "items":
+            rng = np.random.default_rng(10_000 + seed)
+            tasks.append(rank.Task(split.source, seed, np.sort(rng.choice(M, size=n, replace=False))))
+        else:
+            tasks.append(rank.Task(SELECTIONS[kind][0](data, split.source, n, seed), seed))
+    rows = []
+    for seed, (t, f) in enumerate(zip(tasks, cv_fits(data, tasks, cfg))):
+        plain = data.X.mean(axis=1) if t.items is None else data.X[:, t.items].mean(axis=1)
+        for method, sc in (("benchalign", f.scores(data.X)), ("no_alignment", plain)):
+            for g, res in evaluate(sc, data.target, split.groups).items():
+                rows.append({"kind": kind, "n": n, "seed": seed, "group": g, "method": method,
+                             "step": f.step if method == "benchalign" else 0, **res})
+    return rows
 
 
 def needs_jobs(split: Split, source_counts, item_counts, n_items: int, kinds=tuple(SELECTIONS)) -> int:

@@ -47,6 +47,7 @@ for ``mw_scripts``), so no test answer is given in a training item. Test splits 
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -601,8 +602,9 @@ def build(out_dir: str | Path, config: WorldConfig | None = None, force: bool = 
     manifest_path = out / "manifest.json"
     if not force:
         manifest = current(manifest_path, cfg.key())
-        if manifest is not None and all((out / f).exists() for f in manifest.get("files", {})):
-            return manifest
+        if (manifest is not None and all((out / f).exists() for f in manifest.get("files", {}))
+                and manifest.get("task_dir") == os.path.abspath(out / "tasks")):   # the YAMLs name this folder
+            return manifest                # (a checkout moved elsewhere rewrites them, in seconds: same content key)
     world = generate(cfg)
     tasks = out / "tasks"
     files: dict[str, str] = {}
@@ -628,7 +630,7 @@ def build(out_dir: str | Path, config: WorldConfig | None = None, force: bool = 
                 "files": files,
                 "benchmarks": {n: {s: len(r) for s, r in sp.items()} for n, sp in world.benchmarks.items()},
                 "corpora": {n: {s: len(r) for s, r in sp.items()} for n, sp in world.corpora.items()},
-                "corpus_docs": cfg.n_corpus_docs, "task_dir": str(tasks.resolve())}
+                "corpus_docs": cfg.n_corpus_docs, "task_dir": os.path.abspath(tasks)}
     atomic_write_json(manifest_path, manifest)
     return manifest
 

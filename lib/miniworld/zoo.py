@@ -386,7 +386,6 @@ def _build_one(world_dir: str, models_dir: str, recipe: dict, world_key: str, tr
     own = {k: v for k, v in stats.items() if k != "loss_curve"}
     total = {"tokens": trunk_stats["tokens"] + own["tokens"], "flops": trunk_stats["flops"] + own["flops"]}
     rec = {"key": recipe.key(world_key), "recipe": asdict(recipe), "mix": mix,
-           "path": str(model_dir(models_dir, recipe.name).resolve()),
            "stats": {**own, **total, "last_phase_tokens": own["tokens"], "trunk_tokens": trunk_stats["tokens"]},
            "loss_curve": stats["loss_curve"], "build_seconds": time.time() - t0}
     atomic_write_json(_sidecar(models_dir, recipe.name), rec)
@@ -432,7 +431,7 @@ def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recip
     for recipe in recipes:
         done = built_recipe(models_dir, recipe, world_key)
         if done is not None:
-            out[recipe.name] = {**done, "path": str(model_dir(models_dir, recipe.name).resolve())}  # repo may move
+            out[recipe.name] = done
         else:
             todo.append(recipe)
     todo.sort(key=lambda r: -r.trunk.d_model ** 2 * r.trunk.n_layers)
@@ -444,7 +443,8 @@ def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recip
             print(f"  zoo: {recipe.name}: {recipe.kind}{f' {recipe.dose:g}' if recipe.dose else ''}, "
                   f"last phase {st['last_phase_tokens']:,} tokens, loss {st['final_loss']:.2f}, "
                   f"{rec['build_seconds']:.1f}s", flush=True)
-    return {r.name: out[r.name] for r in recipes}
+    # where each model lies is added here, never stored in its build record: outputs/ may move
+    return {r.name: {**out[r.name], "path": os.path.abspath(model_dir(models_dir, r.name))} for r in recipes}
 
 
 def model_meta(builds: dict[str, dict]) -> dict[str, dict]:
@@ -503,7 +503,8 @@ def prepare(profile: str, seed: int = 0, workers: int | None = None, **options) 
     recipes = default_zoo(**zoo_args)
     builds = build_zoo(world_dir(profile), models_dir(profile), recipes, workers=workers)
     root = paths.store_dir(profile)
-    store.write_meta(root, "models", model_meta(builds))
+    store.write_meta(root, "models", {name: {**rec, "path": store.relative_meta_path(root, rec["path"])}  # moves with
+                                      for name, rec in model_meta(builds).items()})               # outputs/
     store.write_meta(root, "benchmarks", mw.benchmark_meta())
     summary = {"world_key": manifest["key"], "task_dir": manifest["task_dir"], "models": list(builds),
                "seconds": time.time() - t0}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import layout, store
-from ..util import did_you_mean
+from ..util import did_you_mean, digest, sha256_bytes
 from .tasks import TaskError, TaskInfo, docs, use_split
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def resolve_model(entry: str, store_root: str | Path | None = None, offline: boo
     not in the local cache."""
     meta = store.read_meta(store_root, "models") if store_root else {}
     if entry in meta and meta[entry].get("path"):
-        path = Path(meta[entry]["path"])
+        path = Path(os.path.normpath(store.meta_path(store_root, meta[entry]["path"])))
         if not (path / "config.json").exists():
             raise ModelError(f"model {entry!r}: its folder {path} (from the store's _meta/models.json) "
                              "has no config.json; rebuild it (run the profile's prepare step)")
@@ -72,6 +72,41 @@ def resolve_model(entry: str, store_root: str | Path | None = None, offline: boo
 
 
 DTYPES = ("float32", "bfloat16", "float16")
+# the files of a model folder that decide what it computes (weights, configuration, tokenizer)
+MODEL_FILES = ("config.json", "generation_config.json", "tokenizer*", "special_tokens_map.json", "added_tokens.json",
+               "vocab*", "merges.txt", "chat_template*", "*.safetensors", "*.bin", "*.index.json", "*.model",
+               "*.tiktoken")
+
+
+def model_key(source: str) -> str:
+    """What a model *is*, for the keys of cached results: for a local folder ``sha256:`` of the
+    files that decide what it computes (:data:`MODEL_FILES`, by name and content), so a model
+    rebuilt in the same place with other weights is a new model, and a moved folder is the same
+    one; for a hub id ``hub:<id>@<revision>``, the revision the local cache holds (else the one
+    the hub serves now; ``hub:<id>`` when neither can be asked)."""
+    path = Path(source).expanduser()
+    if (path / "config.json").is_file():
+        files = sorted({f for pattern in MODEL_FILES for f in path.glob(pattern) if f.is_file()})
+        return "sha256:" + sha256_bytes("".join(f"{f.name}\0{digest(f)}\n" for f in files))
+    revision = _hub_revision(source)
+    return f"hub:{source}@{revision}" if revision else f"hub:{source}"
+
+
+@functools.cache
+def _hub_revision(repo_id: str) -> str | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(repo_id, "config.json")
+        if isinstance(hit, str):                       # .../snapshots/<commit>/config.json
+            return Path(hit).parent.name
+        if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
+            return None
+        from huggingface_hub import HfApi
+
+        return HfApi().model_info(repo_id, timeout=10).sha
+    except Exception:  # noqa: BLE001 - an invalid id, no network, a gated repo: keyed by its id alone
+        return None
 
 
 def load_model(source: str, device: str | None = None, dtype: str = "float32"):
@@ -266,7 +301,8 @@ def record(store_root: str | Path, work: str | Path, protocol: str, info: TaskIn
     if outcome.correct is not None:
         layout.write_items(work, protocol, info.name, model, metric=outcome.metric, doc_ids=outcome.doc_ids,
                            correct=outcome.correct)
-    prov = {"filter": info.filter, "kind": info.kind, "n_test": outcome.n, "versions": versions(),
+    prov = {"filter": info.filter, "kind": info.kind, "per_item": outcome.correct is not None, "n_test": outcome.n,
+            "versions": versions(),
             "eval_seconds": outcome.seconds, **provenance}
     return store.write(store_root, store.Result(
         protocol=protocol, benchmark=info.name, model=model, metric=info.metric, score=outcome.score,

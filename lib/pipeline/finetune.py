@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import layout
-from ..util import atomic_dir, atomic_write_json, did_you_mean
+from ..util import atomic_dir, did_you_mean
 from .tasks import TaskInfo, docs, render
 from .training import lora_epochs
 
@@ -328,7 +328,7 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
             if _stop(recipe, res):
                 break                               # no better value for `patience` epochs: stop this lr
     res.seconds = before + time.time() - t_unit
-    atomic_write_json(unit_dir / layout.UNIT_FILE, asdict(res))
+    layout.write_unit(unit_dir, asdict(res))
     shutil.rmtree(layout.resume_dir(unit_dir), ignore_errors=True)   # finished: the state is not needed
     return res
 

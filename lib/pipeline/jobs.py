@@ -24,6 +24,7 @@ files the jobs write.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -87,7 +88,8 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
         raise tk.TaskError("no benchmarks selected (notebook 01 selected none)")
     if not models:
         raise ev.ModelError("no models given")
-    manager = tk.task_manager(selection.get("include_paths") or [], bool(selection.get("include_defaults")))
+    include = tk.selected_include_paths(selection)
+    manager = tk.task_manager(include, bool(selection.get("include_defaults")))
     tk.check_names(manager, names)
     for name, row in (selection.get("tasks") or {}).items():
         if name in names and row.get("count_source") == "dataset":
@@ -108,7 +110,7 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
             instruct = False
         for i in range(0, len(names), chunk):
             specs.append(JobSpec(protocol=protocol, model=name, source=source, benchmarks=names[i:i + chunk],
-                                 include_paths=[str(p) for p in selection.get("include_paths") or []],
+                                 include_paths=[str(p) for p in include],
                                  include_defaults=bool(selection.get("include_defaults")),
                                  store_root=str(store_root), work_root=str(work_root),
                                  recipe=recipe if protocol == TBT else None,
@@ -121,6 +123,16 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
 
 # ---------------------------------------------------------------------------------------------
 # running one job
+
+
+def _tell(line: str) -> None:
+    """A line for the notebook and for the console that runs it (a kernel's own output goes only
+    into the notebook)."""
+    print(line, flush=True)
+    if sys.stdout is not sys.__stdout__ and sys.__stderr__ is not None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.__stderr__.write(line + "\n")
+            sys.__stderr__.flush()
 
 
 def _log(msg: str) -> None:
@@ -283,7 +295,11 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
     """Run ``specs`` side by side (:func:`launch`); one report per job."""
     todo, reports = [], []
     for spec in specs:
-        pending = spec.pending()
+        why = {b: spec.unfinished(b) for b in spec.benchmarks}
+        pending = [b for b in spec.benchmarks if why[b] is not None]
+        for b in pending:
+            if why[b]:                       # files of a finished unit went missing or were damaged
+                _tell(f"redoing {spec.protocol} {spec.model} / {b}: {why[b]}")
         if not pending:
             continue
         held = {b: unit_lock(spec, b) for b in pending}

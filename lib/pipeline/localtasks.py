@@ -12,6 +12,7 @@ YAML is generated with absolute paths. The folder can be handed to
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def write_task(task_dir: str | Path, name: str, kind: str, splits: dict[str, Ite
     unknown = [m for m in metrics if m not in _METRIC_SPECS]
     if unknown:
         raise ValueError(f"local task {name!r}: unknown metric(s) {unknown}; known: {sorted(_METRIC_SPECS)}")
-    folder = Path(task_dir).resolve() / name
+    folder = Path(os.path.abspath(task_dir)) / name      # as reached (a linked outputs/ keeps its name)
     data_files = {}
     for split, recs in splits.items():
         recs = list(recs)

@@ -75,28 +75,35 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
                              pad_id=tokenizer.pad_token_id)
         return _score(spec, tuned, tokenizer, task, info, plan, "validation").score
 
+    def train(lr: float) -> ft.UnitResult:
+        return ft.train_unit(model, tokenizer, examples("train"), recipe, lr,
+                             layout.unit_dir(spec.work_root, spec.model, info.name, lr), validate,
+                             info.higher_is_better, config=spec.config(lr),
+                             progress=lambda m: say(f"{spec.model} / {info.name}: {m}"))
+
     # 2. train each learning rate (a finished unit of the same configuration is reused)
     units = []
     for lr in (recipe.lrs if spec.only_lr is None else (spec.only_lr,)):
-        udir = layout.unit_dir(spec.work_root, spec.model, info.name, lr)
-        unit = ft.read_unit(udir, spec.config(lr))
-        if unit is None or (unit.adapter and not Path(unit.adapter).exists()):   # missing or pruned: retrain
-            unit = ft.train_unit(model, tokenizer, examples("train"), recipe, lr, udir, validate,
-                                 info.higher_is_better, config=spec.config(lr),
-                                 progress=lambda m: say(f"{spec.model} / {info.name}: {m}"))
-        units.append(unit)
+        units.append(ft.read_unit(layout.unit_dir(spec.work_root, spec.model, info.name, lr), spec.config(lr))
+                     or train(lr))               # a pruned adapter is retrained below, only if it is chosen
     if spec.only_lr is not None:                  # the job of all the rates chooses and tests
         return None
 
     # 3. choose on validation
     lr, epoch, val_value = ft.select_best(units, info.higher_is_better, recipe.criterion)
-    chosen = next(u for u in units if u.lr == lr)
-    if chosen.best_epoch != epoch or not Path(chosen.adapter).exists():
+    i = next(i for i, u in enumerate(units) if u.lr == lr)
+    problem = layout.adapter_problem(units[i].adapter) if units[i].adapter else "no adapter was kept"
+    if problem:             # removed or damaged since: train it again (deterministic, so the same adapter)
+        say(f"{spec.model} / {info.name}: {problem}: training {layout.lr_name(lr)} again")
+        units[i] = train(lr)
+    chosen = units[i]
+    if chosen.best_epoch != epoch or layout.adapter_problem(chosen.adapter):
         raise ProtocolError(f"{spec.model} / {info.name}: adapter of {layout.lr_name(lr)} epoch={epoch} missing at "
                             f"{chosen.adapter}")
     curves = {layout.lr_name(u.lr): [p[recipe.criterion] for p in u.curve] for u in units}
+    adapter = Path(chosen.adapter).relative_to(spec.work_root).as_posix()      # moves with outputs/
     atomic_write_json(layout.selection_path(spec.work_root, spec.model, info.name),
-                      {"lr": lr, "epoch": epoch, recipe.criterion: val_value, "adapter": chosen.adapter,
+                      {"lr": lr, "epoch": epoch, recipe.criterion: val_value, "adapter": adapter,
                        "curves": curves, "criterion": recipe.criterion, "higher_is_better": info.higher_is_better})
 
     # 4. score the test split once, with the chosen adapter
@@ -106,7 +113,7 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
     # 5. record, and keep only the chosen adapter
     ev.record(spec.store_root, spec.work_root, TBT, info, spec.model, outcome, spec.provenance(
         plan, lr=lr, epoch=epoch, select_on=recipe.select_on, **{recipe.criterion: val_value},
-        val_curves=curves, adapter=chosen.adapter, gradient_checkpointing=recipe.gradient_checkpointing,
+        val_curves=curves, adapter=adapter, gradient_checkpointing=recipe.gradient_checkpointing,
         micro_batch_size=min(p.get("micro_batch_size", recipe.batch_size) for u in units for p in u.curve),
         train_seconds=sum(u.seconds for u in units)))
     for u in units:

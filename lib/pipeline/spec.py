@@ -9,8 +9,9 @@ The job grid (:mod:`lib.pipeline.jobs`) makes the specs and launches them; the p
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
-from .. import layout, store
+from .. import layout, paths, store
 from ..store import PROTOCOLS, TBT
 from ..util import jsonable
 from . import evaluate as ev
@@ -64,8 +65,10 @@ class JobSpec:
 
     def config(self, lr: float | None = None) -> dict:
         """What determines a result (recorded with it): a result or unit made with another
-        recipe, split rule, model source, precision or evaluation setting is not reused but redone."""
-        cfg = {"protocol": self.protocol, "source": self.source, "splits": self.splits,
+        recipe, split rule, model, precision or evaluation setting is not reused but redone. The
+        model is named by its content (:func:`lib.pipeline.evaluate.model_key`), never by where it
+        lies: a model rebuilt in place with other weights is redone, a moved folder is not."""
+        cfg = {"protocol": self.protocol, "model": ev.model_key(self.source), "splits": self.splits,
                "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
                "max_gen_toks": self.max_gen_toks}
         if self.protocol == TBT:
@@ -81,7 +84,8 @@ class JobSpec:
         rates, splits, model source, evaluation settings); how a unit ran (micro-batch,
         gradient checkpointing, seconds) comes in ``extra``."""
         rule = tk.SplitRule.from_dict(self.splits)
-        return {"source": self.source, "seed": self.seed, "split_seed": rule.seed,
+        return {"source": paths.portable(self.source) if Path(self.source).is_absolute() else self.source,
+                "seed": self.seed, "split_seed": rule.seed,
                 "n_train": plan.sizes["train"], "n_val": plan.sizes["validation"], "n_test": plan.sizes["test"],
                 "test_split": plan.source["test"], "validation_carved_from_train": plan.carved,
                 "validation_in_test": plan.validation_in_test, "split_procedure": rule.procedure,
@@ -94,10 +98,35 @@ class JobSpec:
         """The recipe's seed (0 for direct evaluation: lm-eval's few-shot seed, unused zero-shot)."""
         return self.recipe.seed if self.recipe is not None else 0
 
-    def done(self, benchmark: str) -> bool:
-        """This configuration's result is in the store (with ``only_lr``: or that rate's unit has finished)."""
+    def unfinished(self, benchmark: str) -> str | None:
+        """None when ``benchmark`` has a result of this configuration and every file it stands on is
+        there and sound (the per-item file; for train-before-test every learning rate's
+        ``unit.json`` and the chosen adapter, :func:`lib.layout.unit_problems`). Otherwise why it
+        is (re)done: ``""`` when it was simply not made, or made another way; else which files are
+        missing or damaged, in a few words."""
         path = store.path_for(self.store_root, self.protocol, benchmark, self.model)
-        if path.exists() and store.read(path).provenance.get("config") == self.config():
+        if not path.exists():
+            return ""
+        try:
+            result = store.read(path)
+        except store.StoreError as exc:
+            return f"its result {'/'.join(path.parts[-3:])} is damaged ({str(exc).split(': ', 2)[-1][:120]})"
+        if result.provenance.get("config") != self.config():
+            return ""
+        problems = []
+        prov = result.provenance               # per-item values were written (perplexity has none)
+        if prov.get("per_item", prov.get("kind") != "loglikelihood_rolling"):
+            problems.append(layout.items_problem(self.work_root, self.protocol, benchmark, self.model))
+        if self.protocol == TBT:
+            problems += layout.unit_problems(self.work_root, self.model, benchmark,
+                                             {lr: self.config(lr) for lr in self.recipe.lrs},
+                                             chosen=result.provenance.get("lr"))
+        problems = [p for p in problems if p]
+        return "; ".join(problems) if problems else None
+
+    def done(self, benchmark: str) -> bool:
+        """This configuration's result is there and whole (with ``only_lr``: or that rate's unit has finished)."""
+        if self.unfinished(benchmark) is None:
             return True
         return self.only_lr is not None and layout.read_unit(
             layout.unit_dir(self.work_root, self.model, benchmark, self.only_lr), self.config(self.only_lr)) is not None

@@ -97,6 +97,11 @@ def resolve_include_paths(include_paths: Iterable[str | Path], work: str | Path)
     return [p.resolve() for p in out]
 
 
+def selected_include_paths(selection: dict) -> list[Path]:
+    """The task folders notebook 01's summary names, where they lie now."""
+    return [paths.located(p) for p in selection.get("include_paths") or []]
+
+
 @functools.lru_cache(maxsize=8)
 def _manager(include_paths: tuple[str, ...], include_defaults: bool):
     from lm_eval.tasks import TaskManager
@@ -589,7 +594,8 @@ def selection_summary(rows: list[dict], include_paths: Iterable[str | Path], inc
 
     Keys: ``selected`` (benchmarks then corpora, in the order asked), ``benchmarks``, ``corpora``,
     ``rejected`` ({task: reason}), ``tasks`` ({task: kind, metric, filter, category, splits,
-    counts, test_on, count_source, role, planned sizes, chars_per_example}), ``include_paths``,
+    counts, test_on, count_source, role, planned sizes, chars_per_example}), ``include_paths``
+    (:func:`lib.paths.portable` names; :func:`selected_include_paths` reads them back),
     ``include_defaults``, ``min_train``, ``split_rule`` (:class:`SplitRule`), ``caps`` and
     ``split_seed`` (its caps and seed), ``task_timeout`` (seconds a job waits for a dataset).
     """
@@ -602,7 +608,7 @@ def selection_summary(rows: list[dict], include_paths: Iterable[str | Path], inc
         "corpora": [r["task"] for r in rows if r["selected"] and r["role"] == "corpus"],
         "rejected": {r["task"]: r["reason"] for r in rows if not r["selected"]},
         "tasks": {r["task"]: {k: r[k] for k in keys if k in r} for r in rows},
-        "include_paths": [str(Path(p)) for p in include_paths],
+        "include_paths": [paths.portable(p) for p in include_paths],       # found again after outputs/ moves
         "include_defaults": include_defaults, "min_train": min_train,
         "split_rule": rule.to_dict(), "caps": dict(rule.caps), "split_seed": rule.seed,
         "task_timeout": float(task_timeout),
