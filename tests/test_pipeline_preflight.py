@@ -146,3 +146,18 @@ def test_the_papers_grid_fits_the_time_limit_after_splitting():
     assert len(pre.specs) == len(t) + 3 * len(split) and len(split) > 0
     assert ("Qwen/Qwen2.5-14B", "mnli") in set(zip(split["model"], split["benchmark"]))
     assert math.isclose(pre.summary["preflight_gpu_hours"], t["gpu_hours"].sum(), rel_tol=1e-6)
+
+
+def test_a_model_recorded_by_its_portable_name_is_read_where_it_lies_now(tmp_path, monkeypatch):
+    """Results name a local model folder portably (``outputs:<profile>/work/models/x``, issue 19);
+    the preflight's shape (and 02's measured throughput) read its config from where that name points."""
+    from lib import paths
+    from lib.pipeline import tiny
+
+    folder = tmp_path / "prof" / "work" / "models" / "tiny"
+    tok = tiny.train_tokenizer(["a b c d e f g h"] * 20, 300)
+    tiny.make_model("llama", tok, d_model=16, n_layers=1, n_heads=2).config.save_pretrained(folder)
+    monkeypatch.setattr(paths, "OUTPUTS", tmp_path)
+    shape = cluster.model_shape("outputs:prof/work/models/tiny")
+    assert shape["n_params"] > 0
+    assert cluster._local("Qwen/Qwen2-7B") == "Qwen/Qwen2-7B"
