@@ -425,14 +425,16 @@ def scatter_grid(frames: Mapping[str, pd.DataFrame], x: str, y: str, hue: str | 
 
 
 def _narrow_log_ticks(ax, values) -> None:
-    """A log axis whose values span less than a decade gets three plain ticks (matplotlib would label
-    every minor tick there, and the labels run into each other)."""
+    """A log axis whose values span less than a decade gets three plain ticks, and one spanning less
+    than three decades no minor tick labels (matplotlib labels the minor ticks of a narrow log axis,
+    and the labels run into each other)."""
     import matplotlib.ticker as mticker
 
     values = [v for v in values if v > 0]
     if values and max(values) / min(values) < 10:
         ax.xaxis.set_major_locator(mticker.MaxNLocator(nbins=3))
         ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:.3g}"))
+    if values and max(values) / min(values) < 1000:   # under three decades matplotlib labels minor ticks too
         ax.xaxis.set_minor_formatter(mticker.NullFormatter())
 
 
