@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_miniworld_zoo import SMALL, ZOO
 
 from lib import params, paths, run
 from lib.miniworld import world as mw
 
 PROFILE = "miniworld-test"          # same build as tests/test_miniworld_zoo.py (cached between them)
-HOOK = {"lib.miniworld.zoo:prepare": {
-    "seed": 0, "doses": [10, 25], "scale": 0.01, "sizes": ["xs", "s"], "prepared_sizes": ["s"], "workers": 2,
-    "n_creatures": 30, "n_corpus_docs": 400, "train": 40, "validation": 10, "test": 20, "reading_train": 40,
-    "corpus_train": 10, "corpus_validation": 4, "corpus_test": 4}}
+HOOK = {"lib.miniworld.zoo:prepare": {"seed": 0, **{k: list(v) if isinstance(v, tuple) else v for k, v in ZOO.items()},
+                                      **SMALL}}
 
 
 @pytest.mark.slow
@@ -30,15 +29,18 @@ def test_world_notebook_runs_and_summarises(tmp_path, monkeypatch):
     assert log["00_world"]["status"] == "ran"
     out = paths.stage_dir(PROFILE, "00_world")
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["n_models"] == 9 and summary["n_families"] == 3 and summary["n_prepared"] == 3
+    # 6 bases (3 families x xs, s), 3 twins at s (format 25 %, instruct 75 %, contam 50 %: twin_plan's
+    # square cut to one size), 3 shams, 1 answer-contaminated twin (50 %)
+    assert summary["n_models"] == 13 and summary["n_families"] == 3 and summary["n_prepared"] == 4
+    assert summary["n_kinds"] == 5 and summary["prepared_docs"] > 0
     assert summary["n_benchmarks"] == 6 and summary["n_corpora"] == 2 and summary["corpus_docs"] == 400
-    assert summary["mini_world"] and summary["preparation_tokens"] == (2 + 4 + 2) * 16 * 64
-    # steps in proportion to the dose: 400 x scale 0.01 = 4 at dose 25, 2 at dose 10 (dose_plan: 10, 25, 10)
+    assert summary["mini_world"]
     assert (out / "figures" / "world.pdf").exists() and (out / "figures" / "world.png").exists()
     doses = (out / "doses.csv").read_text().splitlines()
     assert doses[0].split(",")[1:] == list(mw.BENCHMARKS)
-    # dose_plan: set A (3 tasks) at 10, set B (2 tasks) at 25, set B at 10
-    assert sum(int(x) for line in doses[1:] for x in line.split(",")[1:]) == 3 * 10 + 2 * 25 + 2 * 10
+    # doses in % of the last phase on each target: format 3 tasks x 25, instruct 6 x 75, contam 3 x 50,
+    # answers 3 x 50
+    assert sum(int(x) for line in doses[1:] for x in line.split(",")[1:]) == 3 * 25 + 6 * 75 + 3 * 50 + 3 * 50
 
 
 def test_world_notebook_is_clean_and_thin():
