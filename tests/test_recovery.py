@@ -435,8 +435,9 @@ def test_ctrl_c_ends_in_one_line_saying_where_make_all_resumes(project):
     heartbeat = project / "outputs" / "x" / "01_demo" / ".heartbeat"
     deadline = time.time() + 180
     while time.time() < deadline:
-        if heartbeat.exists() and heartbeat.read_text().split(" ")[0] in {"3", "4", "5", "6"}:
-            break
+        done = heartbeat.read_text().split(" ")[0] if heartbeat.exists() else ""
+        if done.isdigit() and 3 <= int(done) < 18:          # well inside the work (a wide window: a loaded
+            break                                            # machine may poll late)
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)                                     # Ctrl-C
     out, err = proc.communicate(timeout=120)
