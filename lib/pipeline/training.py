@@ -149,13 +149,19 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
              "loss_curve": [[i, losses[i]] for i in range(0, steps, every)],
              "seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9)}
 
-    def save(tmp: Path) -> None:
+    return save_model(out_dir, model, tokenizer, STATS_FILE, stats)
+
+
+def save_model(out_dir: str | os.PathLike, model, tokenizer, record_file: str, record: dict) -> dict:
+    """Save ``model`` and ``tokenizer`` into ``out_dir`` in one atomic step, with ``record`` as JSON in
+    ``record_file`` (written last: a folder that has it is whole). Returns ``record``."""
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / STATS_FILE).write_text(json.dumps(stats, indent=1) + "\n")
+        (tmp / record_file).write_text(json.dumps(record, indent=1) + "\n")
 
-    atomic_dir(out_dir, save)
-    return stats
+    atomic_dir(out_dir, write)
+    return record
 
 
 def document_examples(tokenizer, texts: Sequence[str], prompt_chars: Sequence[int] | None = None,
@@ -202,13 +208,7 @@ def posttrain(model, tokenizer, texts: Sequence[str], *, epochs: int, batch_size
              "loss_curve": [[i + 1, v] for i, v in enumerate(curve)], "seconds": seconds,
              "tokens_per_second": tokens / max(seconds, 1e-9)}
 
-    def save(tmp: Path) -> None:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / STATS_FILE).write_text(json.dumps(stats, indent=1) + "\n")
-
-    atomic_dir(out_dir, save)
-    return stats
+    return save_model(out_dir, model, tokenizer, STATS_FILE, stats)
 
 
 # --------------------------------------------------------------------------- LoRA fine-tuning
