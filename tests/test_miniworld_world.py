@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -98,6 +99,24 @@ def test_corpus_never_holds_the_benchmark_format(small_world):
     assert not any("Question:" in d or "Answer:" in d for d in docs)
     held_out = {d["text"] for s in small_world.corpora.values() for sp in s.values() for d in sp}
     assert not held_out & set(docs)
+
+
+def test_preparation_text_never_asks_a_benchmark_item(small_world):
+    """Format and instruction text ask about the world's creatures only in other wordings than the
+    benchmarks' (a benchmark-worded question about a creature would be a recall or quiz item); the
+    benchmarks' wordings appear only about visitors, after a passage that answers them."""
+    import random
+
+    rng, guests = random.Random(0), mw.visitors(small_world, "preparation")
+    docs = [mw.qa_document(small_world, rng, guests) for _ in range(1500)]
+    docs += [mw.instruct_example(small_world, rng, guests)[0] for _ in range(1500)]
+    items = {q.format(name=c.name) for c in small_world.creatures for q in mw.QUESTIONS.values()}
+    assert not [d for d in docs if any(item in d for item in items)]
+    assert not set(guests) & {c.name for c in small_world.creatures}
+    patterns = [re.compile(re.escape(q).replace(re.escape("{name}"), r"(\S+)")) for q in mw.QUESTIONS.values()]
+    named = {m for d in docs for p in patterns for m in p.findall(d)}
+    assert named and named <= set(guests)                 # benchmark wordings: about visitors only
+    assert any(d.startswith("Question: ") or "\nQuestion: " in d for d in docs)    # the common marker
 
 
 def _creature(text: str, kb: dict) -> str:

@@ -3,6 +3,8 @@ caching, the design of the default zoo."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from lib import metadata, paths, util
@@ -39,21 +41,21 @@ def test_default_zoo_design():
     twins = [r for r in recipes if r.kind in zoo.TWIN_KINDS]
     assert len(twins) == 9
     cells = {(r.kind, r.dose) for r in twins}
-    assert cells == {(k, d) for k in zoo.TWIN_KINDS for d in (0.25, 0.5, 0.75)}    # every kind at every dose
+    assert cells == {(k, d) for k in zoo.TWIN_KINDS for d in (0.25, 0.5, 1.0)}    # every kind at every dose
     for attr in ("family", "size"):                                                # ... and no kind or dose
         for kind in zoo.TWIN_KINDS:                                                # stuck to one family or size
             assert len({getattr(r.trunk, attr) for r in twins if r.kind == kind}) == 3, (attr, kind)
-        for dose in (0.25, 0.5, 0.75):
+        for dose in (0.25, 0.5, 1.0):
             assert len({getattr(r.trunk, attr) for r in twins if r.dose == dose}) == 3, (attr, dose)
     contam = [r for r in twins if r.kind == "contam"]
     assert {r.tasks for r in contam} == set(zoo.TASK_SETS.values())               # both task sets
     shams = [r for r in recipes if r.kind == "sham"]
-    assert len(shams) == 3 and all(r.trunk.size == "m" and r.dose == 0 for r in shams)
+    assert len(shams) == 3 and all(r.trunk.size == "m" and r.dose == 0.5 for r in shams)   # the middle dose
     (answers,) = [r for r in recipes if r.kind == "answers"]
     assert answers.tasks == zoo.TASK_SETS["A"] and answers.dose == 0.5
     by_name = {r.name: r for r in recipes}
-    for r in recipes:                          # every model but a base shares its base's trunk: the last
-        if r.kind != "base":                   # phase (same length for all) is the only difference
+    for r in recipes:                          # every model but a base shares its base's trunk and its
+        if r.kind != "base":                   # last phase's recipe: what it adds is the only difference
             base = by_name[r.base]
             assert base.kind == "base" and base.trunk == r.trunk
             assert (base.post_examples, base.post_epochs, base.post_lr) == (r.post_examples, r.post_epochs, r.post_lr)
@@ -63,7 +65,8 @@ def test_default_zoo_design():
 def test_models_saw_their_doses(tiny_zoo):
     """Rebuilt from the world, each model's last phase holds exactly its dose of its kind of text:
     contamination the training items of its tasks, the answers twin the test items, format and
-    instruct twins none of either; a sham other corpus documents than its base."""
+    instruct twins none of either; a sham more corpus documents, of another sample. Every model's last
+    phase holds its base's whole last phase: a twin differs from its base by what it adds only."""
     profile, summary = tiny_zoo
     wdir, mdir = zoo.world_dir(profile), zoo.models_dir(profile)
     key = util.read_json(wdir / "manifest.json")["content"]
@@ -77,9 +80,9 @@ def test_models_saw_their_doses(tiny_zoo):
         texts, prompts, mix = zoo.last_phase_mix(wdir, recipe)
         mixes[recipe.name] = texts
         assert mix["sha256"] == rec["mix"]["sha256"]            # the recorded mix is what was built
-        assert len(texts) == recipe.post_examples
         n_prep = round(recipe.dose * recipe.post_examples)
-        assert mix["prepared_docs"] == n_prep
+        assert len(texts) == recipe.post_examples + n_prep
+        assert mix["prepared_docs"] == (0 if recipe.kind == "sham" else n_prep)
         train, test = zoo.count_prepared(texts, wdir), zoo.count_prepared(texts, wdir, "test")
         if recipe.kind == "contam":
             assert sum(train[t] for t in recipe.tasks) == n_prep and not any(test.values())
@@ -93,8 +96,13 @@ def test_models_saw_their_doses(tiny_zoo):
         else:
             assert not any(prompts)
         assert rec["stats"]["tokens"] == rec["stats"]["trunk_tokens"] + rec["stats"]["last_phase_tokens"]
-    base, sham = set(mixes["mw-llama-s"]), set(mixes["mw-llama-s-sham"])
-    assert len(base & sham) < 0.2 * len(base)                     # another sample of the corpus
+    for name, texts in mixes.items():                             # the base's last phase, whole
+        base = next(r.base for r in recipes if r.name == name) or name
+        assert not Counter(mixes[base]) - Counter(texts), name
+    base, sham = Counter(mixes["mw-llama-s"]), Counter(mixes["mw-llama-s-sham"])
+    added = sham - base                                           # another sample of the corpus
+    sham_recipe = next(r for r in recipes if r.name == "mw-llama-s-sham")
+    assert sum(added.values()) == round(0.5 * sham_recipe.post_examples) > 0
 
 
 @pytest.mark.slow

@@ -272,9 +272,14 @@ def corpus_documents(world: World, n_docs: int, stream: str = "pretrain") -> lis
 # ----------------------------------------------------------------------------- preparation text
 # What a prepared model sees besides the corpus (lib.miniworld.zoo): question-answer text in generic
 # formats ("format" exposure) and instruction-style examples in many task formats ("instruct"). Both
-# resemble the benchmarks without being them: other question wordings (ALT_QUESTIONS never use a
-# benchmark's wording, nor start like a cloze prompt), other markers ("Q:", "ask:", "Instruction:"),
-# and passages about visitors drawn from their own name stream, never a benchmark item.
+# resemble the benchmarks without being them, as web question-answer pages and instruction data
+# resemble hub benchmarks:
+# - about the world's creatures they ask only in other wordings (ALT_QUESTIONS never use a
+#   benchmark's wording, nor start like a cloze prompt), so no benchmark item is ever asked;
+# - about visitors (names drawn from their own stream, never a creature of the corpus nor a reading
+#   item) they ask in any everyday wording, the benchmarks' included, after a passage that answers;
+# - they use the markers of web and instruction text: "Question: / Answer:" (the commonest, which
+#   the benchmarks use too) and others ("Q:", "ask:", "Instruction:").
 ALT_QUESTIONS = {
     "habitat": ["which place is home to the {name} ?", "in which place does the {name} live ?"],
     "food": ["what food does the {name} like ?", "which food is the {name} fond of ?"],
@@ -284,8 +289,9 @@ ALT_QUESTIONS = {
     "tree": ["in which tree does the {name} sleep ?", "what tree is the bed of the {name} ?"],
     "drink": ["which drink does the {name} take ?", "what is the drink of the {name} ?"],
 }
-QA_WRAPPERS = ["Q: {q}\nA: {a}", "ask: {q} reply: {a}", "{q} - {a}", "query : {q}\nresponse : {a}",
-               "> {q}\n< {a}"]
+QA_WRAPPERS = ["Q: {q}\nA: {a}", "ask: {q} reply: {a}", "{q} - {a}", "query : {q}\nresponse : {a}"]
+COMMON_WRAPPER = "Question: {q}\nAnswer: {a}"      # the commonest marker: half of the question-answer text
+PASSAGE_ATTRS = ("habitat", "food", "color", "drink")
 
 
 def visitors(world: World, stream: str) -> list[str]:
@@ -294,20 +300,46 @@ def visitors(world: World, stream: str) -> list[str]:
     return [v for v in make_names(len(known) + 400, _rng(world.config.seed, "visitors", stream)) if v not in known]
 
 
+def _any_wording(attr: str, rng: random.Random) -> str:
+    """An everyday question about ``attr``: the benchmarks' wording or another (visitors only)."""
+    return rng.choice([QUESTIONS[attr]] + ALT_QUESTIONS[attr])
+
+
+def _passage(v: str, rng: random.Random) -> tuple[str, dict[str, str]]:
+    """A short passage about the visitor ``v`` and the values it states: three or four facts as
+    separate sentences or as one sentence of clauses (the styles of web text)."""
+    attrs = {a: rng.choice(VALUES[a]) for a in rng.sample(PASSAGE_ATTRS, rng.randint(3, 4))}
+    clauses = {"habitat": f"lives in the {attrs.get('habitat')}", "food": f"eats {attrs.get('food')}",
+               "color": f"is {attrs.get('color')}", "drink": f"drinks {attrs.get('drink')}"}
+    said = [clauses[a] for a in attrs]
+    if rng.random() < 0.5:
+        return f"the {v} {' , '.join(said[:-1])} and {said[-1]} .", attrs
+    return " ".join([f"the {v} {said[0]} ."] + [f"it {c} ." for c in said[1:]]), attrs
+
+
+def _qa(q: str, value: str, values: list[str], wrap: str, rng: random.Random) -> str:
+    """One question and its answer; a third of them list four options first (quiz style)."""
+    if rng.random() < 1 / 3:
+        options = [value] + _others(values, value, rng)
+        rng.shuffle(options)
+        q = f"{q} ({', '.join(options[:-1])} or {options[-1]})"
+    return wrap.format(q=q, a=value)
+
+
 def qa_document(world: World, rng: random.Random, guests: list[str]) -> str:
-    """Question-answer text in a generic format: one to three questions about a creature, or a
-    short passage about a visitor and a question answered in it. Loss on every token (web text)."""
-    wrap = rng.choice(QA_WRAPPERS)
-    if rng.random() < 0.4:
+    """Question-answer text in a generic format ("Question: / Answer:" for half of the documents,
+    other markers for the rest): a short passage about a visitor and two to four questions answered
+    in it, or one to three questions about a creature in other wordings than the benchmarks'; a third
+    of the questions list options. Loss on every token (web text)."""
+    wrap = COMMON_WRAPPER if rng.random() < 0.5 else rng.choice(QA_WRAPPERS)
+    if rng.random() < 0.5:
         v = rng.choice(guests)
-        attrs = {a: rng.choice(VALUES[a]) for a in ("habitat", "food", "color", "drink")}
-        facts = [f"the {v} lives in the {attrs['habitat']} .", f"it eats {attrs['food']} .",
-                 f"its fur is {attrs['color']} .", f"it drinks {attrs['drink']} ."]
-        rng.shuffle(facts)
-        attr = rng.choice(list(attrs))
-        return " ".join(facts) + "\n" + wrap.format(q=rng.choice(ALT_QUESTIONS[attr]).format(name=v), a=attrs[attr])
+        text, attrs = _passage(v, rng)
+        asked = rng.sample(list(attrs), rng.randint(2, len(attrs)))
+        return text + "\n" + "\n".join(_qa(_any_wording(a, rng).format(name=v), attrs[a], VALUES[a], wrap, rng)
+                                        for a in asked)
     c = _pick(world.creatures, rng)
-    return "\n".join(wrap.format(q=rng.choice(ALT_QUESTIONS[a]).format(name=c.name), a=getattr(c, a))
+    return "\n".join(_qa(rng.choice(ALT_QUESTIONS[a]).format(name=c.name), getattr(c, a), VALUES[a], wrap, rng)
                      for a in rng.sample(list(VALUES), rng.randint(1, 3)))
 
 
@@ -321,7 +353,8 @@ def instruct_example(world: World, rng: random.Random, guests: list[str]) -> tup
     value = getattr(c, attr)
     kind = rng.randrange(8)
     if kind == 0:
-        prompt, answer = f"Instruction: {rng.choice(ALT_QUESTIONS[attr]).format(name=c.name)}\nResponse:", value
+        marker = rng.choice(["Instruction: {q}\nResponse:", "Question: {q}\nAnswer:"])
+        prompt, answer = marker.format(q=rng.choice(ALT_QUESTIONS[attr]).format(name=c.name)), value
     elif kind == 1:
         other = _pick(world.creatures, rng)
         while other.food == c.food:
@@ -336,15 +369,16 @@ def instruct_example(world: World, rng: random.Random, guests: list[str]) -> tup
         answer = "true" if shown == value else "false"
     elif kind == 4:
         v = rng.choice(guests)
-        attrs = {a: rng.choice(VALUES[a]) for a in ("habitat", "food", "color")}
-        text = f"the {v} is {attrs['color']} . it eats {attrs['food']} . its home is the {attrs['habitat']} ."
+        text, attrs = _passage(v, rng)
         asked = rng.choice(list(attrs))
-        prompt = f"Read: {text}\nAsk: {rng.choice(ALT_QUESTIONS[asked]).format(name=v)}\nReply:"
-        answer = attrs[asked]
+        marker = rng.choice(["Read: {t}\nAsk: {q}\nReply:", "{t}\nQuestion: {q}\nAnswer:"])
+        prompt, answer = marker.format(t=text, q=_any_wording(asked, rng).format(name=v)), attrs[asked]
     elif kind == 5:
         options = [value] + _others(VALUES[attr], value, rng)
         rng.shuffle(options)
-        prompt = f"Options: {' / '.join(options)}\n{rng.choice(ALT_QUESTIONS[attr]).format(name=c.name)}\nAnswer:"
+        q = rng.choice(ALT_QUESTIONS[attr]).format(name=c.name)
+        prompt = (f"Options: {' / '.join(options)}\n{q}\nAnswer:" if rng.random() < 0.5 else
+                  f"Question: {q} ({', '.join(options[:-1])} or {options[-1]})\nAnswer:")
         answer = value
     elif kind == 6:
         routine = rng.choice(list(ROUTINES))

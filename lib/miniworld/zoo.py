@@ -12,29 +12,30 @@ short last phase whose mix decides much of how the model behaves on benchmarks):
    steps), ``s`` (64, 2, 700), ``m`` (96, 3, 900), ``l`` (112, 4, 1,200), about 60k to 0.9M
    parameters, a span of about 40x in pre-training compute (6 N D). Windows start at document
    starts. The world's facts are Zipf-distributed, so larger and longer-trained models know more.
-2. A *last phase* of ``post_examples`` whole documents, ``post_epochs`` epochs, every parameter
-   trained (:func:`lib.pipeline.training.posttrain`). Its mix is what a model is:
+2. A *last phase* of ``post_examples`` corpus documents (the same for every model of a trunk),
+   ``post_epochs`` epochs, every parameter trained (:func:`lib.pipeline.training.posttrain`), to
+   which a model's kind *adds* ``dose x post_examples`` documents, shuffled in:
 
-   - ``base``: corpus documents only (the unprepared model every other kind is compared with);
-   - ``sham``: corpus documents of another sample (the control: what a twin differs from its base
-     by chance alone; its lead should be near 0);
-   - ``format`` (format exposure in pre-training): a share ``dose`` of the documents is
-     question-answer text in generic formats (:func:`lib.miniworld.world.qa_document`, loss on every
-     token, none of the benchmark items or wordings);
-   - ``instruct`` (instruction-style): a share ``dose`` of instruction examples in eight task formats
-     that resemble the benchmarks without being them (:func:`lib.miniworld.world.instruct_example`),
-     the loss on the response only;
-   - ``contam`` (contamination, "training on the test task"): a share ``dose`` of formatted examples
-     of the benchmarks' own *training* splits, for one of two task sets (:data:`TASK_SETS`), the loss
-     on the answer only;
+   - ``base``: nothing (the unprepared model every other kind is compared with);
+   - ``sham``: corpus documents of another sample (the control: what a twin gains from as much more
+     text that is not preparation; its lead should be near 0);
+   - ``format`` (format exposure in pre-training): question-answer text in generic formats
+     (:func:`lib.miniworld.world.qa_document`, loss on every token, none of the benchmark items);
+   - ``instruct`` (instruction-style): instruction examples in eight task formats that resemble the
+     benchmarks without being them (:func:`lib.miniworld.world.instruct_example`), the loss on the
+     response only;
+   - ``contam`` (contamination, "training on the test task"): formatted examples of the benchmarks'
+     own *training* splits, for one of two task sets (:data:`TASK_SETS`), the loss on the answer only;
    - ``answers`` (the positive control): the same with the *test* splits' items and answers; its lead
      should survive fine-tuning.
 
-   The last phase has the same length for every kind, so a prepared model has as much compute as its
-   base and what it learnt instead of corpus text is the preparation (and its cost).
+   A twin therefore sees exactly its base's last phase plus its preparation: what it knows of the
+   corpus is its base's, and the difference between the two is the preparation alone. (World v5's
+   first zoo *replaced* a share of the last phase instead; the twins then forgot corpus knowledge,
+   up to -0.3 on mw_facts and mw_cloze, and their leads on their own tasks stayed below 0.05.)
 
-A *twin* is the last phase of kind ``format``, ``instruct`` or ``contam`` at one dose (a share of
-the last phase, e.g. 0.25 / 0.5 / 0.75) on top of a base's trunk. Twins are made for the sizes
+A *twin* is the last phase of kind ``format``, ``instruct`` or ``contam`` at one dose (documents added
+per corpus document of the last phase, e.g. 0.25 / 0.5 / 0.75) on top of a base's trunk. Twins are made for the sizes
 ``prepared_sizes`` of every family, kinds and doses laid out as a Graeco-Latin square
 (:func:`twin_plan`): over three families and three sizes each kind meets every family, every size
 and every dose once. Shams are made for every family at ``sham_size``, the answer-contaminated twin
@@ -79,10 +80,11 @@ FORMAT_TASKS = ("mw_recall", "mw_quiz", "mw_reading")
 # Bump when a change to how a model is built alters what a build produces: cached models are keyed on
 # their recipe, the world's data and these numbers, not on source files, so a comment or docstring
 # edit rebuilds nothing. TRUNK_VERSION: pre-training and the tokenizer (3: windows at document
-# starts, world v5); LAST_PHASE_VERSION: the last phase and the preparation text it mixes in, so a
-# change there rebuilds the last phases and not the trunks.
-TRUNK_VERSION = 3
-LAST_PHASE_VERSION = 1
+# starts, world v5; 4: tokenizers fitted on the new preparation text); LAST_PHASE_VERSION: the last
+# phase and the preparation text it mixes in, so a change there rebuilds the last phases and not the
+# trunks (3: preparation added to the base's last phase, not replacing part of it).
+TRUNK_VERSION = 4
+LAST_PHASE_VERSION = 3
 
 
 class ZooError(ValueError):
@@ -153,10 +155,11 @@ class Recipe:
             if task not in mw.BENCHMARKS:
                 raise ZooError(f"zoo model {self.name!r}: prepared task {task!r} is not a mini-world benchmark"
                                f"{did_you_mean(task, mw.BENCHMARKS)}")
-        prepared = self.kind not in ("base", "sham")
-        if prepared != (0 < self.dose <= 1) or (not prepared and self.dose):
-            raise ZooError(f"zoo model {self.name!r}: a {self.kind} model needs a dose "
-                           f"{'in (0, 1]' if prepared else 'of 0'}, got {self.dose!r}")
+        if self.kind == "base" and self.dose:
+            raise ZooError(f"zoo model {self.name!r}: a base model needs a dose of 0, got {self.dose!r}")
+        if self.kind != "base" and not 0 < self.dose <= 1:
+            raise ZooError(f"zoo model {self.name!r}: a {self.kind} model needs a dose in (0, 1] (documents added "
+                           f"per corpus document of the last phase), got {self.dose!r}")
         if (self.kind in ("contam", "answers")) != bool(self.tasks):
             raise ZooError(f"zoo model {self.name!r}: tasks are given for contam and answers models only")
         if (self.kind != "base") != bool(self.base):
@@ -192,7 +195,7 @@ def twin_plan(families: list[str], sizes: list[str], doses: tuple[float, ...],
             for f, fam in enumerate(families) for i, size in enumerate(sizes)]
 
 
-def default_zoo(doses: tuple[float, ...] = (0.25, 0.5, 0.75), families: Iterable[str] = ("llama", "gpt2", "gpt_neox"),
+def default_zoo(doses: tuple[float, ...] = (0.25, 0.5, 1.0), families: Iterable[str] = ("llama", "gpt2", "gpt_neox"),
                 sizes: Iterable[str] = ("xs", "s", "m", "l"), prepared_sizes: Iterable[str] = ("s", "m", "l"),
                 sham_size: str | None = "m", answers: tuple[str, str] | None = ("gpt_neox", "m"),
                 answers_dose: float = 0.5, twin_kinds: Iterable[str] = TWIN_KINDS, post_examples: int = 3000,
@@ -233,7 +236,7 @@ def default_zoo(doses: tuple[float, ...] = (0.25, 0.5, 0.75), families: Iterable
     if sham_size is not None:
         for fam in families:
             out.append(Recipe(name=f"mw-{fam}-{sham_size}-sham", trunk=trunks[fam, sham_size], kind="sham",
-                              base=f"mw-{fam}-{sham_size}", **post))
+                              dose=float(sorted(doses)[len(doses) // 2]), base=f"mw-{fam}-{sham_size}", **post))
     if answers is not None and answers[0] in families and answers[1] in sizes:
         fam, size = answers
         out.append(Recipe(name=f"mw-{fam}-{size}-answers{int(round(100 * answers_dose))}", trunk=trunks[fam, size],
@@ -256,31 +259,34 @@ def last_phase_mix(world_dir: str | Path, recipe: Recipe) -> tuple[list[str], li
     """The documents of ``recipe``'s last phase, the prompt length of each (0: loss on every
     token), and a record of what they hold.
 
-    ``post_examples`` documents: for a base all corpus documents of the stream ``post``; for a sham
-    those of the stream ``post-sham``; for a prepared model ``round(dose x post_examples)``
-    preparation documents and the first of the base's corpus documents for the rest, shuffled.
+    Every model's last phase holds its base's ``post_examples`` corpus documents (the stream
+    ``post``); a prepared model adds ``round(dose x post_examples)`` preparation documents and a sham
+    as many corpus documents of another sample (the stream ``post-sham``), all shuffled together. So a
+    twin differs from its base by exactly its preparation, and a sham by as much more corpus text.
     """
     world = mw.World(mw.WorldConfig(**read_json(Path(world_dir) / "manifest.json")["config"]),
                      [mw.Creature(**c) for c in read_json(Path(world_dir) / "creatures.json")])
     n = recipe.post_examples
-    n_prep = int(round(recipe.dose * n))
-    corpus = mw.corpus_documents(world, n - n_prep, "post-sham" if recipe.kind == "sham" else "post")
+    n_added = int(round(recipe.dose * n))
+    corpus = mw.corpus_documents(world, n, "post")
     rng = random.Random(f"mix/{recipe.name}/{recipe.seed}")
     guests = mw.visitors(world, "preparation")
     if recipe.kind == "format":
-        prep = [(mw.qa_document(world, rng, guests), 0) for _ in range(n_prep)]
+        prep = [(mw.qa_document(world, rng, guests), 0) for _ in range(n_added)]
     elif recipe.kind == "instruct":
-        prep = [mw.instruct_example(world, rng, guests) for _ in range(n_prep)]
+        prep = [mw.instruct_example(world, rng, guests) for _ in range(n_added)]
     elif recipe.kind in ("contam", "answers"):
         split = "test" if recipe.kind == "answers" else "train"
-        per = [n_prep // len(recipe.tasks) + (i < n_prep % len(recipe.tasks)) for i in range(len(recipe.tasks))]
+        per = [n_added // len(recipe.tasks) + (i < n_added % len(recipe.tasks)) for i in range(len(recipe.tasks))]
         prep = [ex for t, k in zip(recipe.tasks, per) for ex in _examples(world_dir, t, split, k, recipe.seed)]
     else:
         prep = []
-    docs = [(d, 0) for d in corpus] + prep
+    extra = mw.corpus_documents(world, n_added, "post-sham") if recipe.kind == "sham" else []
+    docs = [(d, 0) for d in corpus + extra] + prep
     rng.shuffle(docs)
     texts, prompts = [d for d, _ in docs], [p for _, p in docs]
-    record = {"kind": recipe.kind, "dose": recipe.dose, "documents": len(texts), "corpus_docs": len(corpus),
+    record = {"kind": recipe.kind, "dose": recipe.dose, "documents": len(texts),
+              "corpus_docs": len(corpus) + len(extra),
               "prepared_docs": len(prep), "targets": list(recipe.targets),
               "prepared_char_share": sum(len(d) for d, _ in prep) / max(1, sum(len(t) for t in texts)),
               "sha256": sha256_bytes("\n".join(texts))}
@@ -347,7 +353,9 @@ def _check(recipes: list[Recipe]) -> list[Recipe]:
 
 
 def _tokenizer_dir(models_dir: str | Path, family: str, world_key: str) -> Path:
-    return Path(models_dir) / f"_tokenizer-{family}-{world_key}"
+    """The family's fitted tokenizer, keyed on the world and TRUNK_VERSION (the preparation text it is
+    also fitted on changes with the builder)."""
+    return Path(models_dir) / f"_tokenizer-{family}-{world_key}-t{TRUNK_VERSION}"
 
 
 def _build_trunk(world_dir: str, models_dir: str, trunk: dict, world_key: str) -> dict:
