@@ -69,3 +69,20 @@ def test_direct_eval_report(ran):
     assert list(rep["perplexity"]["model"]) == ["m1", "m2"]
     only_direct = reports.direct_eval_report(root, ["not-run"], SELECTION)["summary"]
     assert only_direct["mean_gain_tbt_minus_direct"] == {} and only_direct["perplexity_mean_change"] == {}
+
+
+def test_grid_edges_tells_a_binding_budget_from_a_levelled_curve():
+    import pandas as pd
+
+    recipe = ft.Recipe(**{**RECIPE.to_dict(), "lrs": (1e-3, 3e-3, 1e-2), "epochs": 3})
+    scores = pd.DataFrame([("m1", "b1", 3e-3, 2), ("m1", "b2", 1e-2, 1), ("m2", "b1", 1e-3, 3), ("m2", "b2", 3e-3, 3)],
+                          columns=["model", "benchmark", "lr", "epoch"])
+    curves = pd.DataFrame([("m2", "b1", 1e-3, 2, 1.0), ("m2", "b1", 1e-3, 3, 0.95),     # still falling: 5 %
+                           ("m2", "b2", 3e-3, 2, 1.0), ("m2", "b2", 3e-3, 3, 0.999)],   # levelled off: 0.1 %
+                          columns=["model", "benchmark", "lr", "epoch", "val_loss"])
+    out = reports.grid_edges(scores, recipe, curves)
+    assert out["n"] == 4 and out["share_interior"] == 0.25
+    assert (out["share_largest_lr"], out["share_smallest_lr"], out["share_last_epoch"]) == (0.25, 0.25, 0.5)
+    assert out["share_last_epoch_still_improving"] == 0.25 and out["share_budget_binds"] == 0.75
+    assert out["interior_by_benchmark"] == {"b1": 0.5, "b2": 0.0}
+    assert "share_last_epoch_still_improving" not in reports.grid_edges(scores, recipe)

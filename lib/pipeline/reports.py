@@ -44,11 +44,11 @@ def finetune_report(store_root: str | Path, work: str | Path, models: list[str],
         "chosen_epoch_counts": {str(k): int(v) for k, v in scores["epoch"].value_counts().items()},
         "train_seconds": float(prov["train_seconds"].sum()),
         "recipe": recipe.to_dict(), "executor": executor, "select_on": recipe.select_on,
-        "grid_edges": grid_edges(scores, recipe),
     }
-    return {"scores": scores, "matrix": store.matrix(results, TBT),
-            "curves": layout.curves_frame(work, models, bench), "examples": layout.examples_frame(work, models, bench),
-            "summary": summary}
+    curves = layout.curves_frame(work, models, bench)
+    summary["grid_edges"] = grid_edges(scores, recipe, curves)
+    return {"scores": scores, "matrix": store.matrix(results, TBT), "curves": curves,
+            "examples": layout.examples_frame(work, models, bench), "summary": summary}
 
 
 def example_text(examples: pd.DataFrame) -> str:
@@ -62,11 +62,19 @@ def example_text(examples: pd.DataFrame) -> str:
     return "\n\n".join(blocks) or "no training example recorded"
 
 
-def grid_edges(scores: pd.DataFrame, recipe: Recipe) -> dict:
+STILL_IMPROVING = 0.01        # a chosen last epoch that lowered the validation loss by more than 1 %
+
+
+def grid_edges(scores: pd.DataFrame, recipe: Recipe, curves: pd.DataFrame | None = None) -> dict:
     """Where in the learning-rate x epoch grid the chosen points lie: the share of results at the
     largest learning rate, at the smallest, at the last epoch, at the largest rate *and* the last
     epoch, where the budget may bind (the largest rate or the last epoch: more training might have
-    helped) and in the interior (none of these), overall and per benchmark (``budget_binds``)."""
+    helped) and in the interior (none of these), overall and per benchmark (``budget_binds``).
+
+    With the validation ``curves`` (:func:`lib.layout.curves_frame`), a result chosen at the last
+    epoch is also told apart by whether that epoch still lowered the chosen rate's validation loss
+    by more than :data:`STILL_IMPROVING` (relative): ``share_last_epoch_still_improving`` (the budget
+    binds) against a curve that had levelled off under the decaying learning rate."""
     if not len(scores):
         return {"n": 0}
     lrs, last = sorted(recipe.lrs), recipe.epochs
@@ -77,8 +85,20 @@ def grid_edges(scores: pd.DataFrame, recipe: Recipe) -> dict:
     flags["largest_lr_and_last_epoch"] = flags["largest_lr"] & flags["last_epoch"]
     flags["budget_binds"] = flags["largest_lr"] | flags["last_epoch"]
     flags["interior"] = ~(flags["largest_lr"] | flags["smallest_lr"] | flags["last_epoch"])
+    if curves is not None and len(curves) and last > 1:
+        loss = curves.set_index(["model", "benchmark", "lr", "epoch"])["val_loss"]
+        def still(r) -> bool:
+            try:
+                key = (r.model, r.benchmark, r.lr)
+                before, at = loss.loc[(*key, last - 1)], loss.loc[(*key, last)]
+            except KeyError:
+                return False
+            return bool(at < (1 - STILL_IMPROVING) * before)
+        flags["last_epoch_still_improving"] = [bool(f) and still(r) for f, r in
+                                               zip(flags["last_epoch"], scores.itertuples())]
     out = {"n": int(len(flags)), **{f"share_{k}": float(v.mean()) for k, v in flags.items()}}
     out["budget_binds_by_benchmark"] = flags["budget_binds"].groupby(scores["benchmark"]).mean().round(4).to_dict()
+    out["interior_by_benchmark"] = flags["interior"].groupby(scores["benchmark"]).mean().round(4).to_dict()
     return out
 
 
