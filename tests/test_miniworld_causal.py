@@ -130,3 +130,30 @@ def test_leads_shrink_under_fine_tuning_and_the_sham_has_none(zoo):
     assert check["contam"]["lead_direct"] == pytest.approx(lead.loc["b3-contam75", f"lead_{DIRECT}"])
     pooled = lead.loc["format (all doses)"]
     assert pooled[f"lead_{DIRECT}"] == pytest.approx(lead.loc["b1-format25", f"lead_{DIRECT}"])
+
+
+def test_task_leads_pool_only_the_clear_ones(zoo):
+    """Task by task: b1-format25 lifts t1 and the floor by 0.15 (clear), b2-instruct50 its three
+    targets by 0.30, b3-contam75 t1 by 0.45; none survives fine-tuning. A target whose lift falls
+    below LEAD_MIN is not clear and stays out of its kind's pooled row."""
+    root, work, u = zoo
+    des = causal.design(root)
+    items = causal.Items(work, list(des["model"]), BENCH)
+    table = causal.task_leads(items, des, BENCH, n_boot=100)
+    rows = table[table["base"].astype(bool)].set_index(["model", "task"])
+    assert len(rows) == 2 + 3 + 1                                       # one row per (twin, target); no sham
+    for twin, (base, _, dose, targets) in TWINS.items():
+        for t in targets:
+            start = 0.0 if t == "floor" else SKILL[base]
+            want = np.mean(u[t] < start + 0.6 * dose) - np.mean(u[t] < start)
+            assert rows.loc[(twin, t), f"lead_{DIRECT}"] == pytest.approx(want)
+            assert rows.loc[(twin, t), f"lead_{TBT}"] == pytest.approx(0.0, abs=1e-12)
+            assert rows.loc[(twin, t), "clear"] == (want >= causal.LEAD_MIN and rows.loc[(twin, t), "z_direct"] > 3)
+    pooled = table[~table["base"].astype(bool)].set_index("kind")
+    clear = rows[rows["clear"]].reset_index()
+    for kind, part in clear.groupby("kind"):
+        assert pooled.loc[kind, f"lead_{DIRECT}"] == pytest.approx(part[f"lead_{DIRECT}"].mean())
+        assert pooled.loc[kind, "kept"] == pytest.approx(0.0, abs=1e-12)
+    summary = causal._clear_summary(table)
+    assert summary["instruct"]["n_rows"] == 3 and summary["instruct"]["n_clear"] == int(
+        rows.loc["b2-instruct50", "clear"].sum())

@@ -244,7 +244,7 @@ def notebook_section(ctx, view: str, summary: dict) -> pd.DataFrame | None:
         health = twin_health(df, ctx.store)
         values = {**rep["summary"], "twin_health": twin_health_summary(health)}
         report.write_table(health, ctx.out, "preparation_twin_health", index=False)
-        for name in ("subsets", "compositions", "leads"):
+        for name in ("subsets", "compositions", "leads", "task_leads"):
             report.write_table(rep[name], ctx.out, f"causal_{name}", index=False)
         for name, fig in rep["figures"].items():
             plots.savefig(fig, ctx.out, name)

@@ -17,7 +17,8 @@ analyses read that record and the per-item results of both protocols:
     the base zoo. The mechanism predicts that direct-evaluation agreement falls as prepared models
     come in and train-before-test agreement stays.
 (iii) :func:`leads`: each prepared model's (and sham's) lead over its base on the tasks it was
-    prepared for, under both protocols, and its rank shift; pooled by kind and by (kind, dose). The
+    prepared for, under both protocols, and its rank shift; pooled by kind and by (kind, dose);
+    :func:`task_leads` the same task by task, pooled per kind over the rows with a clear lead. The
     mechanism predicts that the lead of format exposure and instruction-style preparation shrinks
     by at least half under train-before-test; contamination's may not; the answer-contaminated
     twin's survives (positive control); the sham's is near 0 under both (negative control).
@@ -271,6 +272,37 @@ def leads(items: Items, des: pd.DataFrame, downstream: list[str], n_boot: int = 
     return pd.concat([table, pd.DataFrame(pooled)], ignore_index=True)
 
 
+def task_leads(items: Items, des: pd.DataFrame, downstream: list[str], n_boot: int = 1000,
+               seed: int = 0) -> pd.DataFrame:
+    """(iii) task by task: each twin's lead over its base on each task it was prepared for, under
+    both protocols (``z_direct``, ``kept`` as in :func:`leads`), flagged ``clear`` where the
+    direct-evaluation lead is at least :data:`LEAD_MIN` at z > :data:`LEAD_Z`; then per kind the
+    pooled lead of its clear rows (``<kind> (clear leads)``): whether fine-tuning erases a lead can
+    only be read where there is one. Same item bootstrap (and draws) as :func:`leads`."""
+    scores = items.scores(n_boot, seed)
+    index = {m: i for i, m in enumerate(items.models)}
+    rows, per_row = [], []
+    for r in des[des["kind"].isin(("format", "instruct", "contam", "answers"))].itertuples():
+        if r.model not in index or r.base not in index:
+            continue
+        for b in [b for b in r.targets if b in downstream]:
+            c = items.benchmarks.index(b)
+            lead = {p: scores[p][:, index[r.model], c] - scores[p][:, index[r.base], c] for p in PROTOCOLS}
+            cols = _lead_cols(lead)
+            clear = cols[f"lead_{DIRECT}"] >= LEAD_MIN and cols["z_direct"] > LEAD_Z
+            rows.append({"model": r.model, "base": r.base, "kind": r.kind, "dose": r.dose, "task": b, **cols,
+                         "clear": bool(clear)})
+            per_row.append(lead)
+    table = pd.DataFrame(rows)
+    pooled = []
+    if len(table):
+        for kind, part in table[table["clear"]].groupby("kind"):
+            lead = {p: np.mean([per_row[i][p] for i in part.index], axis=0) for p in PROTOCOLS}
+            pooled.append({"model": f"{kind} (clear leads)", "base": "", "kind": kind, "dose": np.nan,
+                           "task": f"{len(part)} (twin, task) rows", **_lead_cols(lead), "clear": True})
+    return pd.concat([table, pd.DataFrame(pooled)], ignore_index=True)
+
+
 def _lead_cols(lead: dict[str, np.ndarray]) -> dict:
     out = {}
     for p in PROTOCOLS:
@@ -332,16 +364,34 @@ def report(df: pd.DataFrame, store_root: str | Path, work: str | Path, n_boot: i
     items = Items(work, models, downstream)
     comp = composition_agreement(items, des, sets, n_boot, seed)
     lead = leads(items, des, downstream, n_boot, seed)
+    by_task = task_leads(items, des, downstream, n_boot, seed)
     check = manipulation_check(lead, des)
     summary = {"attemptable": can, "floor": [b for b in downstream if b not in can],
                "n_models": len(models), "n_bases": len(bases), "n_twins": len(twins(des)),
                "subsets": subsets.to_dict(orient="records"),
                "compositions": comp.drop(columns=[c for c in comp.columns if c.endswith(("_lo", "_hi"))
                                                   and not c.startswith("change")]).to_dict(orient="records"),
-               "leads": lead.to_dict(orient="records"), "manipulation": check}
+               "leads": lead.to_dict(orient="records"), "manipulation": check,
+               "clear_task_leads": _clear_summary(by_task)}
     figs = {"causal_compositions": plot_compositions(comp), "causal_leads": plot_leads(lead)}
-    return {"design": des, "subsets": subsets, "compositions": comp, "leads": lead, "attemptable": can,
-            "summary": summary, "figures": figs}
+    return {"design": des, "subsets": subsets, "compositions": comp, "leads": lead, "task_leads": by_task,
+            "attemptable": can, "summary": summary, "figures": figs}
+
+
+def _clear_summary(by_task: pd.DataFrame) -> dict:
+    """Per kind: how many of its (twin, task) rows lead clearly, and the pooled lead of those rows."""
+    out = {}
+    if not len(by_task):
+        return out
+    rows = by_task[by_task["base"].astype(bool)]
+    for kind, part in rows.groupby("kind"):
+        out[kind] = {"n_rows": int(len(part)), "n_clear": int(part["clear"].sum()),
+                     "clear": sorted(f"{m} {t}" for m, t in zip(part.loc[part["clear"], "model"],
+                                                                part.loc[part["clear"], "task"]))}
+    for r in by_task[~by_task["base"].astype(bool)].itertuples():
+        out.setdefault(r.kind, {}).update({k: float(getattr(r, k)) for k in (
+            f"lead_{DIRECT}", f"lead_{TBT}", "kept", "kept_lo", "kept_hi", "drop", "drop_lo", "drop_hi")})
+    return out
 
 
 # ----------------------------------------------------------------------------- figures
