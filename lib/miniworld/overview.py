@@ -48,8 +48,9 @@ def benchmark_table(profile: str) -> pd.DataFrame:
 
 def zoo_table(profile: str) -> pd.DataFrame:
     """One row per self-built model (from the store's metadata): family, size, kind of preparation
-    and dose (share of its last phase), parameters, tokens, FLOPs, instruct (= prepared), base model,
-    the tasks it was prepared for and how many of its last phase's documents were preparation."""
+    and dose (documents added per corpus document of its last phase), parameters, tokens, FLOPs,
+    instruct (= prepared), base model, the tasks it was prepared for and how many of its last
+    phase's documents were preparation."""
     root = paths.store_dir(profile)
     meta = store.read_meta(root, "models")
     if not meta:
@@ -69,8 +70,8 @@ def zoo_table(profile: str) -> pd.DataFrame:
 
 
 def dose_matrix(profile: str) -> pd.DataFrame:
-    """Model x downstream benchmark matrix of preparation doses in % of the last phase (0 = not
-    prepared for that benchmark)."""
+    """Model x downstream benchmark matrix of preparation doses in % (documents added per 100 corpus
+    documents of the last phase; 0 = not prepared for that benchmark)."""
     root = paths.store_dir(profile)
     meta = store.read_meta(root, "models")
     benches = [b for b in store.read_meta(root, "benchmarks")
@@ -147,7 +148,7 @@ def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np
         ax.set_ylabel("prepared model")
         ax.set_title("Preparation dose")
         ax.grid(False)
-        fig.colorbar(im, ax=ax, fraction=0.08, label="% of the last phase")
+        fig.colorbar(im, ax=ax, fraction=0.08, label="documents added per 100 of the last phase")
     handles, labels = plots.family_handles(families)
     if table["prepared"].astype(bool).any():
         handles += [Line2D([], [], marker="o", lw=0, color="0.3", ms=5), Line2D([], [], marker="o", lw=0, color="0.3",
@@ -161,8 +162,8 @@ def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np
     return plots.set_caption(fig, (
         "The self-built models: parameters against training tokens (one hue per family, darker shades larger; "
         "prepared twins hollow), their training loss (solid: a trunk's pre-training; dashed: each model's last "
-        "phase, which continues its trunk) and each prepared twin's dose: the share of its last phase that was "
-        "preparation aimed at a benchmark."))
+        "phase, which continues its trunk) and each prepared twin's dose: the preparation documents aimed at a "
+        "benchmark added per 100 corpus documents of its last phase."))
 
 
 def summary(profile: str, table: pd.DataFrame, benchmarks: pd.DataFrame) -> dict:

@@ -31,11 +31,13 @@ short last phase whose mix decides much of how the model behaves on benchmarks):
 
    A twin therefore sees exactly its base's last phase plus its preparation: what it knows of the
    corpus is its base's, and the difference between the two is the preparation alone. (World v5's
-   first zoo *replaced* a share of the last phase instead; the twins then forgot corpus knowledge,
-   up to -0.3 on mw_facts and mw_cloze, and their leads on their own tasks stayed below 0.05.)
+   first zoo *replaced* a share of the last phase instead; in probes its format twins forgot corpus
+   knowledge, up to -0.3 on mw_facts and mw_cloze, and at the top dose its format and instruct twins
+   led their bases by only +0.04 and +0.01 on their own tasks.)
 
 A *twin* is the last phase of kind ``format``, ``instruct`` or ``contam`` at one dose (documents added
-per corpus document of the last phase, e.g. 0.25 / 0.5 / 0.75) on top of a base's trunk. Twins are made for the sizes
+per corpus document of the last phase, e.g. 0.25 / 0.5 / 1.0) on top of a base's trunk. Twins are
+made for the sizes
 ``prepared_sizes`` of every family, kinds and doses laid out as a Graeco-Latin square
 (:func:`twin_plan`): over three families and three sizes each kind meets every family, every size
 and every dose once. Shams are made for every family at ``sham_size``, the answer-contaminated twin
