@@ -43,10 +43,12 @@ import functools
 import hashlib
 import importlib
 import json
+import logging
 import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -633,6 +635,31 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PLAIN = (ParamsError, paths.DataMissing, RunLocked)
 
 
+_INTERRUPTED = threading.Event()
+
+
+def _on_sigint(signum, frame):
+    """Ctrl-C: as Python's default (a KeyboardInterrupt), and remember it, so that what the libraries
+    log while unwinding (nbclient's "Kernel died while waiting for execute reply.", asyncio's "Task
+    exception was never retrieved" at exit) stays off the terminal: the one line says what happened."""
+    _INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
+class _LibraryWarnings(logging.Handler):
+    """What libraries without handlers of their own log at WARNING or above goes to stderr, as
+    Python's last-resort handler does, until a Ctrl-C."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger = logging.getLogger(record.name)
+        while logger is not None and logger is not logging.root:
+            if logger.handlers:                 # a handler of its own took it: Python would print nothing
+                return
+            logger = logger.parent
+        if not _INTERRUPTED.is_set() and logging.lastResort is not None:
+            logging.lastResort.handle(record)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(prog="python -m lib.run", description=__doc__.splitlines()[0])
@@ -644,6 +671,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="afterwards run the `published` profile (downloading its data when it is missing)")
     args = ap.parse_args(argv)
     _where.clear()
+    if threading.current_thread() is threading.main_thread():
+        _INTERRUPTED.clear()
+        signal.signal(signal.SIGINT, _on_sigint)
+        root = logging.getLogger()
+        if not any(isinstance(h, _LibraryWarnings) for h in root.handlers):
+            root.addHandler(_LibraryWarnings(logging.WARNING))
     try:
         prof = load_profile(args.profile)
         missing = ensure_published_data(f"[{args.profile}]") if needs_published_data(prof) else None
