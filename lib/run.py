@@ -652,10 +652,12 @@ class _LibraryWarnings(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         logger = logging.getLogger(record.name)
-        while logger is not None and logger is not logging.root:
-            if logger.handlers:                 # a handler of its own took it: Python would print nothing
+        while logger is not logging.root:       # another handler took it: Python would print nothing
+            if logger.handlers:
                 return
             logger = logger.parent
+        if any(h is not self for h in logger.handlers):
+            return
         if not _INTERRUPTED.is_set() and logging.lastResort is not None:
             logging.lastResort.handle(record)
 

@@ -291,7 +291,8 @@ ALT_QUESTIONS = {
 }
 QA_WRAPPERS = ["Q: {q}\nA: {a}", "ask: {q} reply: {a}", "{q} - {a}", "query : {q}\nresponse : {a}"]
 COMMON_WRAPPER = "Question: {q}\nAnswer: {a}"      # the commonest marker: half of the question-answer text
-PASSAGE_ATTRS = ("habitat", "food", "color", "drink")
+PASSAGE_CLAUSES = {"habitat": "lives in the {}", "food": "eats {}", "color": "is {}", "drink": "drinks {}"}
+PASSAGE_ATTRS = tuple(PASSAGE_CLAUSES)
 
 
 def visitors(world: World, stream: str) -> list[str]:
@@ -309,9 +310,7 @@ def _passage(v: str, rng: random.Random) -> tuple[str, dict[str, str]]:
     """A short passage about the visitor ``v`` and the values it states: three or four facts as
     separate sentences or as one sentence of clauses (the styles of web text)."""
     attrs = {a: rng.choice(VALUES[a]) for a in rng.sample(PASSAGE_ATTRS, rng.randint(3, 4))}
-    clauses = {"habitat": f"lives in the {attrs.get('habitat')}", "food": f"eats {attrs.get('food')}",
-               "color": f"is {attrs.get('color')}", "drink": f"drinks {attrs.get('drink')}"}
-    said = [clauses[a] for a in attrs]
+    said = [PASSAGE_CLAUSES[a].format(v) for a, v in attrs.items()]
     if rng.random() < 0.5:
         return f"the {v} {' , '.join(said[:-1])} and {said[-1]} .", attrs
     return " ".join([f"the {v} {said[0]} ."] + [f"it {c} ." for c in said[1:]]), attrs

@@ -46,21 +46,24 @@ class HubError(RuntimeError):
 # model sizes and estimates
 
 
-@functools.lru_cache(maxsize=256)
 def _local(source: str) -> str:
     """A model folder recorded by its portable name (``outputs:mini/work/models/x``, as results record
     it) as the path it stands for now; a hub id unchanged."""
-    prefix, sep, _ = source.partition(":")
-    return str(paths.located(source)) if sep and prefix in paths.PORTABLE_ROOTS else source
+    return str(paths.located(source))
 
 
 def model_shape(source: str) -> dict:
     """Architecture numbers of a model from its config alone (no weights are loaded): family,
     parameters, layers, width, heads, vocabulary."""
+    return _shape(_local(source))
+
+
+@functools.lru_cache(maxsize=256)
+def _shape(source: str) -> dict:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(_local(source))
+    config = AutoConfig.from_pretrained(source)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     text = getattr(config, "text_config", config)

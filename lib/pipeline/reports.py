@@ -87,15 +87,9 @@ def grid_edges(scores: pd.DataFrame, recipe: Recipe, curves: pd.DataFrame | None
     flags["interior"] = ~(flags["largest_lr"] | flags["smallest_lr"] | flags["last_epoch"])
     if curves is not None and len(curves) and last > 1:
         loss = curves.set_index(["model", "benchmark", "lr", "epoch"])["val_loss"]
-        def still(r) -> bool:
-            try:
-                key = (r.model, r.benchmark, r.lr)
-                before, at = loss.loc[(*key, last - 1)], loss.loc[(*key, last)]
-            except KeyError:
-                return False
-            return bool(at < (1 - STILL_IMPROVING) * before)
-        flags["last_epoch_still_improving"] = [bool(f) and still(r) for f, r in
-                                               zip(flags["last_epoch"], scores.itertuples())]
+        keys = list(zip(scores["model"], scores["benchmark"], scores["lr"]))
+        at, before = (loss.reindex([(*k, e) for k in keys]).to_numpy(float) for e in (last, last - 1))
+        flags["last_epoch_still_improving"] = flags["last_epoch"].to_numpy() & (at < (1 - STILL_IMPROVING) * before)
     out = {"n": int(len(flags)), **{f"share_{k}": float(v.mean()) for k, v in flags.items()}}
     out["budget_binds_by_benchmark"] = flags["budget_binds"].groupby(scores["benchmark"]).mean().round(4).to_dict()
     out["interior_by_benchmark"] = flags["interior"].groupby(scores["benchmark"]).mean().round(4).to_dict()
