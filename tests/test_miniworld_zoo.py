@@ -196,3 +196,44 @@ def test_smoke_profile_stays_a_small_fraction_of_mini():
     cost = {p: sum(_params(t) * t.tokens for t in {r.trunk for r in _zoo_of(p)}) for p in ("smoke", "mini")}
     assert cost["smoke"] < 0.10 * cost["mini"], cost
     assert 3 * len(_zoo_of("smoke")) <= len(_zoo_of("mini"))
+
+
+def test_probe_profile_adds_top_dose_twins_on_strong_bases():
+    """params/probe_top_dose.yaml: the top dose of every kind on the strongest bases, outside the
+    square. Its llama-l-contam100 is the mini zoo's own recipe (same key: the same model when built)."""
+    probe = {r.name: r for r in _zoo_of("probe_top_dose")}
+    mini = {r.name: r for r in _zoo_of("mini")}
+    assert sorted(probe) == ["mw-gpt2-l", "mw-gpt2-l-format100", "mw-gpt2-l-instruct100", "mw-llama-l",
+                             "mw-llama-l-contam100", "mw-llama-l-format100", "mw-llama-l-instruct100"]
+    assert {(r.kind, r.dose, r.base) for r in probe.values() if r.base} == {
+        ("format", 1.0, "mw-llama-l"), ("instruct", 1.0, "mw-llama-l"), ("contam", 1.0, "mw-llama-l"),
+        ("format", 1.0, "mw-gpt2-l"), ("instruct", 1.0, "mw-gpt2-l")}
+    for name in ("mw-llama-l", "mw-gpt2-l", "mw-llama-l-contam100"):
+        assert probe[name].key("w") == mini[name].key("w")
+    assert probe["mw-llama-l-contam100"].tasks == zoo.TASK_SETS["A"]
+
+
+def test_bad_extra_twins_are_named():
+    def extra(*twins):
+        return zoo.default_zoo(sizes=["s"], prepared_sizes=["s"], sham_size=None, answers=None, extra_twins=twins)
+
+    assert extra(["llama", "s", "contam", 1.0, "B"])[-1].tasks == zoo.TASK_SETS["B"]
+    with pytest.raises(zoo.ZooError, match=r"\(gpt2, l\) is not among the built"):
+        extra(["gpt2", "l", "format", 1.0])
+    with pytest.raises(zoo.ZooError, match="kind must be one of.*did you mean 'format'"):
+        extra(["gpt2", "s", "formats", 1.0])
+    with pytest.raises(zoo.ZooError, match="names its task set"):
+        extra(["gpt2", "s", "contam", 1.0])
+    with pytest.raises(zoo.ZooError, match="names its task set"):
+        extra(["gpt2", "s", "format", 1.0, "A"])
+    with pytest.raises(zoo.ZooError, match="dose must be in"):
+        extra(["gpt2", "s", "format", 2.0])
+    with pytest.raises(zoo.ZooError, match="expected"):
+        extra(["gpt2", "s", "format"])
+    square = {r.name for r in zoo.default_zoo(sizes=["s"], prepared_sizes=["s"], sham_size=None, answers=None)
+              if r.kind != "base"}
+    fam, size, kind_dose = sorted(square)[0].split("-")[1:4]          # a twin the square already has
+    kind = kind_dose.rstrip("0123456789")
+    twin = [fam, size, kind, int(kind_dose[len(kind):]) / 100] + (["A"] if kind == "contam" else [])
+    with pytest.raises(zoo.ZooError, match="duplicate model names"):
+        extra(twin)

@@ -201,11 +201,14 @@ def default_zoo(doses: tuple[float, ...] = (0.25, 0.5, 1.0), families: Iterable[
                 sizes: Iterable[str] = ("xs", "s", "m", "l"), prepared_sizes: Iterable[str] = ("s", "m", "l"),
                 sham_size: str | None = "m", answers: tuple[str, str] | None = ("gpt_neox", "m"),
                 answers_dose: float = 0.5, twin_kinds: Iterable[str] = TWIN_KINDS, post_examples: int = 3000,
-                post_epochs: int = 2, post_lr: float = 1e-3,
+                post_epochs: int = 2, post_lr: float = 1e-3, extra_twins: Iterable[Iterable] = (),
                 scale: float = 1.0) -> list[Recipe]:
     """The mini profile's zoo: a base of every (family, size), the twins of :func:`twin_plan`, a sham
     of every family at ``sham_size`` (None: no shams) and one answer-contaminated twin at
-    ``answers`` (None: none). ``scale`` multiplies every step and document count (tests)."""
+    ``answers`` (None: none). ``extra_twins``: more twins outside the square, each ``[family, size,
+    kind, dose]`` (a ``contam`` twin adds the name of its task set, :data:`TASK_SETS`), for probes
+    such as ``params/probe_top_dose.yaml``. ``scale`` multiplies every step and document count
+    (tests)."""
     families, sizes, prepared_sizes = list(families), list(sizes), list(prepared_sizes)
     unknown = sorted(set(sizes) - set(SIZES)) + sorted(set(prepared_sizes) - set(sizes))
     if sham_size is not None and sham_size not in sizes:
@@ -244,7 +247,29 @@ def default_zoo(doses: tuple[float, ...] = (0.25, 0.5, 1.0), families: Iterable[
         out.append(Recipe(name=f"mw-{fam}-{size}-answers{int(round(100 * answers_dose))}", trunk=trunks[fam, size],
                           kind="answers", dose=float(answers_dose), tasks=TASK_SETS["A"], base=f"mw-{fam}-{size}",
                           **post))
-    return [r.validate() for r in out]
+    for extra in extra_twins:
+        out.append(_extra_twin(list(extra), trunks, post))
+    return _check([r.validate() for r in out])
+
+
+def _extra_twin(extra: list, trunks: dict, post: dict) -> Recipe:
+    """The recipe of one ``[family, size, kind, dose(, task set)]`` entry of ``extra_twins``."""
+    shape = "[family, size, kind, dose] (a contam twin: [family, size, 'contam', dose, task set])"
+    if len(extra) not in (4, 5):
+        raise ZooError(f"zoo: extra twin {extra!r}: expected {shape}")
+    fam, size, kind, dose, *rest = extra
+    if (fam, size) not in trunks:
+        raise ZooError(f"zoo: extra twin {extra!r}: ({fam}, {size}) is not among the built (family, size) "
+                       f"pairs {sorted(trunks)}")
+    if kind not in TWIN_KINDS:
+        raise ZooError(f"zoo: extra twin {extra!r}: kind must be one of {list(TWIN_KINDS)}{did_you_mean(kind, TWIN_KINDS)}")
+    if (kind == "contam") != bool(rest) or (rest and rest[0] not in TASK_SETS):
+        raise ZooError(f"zoo: extra twin {extra!r}: a contam twin names its task set ({sorted(TASK_SETS)}), "
+                       f"other kinds none; expected {shape}")
+    if not isinstance(dose, (int, float)) or not 0 < dose <= 1:
+        raise ZooError(f"zoo: extra twin {extra!r}: dose must be in (0, 1], got {dose!r}")
+    return Recipe(name=f"mw-{fam}-{size}-{kind}{int(round(100 * dose))}", trunk=trunks[fam, size], kind=kind,
+                  dose=float(dose), tasks=TASK_SETS[rest[0]] if rest else (), base=f"mw-{fam}-{size}", **post)
 
 
 # ----------------------------------------------------------------------------- the mix
@@ -489,7 +514,7 @@ def models_dir(profile: str) -> Path:
 
 
 ZOO_OPTIONS = ["doses", "families", "sizes", "prepared_sizes", "sham_size", "answers", "answers_dose", "twin_kinds",
-               "post_examples", "post_epochs", "post_lr", "scale", "workers"]
+               "post_examples", "post_epochs", "post_lr", "extra_twins", "scale", "workers"]
 
 
 def prepare(profile: str, seed: int = 0, workers: int | None = None, **options) -> dict:
