@@ -85,4 +85,5 @@ def test_grid_edges_tells_a_binding_budget_from_a_levelled_curve():
     assert (out["share_largest_lr"], out["share_smallest_lr"], out["share_last_epoch"]) == (0.25, 0.25, 0.5)
     assert out["share_last_epoch_still_improving"] == 0.25 and out["share_budget_binds"] == 0.75
     assert out["interior_by_benchmark"] == {"b1": 0.5, "b2": 0.0}
+    assert out["last_epoch_gain_by_benchmark"] == {"b1": 0.05, "b2": 0.001}    # how hard the budget binds
     assert "share_last_epoch_still_improving" not in reports.grid_edges(scores, recipe)

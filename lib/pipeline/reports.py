@@ -74,7 +74,9 @@ def grid_edges(scores: pd.DataFrame, recipe: Recipe, curves: pd.DataFrame | None
     With the validation ``curves`` (:func:`lib.layout.curves_frame`), a result chosen at the last
     epoch is also told apart by whether that epoch still lowered the chosen rate's validation loss
     by more than :data:`STILL_IMPROVING` (relative): ``share_last_epoch_still_improving`` (the budget
-    binds) against a curve that had levelled off under the decaying learning rate."""
+    binds) against a curve that had levelled off under the decaying learning rate; and
+    ``last_epoch_gain_by_benchmark`` gives, per benchmark, the median relative drop of the
+    validation loss in the last epoch over its results chosen there (how hard the budget binds)."""
     if not len(scores):
         return {"n": 0}
     lrs, last = sorted(recipe.lrs), recipe.epochs
@@ -90,9 +92,12 @@ def grid_edges(scores: pd.DataFrame, recipe: Recipe, curves: pd.DataFrame | None
         keys = list(zip(scores["model"], scores["benchmark"], scores["lr"]))
         at, before = (loss.reindex([(*k, e) for k in keys]).to_numpy(float) for e in (last, last - 1))
         flags["last_epoch_still_improving"] = flags["last_epoch"].to_numpy() & (at < (1 - STILL_IMPROVING) * before)
+        gain = pd.Series(1 - at / before, index=scores.index)[flags["last_epoch"]]
     out = {"n": int(len(flags)), **{f"share_{k}": float(v.mean()) for k, v in flags.items()}}
     out["budget_binds_by_benchmark"] = flags["budget_binds"].groupby(scores["benchmark"]).mean().round(4).to_dict()
     out["interior_by_benchmark"] = flags["interior"].groupby(scores["benchmark"]).mean().round(4).to_dict()
+    if "last_epoch_still_improving" in flags:
+        out["last_epoch_gain_by_benchmark"] = gain.groupby(scores["benchmark"]).median().round(4).to_dict()
     return out
 
 
