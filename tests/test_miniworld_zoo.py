@@ -230,10 +230,5 @@ def test_bad_extra_twins_are_named():
         extra(["gpt2", "s", "format", 2.0])
     with pytest.raises(zoo.ZooError, match="expected"):
         extra(["gpt2", "s", "format"])
-    square = {r.name for r in zoo.default_zoo(sizes=["s"], prepared_sizes=["s"], sham_size=None, answers=None)
-              if r.kind != "base"}
-    fam, size, kind_dose = sorted(square)[0].split("-")[1:4]          # a twin the square already has
-    kind = kind_dose.rstrip("0123456789")
-    twin = [fam, size, kind, int(kind_dose[len(kind):]) / 100] + (["A"] if kind == "contam" else [])
-    with pytest.raises(zoo.ZooError, match="duplicate model names"):
-        extra(twin)
+    with pytest.raises(zoo.ZooError, match=r"duplicate model names \['mw-llama-s-format25'\]"):
+        extra(["llama", "s", "format", 0.25])                           # the square already has it
