@@ -262,7 +262,8 @@ def _extra_twin(extra: list, trunks: dict, post: dict) -> Recipe:
         raise ZooError(f"zoo: extra twin {extra!r}: ({fam}, {size}) is not among the built (family, size) "
                        f"pairs {sorted(trunks)}")
     if kind not in TWIN_KINDS:
-        raise ZooError(f"zoo: extra twin {extra!r}: kind must be one of {list(TWIN_KINDS)}{did_you_mean(kind, TWIN_KINDS)}")
+        raise ZooError(f"zoo: extra twin {extra!r}: kind must be one of {list(TWIN_KINDS)}"
+                       f"{did_you_mean(kind, TWIN_KINDS)}")
     if (kind == "contam") != bool(rest) or (rest and rest[0] not in TASK_SETS):
         raise ZooError(f"zoo: extra twin {extra!r}: a contam twin names its task set ({sorted(TASK_SETS)}), "
                        f"other kinds none; expected {shape}")
