@@ -146,7 +146,8 @@ def direct_vs_tbt(both: pd.DataFrame, benchmarks: Iterable[str], corpora: Iterab
             ax.set_aspect("equal", adjustable="box")
             ax.xaxis.set_major_locator(plt.MaxNLocator(4))
             ax.yaxis.set_major_locator(plt.MaxNLocator(4))
-        ax.set_title(plots.display(bench) + ("\nbits/byte, lower is better" if bench in corpora else ""))
+        # a corpus's title in two short lines, neither wider than its panel
+        ax.set_title(plots.display(bench) + (", bits/byte\nlower is better" if bench in corpora else ""))
     fams = sorted(styles["family"].dropna().unique(), key=plots.display)
     handles, labels = plots.family_handles(fams)
     if styles["instruct"].any():
