@@ -236,17 +236,14 @@ def default_zoo(doses: tuple[float, ...] = (0.25, 0.5, 1.0), families: Iterable[
         tasks = ()
         if kind == "contam":
             tasks, contam = TASK_SETS["AB"[contam % 2]], contam + 1
-        out.append(Recipe(name=f"mw-{fam}-{size}-{kind}{int(round(100 * dose))}", trunk=trunks[fam, size], kind=kind,
-                          dose=float(dose), tasks=tasks, base=f"mw-{fam}-{size}", **post))
+        out.append(_derived(trunks[fam, size], kind, dose, post, tasks))
     if sham_size is not None:
+        sham_dose = sorted(doses)[len(doses) // 2]
         for fam in families:
-            out.append(Recipe(name=f"mw-{fam}-{sham_size}-sham", trunk=trunks[fam, sham_size], kind="sham",
-                              dose=float(sorted(doses)[len(doses) // 2]), base=f"mw-{fam}-{sham_size}", **post))
+            out.append(_derived(trunks[fam, sham_size], "sham", sham_dose, post, dose_in_name=False))
     if answers is not None and answers[0] in families and answers[1] in sizes:
         fam, size = answers
-        out.append(Recipe(name=f"mw-{fam}-{size}-answers{int(round(100 * answers_dose))}", trunk=trunks[fam, size],
-                          kind="answers", dose=float(answers_dose), tasks=TASK_SETS["A"], base=f"mw-{fam}-{size}",
-                          **post))
+        out.append(_derived(trunks[fam, size], "answers", answers_dose, post, TASK_SETS["A"]))
     for extra in extra_twins:
         out.append(_extra_twin(list(extra), trunks, post))
     return _check([r.validate() for r in out])
@@ -269,8 +266,16 @@ def _extra_twin(extra: list, trunks: dict, post: dict) -> Recipe:
                        f"other kinds none; expected {shape}")
     if not isinstance(dose, (int, float)) or not 0 < dose <= 1:
         raise ZooError(f"zoo: extra twin {extra!r}: dose must be in (0, 1], got {dose!r}")
-    return Recipe(name=f"mw-{fam}-{size}-{kind}{int(round(100 * dose))}", trunk=trunks[fam, size], kind=kind,
-                  dose=float(dose), tasks=TASK_SETS[rest[0]] if rest else (), base=f"mw-{fam}-{size}", **post)
+    return _derived(trunks[fam, size], kind, dose, post, TASK_SETS[rest[0]] if rest else ())
+
+
+def _derived(trunk: Trunk, kind: str, dose: float, post: dict, tasks: tuple[str, ...] = (),
+             dose_in_name: bool = True) -> Recipe:
+    """A model of ``kind`` at ``dose`` on the base of ``trunk``, named after its base, kind and dose
+    (``mw-llama-m-format50``; a sham without its dose)."""
+    base = f"mw-{trunk.family}-{trunk.size}"
+    name = f"{base}-{kind}{int(round(100 * dose))}" if dose_in_name else f"{base}-{kind}"
+    return Recipe(name=name, trunk=trunk, kind=kind, dose=float(dose), tasks=tuple(tasks), base=base, **post)
 
 
 # ----------------------------------------------------------------------------- the mix

@@ -87,6 +87,7 @@ def grid_edges(scores: pd.DataFrame, recipe: Recipe, curves: pd.DataFrame | None
     flags["largest_lr_and_last_epoch"] = flags["largest_lr"] & flags["last_epoch"]
     flags["budget_binds"] = flags["largest_lr"] | flags["last_epoch"]
     flags["interior"] = ~(flags["largest_lr"] | flags["smallest_lr"] | flags["last_epoch"])
+    gain = None                                 # relative drop of the loss in the last epoch, where chosen
     if curves is not None and len(curves) and last > 1:
         loss = curves.set_index(["model", "benchmark", "lr", "epoch"])["val_loss"]
         keys = list(zip(scores["model"], scores["benchmark"], scores["lr"]))
@@ -96,7 +97,7 @@ def grid_edges(scores: pd.DataFrame, recipe: Recipe, curves: pd.DataFrame | None
     out = {"n": int(len(flags)), **{f"share_{k}": float(v.mean()) for k, v in flags.items()}}
     out["budget_binds_by_benchmark"] = flags["budget_binds"].groupby(scores["benchmark"]).mean().round(4).to_dict()
     out["interior_by_benchmark"] = flags["interior"].groupby(scores["benchmark"]).mean().round(4).to_dict()
-    if "last_epoch_still_improving" in flags:
+    if gain is not None:
         out["last_epoch_gain_by_benchmark"] = gain.groupby(scores["benchmark"]).median().round(4).to_dict()
     return out
 
