@@ -200,7 +200,8 @@ def test_smoke_profile_stays_a_small_fraction_of_mini():
 
 def test_probe_profile_adds_top_dose_twins_on_strong_bases():
     """params/probe_top_dose.yaml: the top dose of every kind on the strongest bases, outside the
-    square. Its llama-l-contam100 is the mini zoo's own recipe (same key: the same model when built)."""
+    square. Its llama-l-format100 and gpt2-l-instruct100 are the mini zoo's own recipes (same key: the
+    same model when built); its llama-l-contam100 is the old square's (task set A)."""
     probe = {r.name: r for r in _zoo_of("probe_top_dose")}
     mini = {r.name: r for r in _zoo_of("mini")}
     assert sorted(probe) == ["mw-gpt2-l", "mw-gpt2-l-format100", "mw-gpt2-l-instruct100", "mw-llama-l",
@@ -208,9 +209,32 @@ def test_probe_profile_adds_top_dose_twins_on_strong_bases():
     assert {(r.kind, r.dose, r.base) for r in probe.values() if r.base} == {
         ("format", 1.0, "mw-llama-l"), ("instruct", 1.0, "mw-llama-l"), ("contam", 1.0, "mw-llama-l"),
         ("format", 1.0, "mw-gpt2-l"), ("instruct", 1.0, "mw-gpt2-l")}
-    for name in ("mw-llama-l", "mw-gpt2-l", "mw-llama-l-contam100"):
+    for name in ("mw-llama-l", "mw-gpt2-l", "mw-llama-l-format100", "mw-gpt2-l-instruct100"):
         assert probe[name].key("w") == mini[name].key("w")
     assert probe["mw-llama-l-contam100"].tasks == zoo.TASK_SETS["A"]
+
+
+def test_mini_zoo_puts_every_top_dose_on_a_large_base():
+    """params/mini.yaml's dose layout 'capacity': the dose rises with the base's size, so each kind's
+    top dose is on an l base (the three the pilot measured); each kind still meets every family, size
+    and dose once; shams and the answers twin as before."""
+    twins = [r for r in _zoo_of("mini") if r.kind in zoo.TWIN_KINDS]
+    assert len(twins) == 9
+    assert {r.trunk.size: r.dose for r in twins} == {"s": 0.25, "m": 0.5, "l": 1.0}
+    assert len({(r.trunk.size, r.dose) for r in twins}) == 3                       # dose follows size
+    assert sorted(r.name for r in twins if r.dose == 1.0) == [
+        "mw-gpt2-l-instruct100", "mw-gpt_neox-l-contam100", "mw-llama-l-format100"]
+    for attr in ("family", "size"):
+        for kind in zoo.TWIN_KINDS:
+            assert len({getattr(r.trunk, attr) for r in twins if r.kind == kind}) == 3, (attr, kind)
+    assert {(r.kind, r.dose) for r in twins} == {(k, d) for k in zoo.TWIN_KINDS for d in (0.25, 0.5, 1.0)}
+    assert [r.tasks for r in twins if r.kind == "contam" and r.dose == 1.0] == [zoo.TASK_SETS["A"]]
+    plan = zoo.twin_plan(["a", "b"], ["l", "s"], (1.0, 0.5), ("format", "contam"), "capacity")
+    assert [(f, s, d) for f, s, _, d in plan] == [("a", "l", 1.0), ("a", "s", 0.5), ("b", "l", 1.0), ("b", "s", 0.5)]
+    with pytest.raises(zoo.ZooError, match="one dose per prepared size"):
+        zoo.default_zoo(doses=(0.5, 1.0), dose_layout="capacity")
+    with pytest.raises(zoo.ZooError, match="dose_layout must be one of.*got 'size'"):
+        zoo.default_zoo(dose_layout="size")
 
 
 def test_bad_extra_twins_are_named():

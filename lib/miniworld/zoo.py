@@ -187,12 +187,34 @@ class Recipe:
         return sha256_bytes(payload)[:16]
 
 
+DOSE_LAYOUTS = ("square", "capacity")
+
+
 def twin_plan(families: list[str], sizes: list[str], doses: tuple[float, ...],
-              kinds: tuple[str, ...] = TWIN_KINDS) -> list[tuple[str, str, str, float]]:
+              kinds: tuple[str, ...] = TWIN_KINDS, dose_layout: str = "square") -> list[tuple[str, str, str, float]]:
     """(family, size, kind, dose) of every twin: family ``f`` at its ``i``-th prepared size gets
-    kind ``kinds[(f + i) % len(kinds)]`` and dose ``doses[(2 f + i) % len(doses)]``. With three
-    kinds, three doses, three families and three sizes this is a Graeco-Latin square: each kind meets
-    every family, size and dose once, and each size has every kind and every dose."""
+    kind ``kinds[(f + i) % len(kinds)]`` (a Latin square: each kind meets every family and every
+    size once) and, by ``dose_layout``:
+
+    - ``"square"``: dose ``doses[(2 f + i) % len(doses)]``. With three kinds, three doses, three
+      families and three sizes this is a Graeco-Latin square: each kind meets every family, size and
+      dose once, and each size has every kind and every dose, so dose and capacity are separable.
+    - ``"capacity"``: the ``j``-th smallest dose for the ``j``-th smallest size: the dose rises with
+      the base's capacity, so every kind's top dose lands on the largest prepared size. Each kind
+      still meets every family, size and dose once, but dose and size are no longer separable. Why a
+      zoo would want it: an answer format cannot lift a model above what it knows, so a top dose on
+      a weak base tests the base, not the preparation (``params/mini.yaml``, ``docs/design.md``).
+    """
+    if dose_layout not in DOSE_LAYOUTS:
+        raise ZooError(f"zoo: dose_layout must be one of {list(DOSE_LAYOUTS)}, got {dose_layout!r}")
+    if dose_layout == "capacity":
+        if len(doses) != len(sizes):
+            raise ZooError(f"zoo: dose_layout 'capacity' needs one dose per prepared size, got {len(doses)} "
+                           f"dose(s) for {len(sizes)} size(s) {list(sizes)}")
+        by_capacity = sorted(sizes, key=lambda size: list(SIZES).index(size) if size in SIZES else len(SIZES))
+        dose_of = dict(zip(by_capacity, sorted(doses)))
+        return [(fam, size, kinds[(f + i) % len(kinds)], dose_of[size])
+                for f, fam in enumerate(families) for i, size in enumerate(sizes)]
     return [(fam, size, kinds[(f + i) % len(kinds)], doses[(2 * f + i) % len(doses)])
             for f, fam in enumerate(families) for i, size in enumerate(sizes)]
 
@@ -202,10 +224,10 @@ def default_zoo(doses: tuple[float, ...] = (0.25, 0.5, 1.0), families: Iterable[
                 sham_size: str | None = "m", answers: tuple[str, str] | None = ("gpt_neox", "m"),
                 answers_dose: float = 0.5, twin_kinds: Iterable[str] = TWIN_KINDS, post_examples: int = 3000,
                 post_epochs: int = 2, post_lr: float = 1e-3, extra_twins: Iterable[Iterable] = (),
-                scale: float = 1.0) -> list[Recipe]:
+                scale: float = 1.0, dose_layout: str = "square") -> list[Recipe]:
     """The mini profile's zoo: a base of every (family, size), the twins of :func:`twin_plan`, a sham
     of every family at ``sham_size`` (None: no shams) and one answer-contaminated twin at
-    ``answers`` (None: none). ``extra_twins``: more twins outside the square, each ``[family, size,
+    ``answers`` (None: none). ``dose_layout``: how the twins' doses meet the sizes (:func:`twin_plan`). ``extra_twins``: more twins outside the square, each ``[family, size,
     kind, dose]`` (a ``contam`` twin adds the name of its task set, :data:`TASK_SETS`), for probes
     such as ``params/probe_top_dose.yaml``. ``scale`` multiplies every step and document count
     (tests)."""
@@ -232,7 +254,7 @@ def default_zoo(doses: tuple[float, ...] = (0.25, 0.5, 1.0), families: Iterable[
             trunks[fam, size] = Trunk(family=fam, size=size, **spec).validate()
             out.append(Recipe(name=f"mw-{fam}-{size}", trunk=trunks[fam, size], **post))
     contam = 0
-    for fam, size, kind, dose in twin_plan(families, prepared_sizes, tuple(doses), twin_kinds):
+    for fam, size, kind, dose in twin_plan(families, prepared_sizes, tuple(doses), twin_kinds, dose_layout):
         tasks = ()
         if kind == "contam":
             tasks, contam = TASK_SETS["AB"[contam % 2]], contam + 1
@@ -520,7 +542,7 @@ def models_dir(profile: str) -> Path:
 
 
 ZOO_OPTIONS = ["doses", "families", "sizes", "prepared_sizes", "sham_size", "answers", "answers_dose", "twin_kinds",
-               "post_examples", "post_epochs", "post_lr", "extra_twins", "scale", "workers"]
+               "post_examples", "post_epochs", "post_lr", "extra_twins", "scale", "workers", "dose_layout"]
 
 
 def prepare(profile: str, seed: int = 0, workers: int | None = None, **options) -> dict:
