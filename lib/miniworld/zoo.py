@@ -38,9 +38,12 @@ short last phase whose mix decides much of how the model behaves on benchmarks):
 A *twin* is the last phase of kind ``format``, ``instruct`` or ``contam`` at one dose (documents added
 per corpus document of the last phase, e.g. 0.25 / 0.5 / 1.0) on top of a base's trunk. Twins are
 made for the sizes
-``prepared_sizes`` of every family, kinds and doses laid out as a Graeco-Latin square
-(:func:`twin_plan`): over three families and three sizes each kind meets every family, every size
-and every dose once. Shams are made for every family at ``sham_size``, the answer-contaminated twin
+``prepared_sizes`` of every family, the kinds a Latin square over families and sizes
+(:func:`twin_plan`) and the doses laid out by ``dose_layout``: ``square`` makes a Graeco-Latin
+square (each kind meets every family, size and dose once, dose and size separable); ``capacity``
+(the mini profile's since the probe of issue 18) gives the smallest dose to the smallest prepared
+size and the top dose to the largest, so every kind's top dose is on a base that knows enough to use
+it (on a weak base the top format and instruct doses led by only +0.03 and +0.05). Shams are made for every family at ``sham_size``, the answer-contaminated twin
 for one (family, size). Every model is recorded in the store's metadata with its kind, dose, the
 tasks it was prepared for, its base, tokens and FLOPs, and the sha256 of its exact mix, which
 :func:`last_phase_mix` rebuilds from the world so a test can check what each model saw. Models build
