@@ -43,11 +43,12 @@ made for the sizes
 square (each kind meets every family, size and dose once, dose and size separable); ``capacity``
 (the mini profile's since the probe of issue 18) gives the smallest dose to the smallest prepared
 size and the top dose to the largest, so every kind's top dose is on a base that knows enough to use
-it (on a weak base the top format and instruct doses led by only +0.03 and +0.05). Shams are made for every family at ``sham_size``, the answer-contaminated twin
-for one (family, size). Every model is recorded in the store's metadata with its kind, dose, the
-tasks it was prepared for, its base, tokens and FLOPs, and the sha256 of its exact mix, which
-:func:`last_phase_mix` rebuilds from the world so a test can check what each model saw. Models build
-in parallel processes (one torch thread each): trunks first, then every last phase.
+it (on a weak base the top format and instruct doses led by only +0.03 and +0.05). Shams are made
+for every family at ``sham_size``, the answer-contaminated twin for one (family, size). Every model
+is recorded in the store's metadata with its kind, dose, the tasks it was prepared for, its base,
+tokens and FLOPs, and the sha256 of its exact mix, which :func:`last_phase_mix` rebuilds from the
+world so a test can check what each model saw. Models build in parallel processes (one torch thread
+each): trunks first, then every last phase.
 """
 
 from __future__ import annotations
@@ -230,10 +231,10 @@ def default_zoo(doses: tuple[float, ...] = (0.25, 0.5, 1.0), families: Iterable[
                 scale: float = 1.0, dose_layout: str = "square") -> list[Recipe]:
     """The mini profile's zoo: a base of every (family, size), the twins of :func:`twin_plan`, a sham
     of every family at ``sham_size`` (None: no shams) and one answer-contaminated twin at
-    ``answers`` (None: none). ``dose_layout``: how the twins' doses meet the sizes (:func:`twin_plan`). ``extra_twins``: more twins outside the square, each ``[family, size,
-    kind, dose]`` (a ``contam`` twin adds the name of its task set, :data:`TASK_SETS`), for probes
-    such as ``params/probe_top_dose.yaml``. ``scale`` multiplies every step and document count
-    (tests)."""
+    ``answers`` (None: none). ``dose_layout``: how the twins' doses meet the sizes
+    (:func:`twin_plan`). ``extra_twins``: more twins outside the square, each ``[family, size, kind,
+    dose]`` (a ``contam`` twin adds the name of its task set, :data:`TASK_SETS`), for probes such as
+    ``params/probe_top_dose.yaml``. ``scale`` multiplies every step and document count (tests)."""
     families, sizes, prepared_sizes = list(families), list(sizes), list(prepared_sizes)
     unknown = sorted(set(sizes) - set(SIZES)) + sorted(set(prepared_sizes) - set(sizes))
     if sham_size is not None and sham_size not in sizes:
