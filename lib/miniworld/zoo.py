@@ -211,15 +211,15 @@ def twin_plan(families: list[str], sizes: list[str], doses: tuple[float, ...],
     """
     if dose_layout not in DOSE_LAYOUTS:
         raise ZooError(f"zoo: dose_layout must be one of {list(DOSE_LAYOUTS)}, got {dose_layout!r}")
-    if dose_layout == "capacity":
-        if len(doses) != len(sizes):
-            raise ZooError(f"zoo: dose_layout 'capacity' needs one dose per prepared size, got {len(doses)} "
-                           f"dose(s) for {len(sizes)} size(s) {list(sizes)}")
-        by_capacity = sorted(sizes, key=lambda size: list(SIZES).index(size) if size in SIZES else len(SIZES))
-        dose_of = dict(zip(by_capacity, sorted(doses)))
-        return [(fam, size, kinds[(f + i) % len(kinds)], dose_of[size])
-                for f, fam in enumerate(families) for i, size in enumerate(sizes)]
-    return [(fam, size, kinds[(f + i) % len(kinds)], doses[(2 * f + i) % len(doses)])
+    if dose_layout == "capacity" and len(doses) != len(sizes):
+        raise ZooError(f"zoo: dose_layout 'capacity' needs one dose per prepared size, got {len(doses)} "
+                       f"dose(s) for {len(sizes)} size(s) {list(sizes)}")
+    by_capacity = dict(zip(sorted(sizes, key=list(SIZES).index), sorted(doses)))
+
+    def dose(f: int, i: int) -> float:
+        return by_capacity[sizes[i]] if dose_layout == "capacity" else doses[(2 * f + i) % len(doses)]
+
+    return [(fam, size, kinds[(f + i) % len(kinds)], dose(f, i))
             for f, fam in enumerate(families) for i, size in enumerate(sizes)]
 
 
