@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "compute_floor.json"
 
 from lib.pipeline.device import pin_arithmetic  # noqa: E402
+from lib.util import atomic_write_json  # noqa: E402
 
 pin_arithmetic()
 
@@ -242,10 +243,8 @@ def main() -> int:
     if args.compile:
         result["compile"] = compiled(args.steps, args.reps)
     result["load_after"] = os.getloadavg()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"written {RESULTS.relative_to(ROOT)} (load average {load[0]:.1f} before, "
-          f"{result['load_after'][0]:.1f} after)")
+    atomic_write_json(RESULTS, result)
+    print(f"written {RESULTS.relative_to(ROOT)}; load average {load[0]:.1f} -> {result['load_after'][0]:.1f}")
     return 0
 
 
