@@ -29,6 +29,7 @@ Writes bench/results/compute_floor.json and prints the numbers.
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import os
@@ -51,12 +52,20 @@ SHAPES = {"pretrain": (16, 64, 0), "finetune": (8, 48, 40)}   # rows, tokens, to
 WORKERS = 2                                                    # `executor: processes`, one per core
 
 
-def _model(family: str, size: str):
+@functools.cache
+def _tokenizer(family: str):
     from lib.miniworld import zoo
     from lib.pipeline import tiny
 
     texts = [f"the bako{i} lives in the desert and eats fish . it drinks milk ." for i in range(2000)]
-    tok = tiny.train_tokenizer(texts, zoo.VOCAB[family])
+    return tiny.train_tokenizer(texts, zoo.VOCAB[family])
+
+
+def _model(family: str, size: str):
+    from lib.miniworld import zoo
+    from lib.pipeline import tiny
+
+    tok = _tokenizer(family)
     spec = zoo.SIZES[size]
     return tok, tiny.make_model(family, tok, d_model=spec["d_model"], n_layers=spec["n_layers"],
                                 n_heads=spec["n_heads"])

@@ -214,7 +214,8 @@ def twin_plan(families: list[str], sizes: list[str], doses: tuple[float, ...],
     if dose_layout == "capacity" and len(doses) != len(sizes):
         raise ZooError(f"zoo: dose_layout 'capacity' needs one dose per prepared size, got {len(doses)} "
                        f"dose(s) for {len(sizes)} size(s) {list(sizes)}")
-    by_capacity = dict(zip(sorted(sizes, key=list(SIZES).index), sorted(doses)))
+    if dose_layout == "capacity":
+        by_capacity = dict(zip(sorted(sizes, key=list(SIZES).index), sorted(doses)))
 
     def dose(f: int, i: int) -> float:
         return by_capacity[sizes[i]] if dose_layout == "capacity" else doses[(2 * f + i) % len(doses)]
