@@ -32,6 +32,13 @@ export ATEN_CPU_CAPABILITY ?= avx2
 export MKL_CBWR ?= AVX2
 endif
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# The one-machine Slurm cluster of `make slurm-up` (slurm/cluster.sh), when it has been started here
+# and no other Slurm is configured: sbatch, squeue and sacct (and submitit) then talk to it.
+ifeq ($(SLURM_CONF),)
+ifneq ($(wildcard $(CURDIR)/.slurm/etc/slurm.conf),)
+export SLURM_CONF := $(CURDIR)/.slurm/etc/slurm.conf
+endif
+endif
 
 # The git filter that strips notebook outputs (and what JupyterLab adds on saving) before git sees
 # them; .gitattributes applies it to *.ipynb. Cell ids are kept: they are stable in our notebooks.
@@ -51,11 +58,12 @@ TEST_WORKERS ?= 2
 LAB_ARGS ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help venv hooks all run test test-fast test-real lint check-figures lab data models preflight bench lock clean
+.PHONY: help venv hooks all run submit status test test-fast test-real test-slurm lint check-figures lab data models \
+  preflight bench lock clean slurm-up slurm-down
 
 help: ## list the targets (default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | published | real_cpu | probe_top_dose | paper_slice | paper), HARMONY_DATA=<published data folder>"
+	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | smoke_slurm | published | real_cpu | probe_top_dose | paper_slice | paper), HARMONY_DATA=<published data folder>"
 
 venv: $(STAMP) ## create .venv with the pinned environment (torch CPU 2.13.0)
 
@@ -88,6 +96,12 @@ all: $(STAMP) ## run every stage of PROFILE (cached), then `published` (download
 	TBT_MAKE_GOAL="make all PROFILE=$(PROFILE)" \
 	  $(PY) -m lib.run $(PROFILE) $(if $(filter mini,$(PROFILE)),--then-published,) $(if $(WAIT),--wait,)
 
+submit: $(STAMP) ## run PROFILE's stages up to its Slurm jobs, submit them and return (make status, then make all)
+	TBT_MAKE_GOAL="make submit PROFILE=$(PROFILE)" TBT_SUBMIT_ONLY=1 $(PY) -m lib.run $(PROFILE)
+
+status: $(STAMP) ## units done / running / pending (with Slurm's reason) / failed of PROFILE, from the store and the scheduler
+	$(PY) -m lib.pipeline.status $(PROFILE)
+
 run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAGES="04 05" FORCE=1` (WAIT=1 queues)
 	TBT_MAKE_GOAL='make run PROFILE=$(PROFILE) STAGES="$(STAGES)"' \
 	  $(PY) -m lib.run $(PROFILE) $(if $(STAGES),--stages $(STAGES),) $(if $(FORCE),--force,) $(if $(WAIT),--wait,)
@@ -97,6 +111,15 @@ test: $(STAMP) lint ## run the linter and the whole test suite, as CI does (offl
 
 test-real: $(STAMP) ## only the real pretrained model's tests (SmolLM2-135M trained and tested end to end, offline; under 2 min)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m real $(PYTEST_ARGS)
+
+test-slurm: $(STAMP) ## the cluster path against a real one-machine Slurm (started and stopped by the tests; root; ~6 min)
+	TBT_REQUIRE_SLURM=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m slurm $(PYTEST_ARGS)
+
+slurm-up: ## start a one-machine Slurm cluster here (installs slurm-wlm and munge with apt when missing; root)
+	@slurm/cluster.sh up
+
+slurm-down: ## stop the one-machine Slurm cluster (its state stays in .slurm/)
+	@slurm/cluster.sh down
 
 test-fast: $(STAMP) lint ## the linter and the unit tests only: no notebook kernel, no training run (about a minute)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)

@@ -4,6 +4,7 @@ A notebook's cell tagged ``parameters`` holds its defaults (literals only; the p
 wherever one applies). A profile names the stages it runs and overrides what it must::
 
     description: one line saying what this profile is for
+    base: smoke                         # optional: start from another profile's settings (below)
     offline: true                       # set HF_HUB_OFFLINE / HF_DATASETS_OFFLINE while it runs
     prepare:                            # optional hooks run before the notebooks, in order:
       - lib.published:import_store      #   "module:function" or {"module:function": {kwargs}}
@@ -15,8 +16,11 @@ wherever one applies). A profile names the stages it runs and overrides what it 
       04_rank_agreement:                # nothing: the notebook's defaults
 
 A stage's parameters resolve as: the notebook's defaults, then ``common``, then the stage's own
-values. Unknown keys and values of another type than the default raise :class:`ParamsError`
-naming the file and the key (with the closest known key), before anything runs.
+values. A profile with ``base: <profile>`` starts from that profile's ``offline``, ``prepare``,
+``common`` and stages, and says only what it changes (its ``common`` and each stage's values
+update the base's; ``prepare`` and ``offline`` replace them when given). Unknown keys and values
+of another type than the default raise :class:`ParamsError` naming the file and the key (with the
+closest known key), before anything runs.
 
 In a notebook, the cell after the parameters calls :func:`stage` with ``globals()``: run by
 ``make all`` (papermill injects the resolved values) or stepped through in JupyterLab (the cell
@@ -45,7 +49,7 @@ import yaml
 from . import paths
 from .util import READS_ENV, current, did_you_mean, short_warning_paths
 
-TOP_KEYS = {"description", "offline", "prepare", "common", "stages"}
+TOP_KEYS = {"description", "base", "offline", "prepare", "common", "stages"}
 REQUIRED_TOP = {"description", "stages"}
 DEFAULT_PROFILE = "mini"         # what `make all` runs, and every notebook's default `profile`
 KERNEL = "train-before-test"     # the project's Jupyter kernel (`make lab` registers it; notebooks name it)
@@ -190,8 +194,18 @@ def load_profile(name: str, validate: bool = True) -> Profile:
     for key in raw:
         if key not in TOP_KEYS:
             raise ParamsError(f"{path}: unknown key {key!r}{did_you_mean(key, TOP_KEYS)}; allowed: {sorted(TOP_KEYS)}")
-    for key in sorted(REQUIRED_TOP - set(raw)):
+    for key in sorted(REQUIRED_TOP - set(raw) - ({"stages"} if raw.get("base") else set())):
         raise ParamsError(f"{path}: missing key {key!r}")
+    base = raw.get("base")
+    if base is not None:
+        if not isinstance(base, str) or base == name:
+            raise ParamsError(f"{path}: base: expected the name of another profile, got {base!r}")
+        parent = load_profile(base, validate=False)
+        own = raw.get("stages") or {}
+        raw = {**raw, "offline": raw.get("offline", parent.offline), "prepare": raw.get("prepare", parent.prepare),
+               "common": {**parent.common, **(raw.get("common") or {})},
+               "stages": {**{s: dict(v) for s, v in parent.stages.items()},
+                          **{s: {**parent.stages.get(s, {}), **(v or {})} for s, v in own.items()}}}
     stages, common = raw["stages"], raw.get("common") or {}
     if not isinstance(stages, dict) or not stages:
         raise ParamsError(f"{path}: 'stages' must be a non-empty mapping of notebook name -> overrides")

@@ -23,6 +23,7 @@ import sys
 import time
 
 STAGE_ENV = "TBT_STAGE"      # set by lib.run while a stage runs: prefixes the lines with its name
+SUBMIT_ONLY_ENV = "TBT_SUBMIT_ONLY"   # `make submit`: a Slurm stage submits its jobs and returns (lib.pipeline.jobs)
 HEARTBEAT_ENV = "TBT_HEARTBEAT"   # set by lib.run: a file written at every line ("done total label"), so
                                   # its heartbeat stays quiet and an interrupted run can say how far it got
 

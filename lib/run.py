@@ -69,7 +69,7 @@ from .params import (
     notebook_path,
 )
 from .pipeline.device import pin_arithmetic
-from .progress import HEARTBEAT_ENV, STAGE_ENV, clock
+from .progress import HEARTBEAT_ENV, STAGE_ENV, SUBMIT_ONLY_ENV, clock
 from .util import (
     READS_ENV,
     CorruptFile,
@@ -454,6 +454,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
         t_start = time.time()
         run_prepare(prof)
         log: dict[str, dict] = {}
+        submit_only = bool(os.environ.get(SUBMIT_ONLY_ENV))
         for i, stage in enumerate(selected):
             _where.update(profile=name, stage=stage, index=i, n=len(selected), units=None)
             params = check_stage(prof, stage)
@@ -464,10 +465,21 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
                 print(f"[{name}] {stage}: cached", flush=True)
                 log[stage] = {"status": "cached", "seconds": 0.0}
                 continue
+            if submit_only and any(v["status"] == "submitted" for v in log.values()) and "executor" not in params:
+                print(f"[{name}] {stage}: waits for the submitted jobs", flush=True)
+                log[stage] = {"status": "waits", "seconds": 0.0}
+                continue
             (out_dir / paths.STAGE_STAMP).unlink(missing_ok=True)
             print(f"[{name}] {stage}: running ({reason}) ...", flush=True)
             t0 = time.time()
-            reads = execute(stage, params, out_dir, label=f"[{name}] {stage}")
+            try:
+                reads = execute(stage, params, out_dir, label=f"[{name}] {stage}")
+            except Exception as exc:
+                if not (submit_only and getattr(exc, "ename", None) == "JobsSubmitted"):
+                    raise
+                print(f"[{name}] {stage}: {exc.evalue}", flush=True)
+                log[stage] = {"status": "submitted", "seconds": time.time() - t0}
+                continue
             dt = time.time() - t0
             read_json(out_dir / "summary.json", rebuild=paths.make_command(out_dir))    # it exists and parses
             mark(out_dir / paths.STAGE_STAMP, key, reads=reads, outputs=results_digest(out_dir), seconds=dt,
@@ -476,6 +488,10 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
             log[stage] = {"status": "ran", "seconds": dt}
         total = time.time() - t_start
         _where.clear()
+        if any(v["status"] == "submitted" for v in log.values()):
+            print(f"[{name}] submitted: `make status PROFILE={name}` follows the jobs; `make all PROFILE={name}` "
+                  "re-attaches to them, waits and runs the rest", flush=True)
+            return log
         atomic_write_json(paths.profile_dir(name) / "run_log.json", {"stages": log, "total_seconds": total})
         from .figreview import review
         print(review(name), flush=True)          # the figures' checks and outputs/<profile>/figures.html

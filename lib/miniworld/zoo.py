@@ -546,17 +546,44 @@ def models_dir(profile: str) -> Path:
     return layout.models_dir(paths.work_dir(profile))
 
 
+def prepare_as(profile: str, of: str) -> dict:
+    """Prepare hook: profile ``of``'s world and zoo (its own prepare options), built or found in its
+    folders and linked into this profile's (:func:`prepare` with ``share``)."""
+    from .. import params
+
+    for item in params.load_profile(of, validate=False).prepare:
+        name, kwargs = next(iter(item.items())) if isinstance(item, dict) else (item, {})
+        if name == "lib.miniworld.zoo:prepare":
+            return prepare(profile, share=of, **(kwargs or {}))
+    raise ZooError(f"prepare_as: profile {of!r} has no lib.miniworld.zoo:prepare hook to share")
+
+
+def _link_to(profile: str, other: str) -> None:
+    """``profile``'s world and models folders as relative links to ``other``'s (made when absent)."""
+    for mine, theirs in ((world_dir(profile), world_dir(other)), (models_dir(profile), models_dir(other))):
+        theirs.mkdir(parents=True, exist_ok=True)
+        if mine.is_symlink() or mine.exists():
+            continue
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        mine.symlink_to(os.path.relpath(theirs, mine.parent), target_is_directory=True)
+
+
 ZOO_OPTIONS = ["doses", "families", "sizes", "prepared_sizes", "sham_size", "answers", "answers_dose", "twin_kinds",
                "post_examples", "post_epochs", "post_lr", "extra_twins", "scale", "workers", "dose_layout"]
 
 
-def prepare(profile: str, seed: int = 0, workers: int | None = None, **options) -> dict:
+def prepare(profile: str, seed: int = 0, workers: int | None = None, share: str | None = None, **options) -> dict:
     """Prepare hook of the mini profile: build the world and the zoo, record their metadata.
 
     Cached: the world by its config key, each trunk and model by its recipe key, so a second run
     rebuilds nothing. ``options`` are :class:`lib.miniworld.world.WorldConfig` fields and
     :func:`default_zoo` arguments; ``workers`` processes build the models (default: the CPU count).
+    ``share``: another profile whose world and models folders this profile uses (linked, relative),
+    so two profiles of the same world and zoo (smoke and smoke_slurm) build them once and train and
+    test the very same files.
     """
+    if share:
+        _link_to(profile, share)
     world_fields = set(mw.WorldConfig.__dataclass_fields__)
     unknown = sorted(set(options) - world_fields - set(ZOO_OPTIONS))
     if unknown:

@@ -18,14 +18,14 @@ import functools
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from .. import paths, store
 from ..util import did_you_mean
-from . import hub
+from . import hub, slurm
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # sustained TFLOP/s assumed for the time estimate: an A100/H100-class GPU at about 40 % of peak
@@ -251,6 +251,8 @@ class Preflight:
     tflops: float
     tflops_source: str
     limit_hours: float | None
+    resources: dict = field(default_factory=dict)    # what to submit with (the scheduler's limits applied)
+    notes: list[str] = field(default_factory=list)   # what the scheduler said, a line each
 
     @property
     def summary(self) -> dict:
@@ -265,8 +267,9 @@ class Preflight:
         t = self.table
         limit = (f"time limit {self.limit_hours:.3g} h a job ({SAFETY:.0%} of timeout_min)" if self.limit_hours
                  else "no time limit (resources has no timeout_min)")
-        out = [f"preflight: {len(t)} units, {len(self.specs)} jobs, about {t['gpu_hours'].sum():,.1f} GPU-hours in all "
-               f"at {self.tflops:g} TFLOP/s ({self.tflops_source}); {limit}"]
+        out = list(self.notes)
+        out.append(f"preflight: {len(t)} units, {len(self.specs)} jobs, about {t['gpu_hours'].sum():,.1f} GPU-hours "
+                   f"in all at {self.tflops:g} TFLOP/s ({self.tflops_source}); {limit}")
         if len(t):
             worst = t.loc[t["gpu_hours"].idxmax()]
             per_lr = f", {worst['gpu_hours_per_lr']:.3g} a learning rate" if worst["gpu_hours_per_lr"] > 0 else ""
@@ -301,8 +304,28 @@ def _names(rows: pd.DataFrame, n: int = 4) -> str:
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
+def scheduler_resources(resources: dict) -> tuple[dict, list[str]]:
+    """``resources`` with the Slurm partition's real time limit applied (``scontrol``): a
+    ``timeout_min`` over the partition's ``MaxTime`` would be refused or pend forever, so the
+    preflight plans (and jobs are submitted) with the partition's limit, and one line says so. Where
+    no scheduler answers, ``resources`` as they are and one line saying they are trusted. An unknown
+    partition raises ValueError naming the partitions there are."""
+    try:
+        lim = slurm.limits(resources.get("slurm_partition"))
+    except slurm.SchedulerDown as exc:
+        return dict(resources), [f"preflight: no Slurm scheduler answers here ({exc}): trusting timeout_min "
+                                 "and max_array as given"]
+    out, notes = dict(resources), []
+    wanted = resources.get("timeout_min")
+    if lim.max_time_min is not None and (wanted is None or wanted > lim.max_time_min):
+        out["timeout_min"] = int(lim.max_time_min)
+        notes.append(f"preflight: partition {lim.partition} allows {lim.max_time_min:g} min a job, not timeout_min "
+                     f"{wanted if wanted is not None else '(unset)'}: planning with {lim.max_time_min:g} min")
+    return out, notes
+
+
 def preflight(specs, selection: dict, resources: dict | None = None, tflops: float = 0.0,
-              gpu_memory_gb: float = 80.0) -> Preflight:
+              gpu_memory_gb: float = 80.0, executor: str = "") -> Preflight:
     """Before any job is submitted: per (model, benchmark) the GPU-hours (:func:`unit_flops` at the
     throughput of :func:`throughput`) and the peak training memory, and the jobs to submit.
 
@@ -311,8 +334,12 @@ def preflight(specs, selection: dict, resources: dict | None = None, tflops: flo
     as one job per learning rate (:meth:`JobSpec.by_lr`) and then one that chooses and tests. A unit
     whose single learning rate (or test) is still over the limit, or that does not fit
     ``gpu_memory_gb`` even at micro-batch 1 with gradient checkpointing, is refused with one line
-    saying what to change (:meth:`Preflight.check` raises with them)."""
+    saying what to change (:meth:`Preflight.check` raises with them). With ``executor="slurm"`` the
+    scheduler is asked for the partition's time limit first (:func:`scheduler_resources`)."""
     resources = resources or {}
+    notes: list[str] = []
+    if executor == "slurm":
+        resources, notes = scheduler_resources(resources)
     limit = resources.get("timeout_min") / 60 * SAFETY if resources.get("timeout_min") else None
     dtype = specs[0].dtype if specs else "float32"
     rate, source = throughput(dtype, tflops)
@@ -351,7 +378,7 @@ def preflight(specs, selection: dict, resources: dict | None = None, tflops: flo
                 jobs += one.by_lr() + [one]
             rows.append(u)
     return Preflight(table=pd.DataFrame(rows, columns=PREFLIGHT_COLUMNS), specs=jobs, refused=refused, tflops=rate,
-                     tflops_source=source, limit_hours=limit)
+                     tflops_source=source, limit_hours=limit, resources=resources, notes=notes)
 
 
 PREFLIGHT_COLUMNS = ["model", "benchmark", "family", "params_b", "dtype", "train_examples", "gpu_hours",
@@ -421,7 +448,7 @@ def preflight_profile(profile: str) -> Preflight:
                      work_root=str(paths.work_dir(profile)), recipe=recipe, splits=rule.to_dict(), dtype=s2["dtype"],
                      max_gen_toks=s2["max_gen_toks"], eval_batch_size=s2["eval_batch_size"])
              for m in s2["models"] for i in range(0, len(names), chunk)]
-    return preflight(specs, selection, s2["resources"], s2["throughput_tflops"], s2["gpu_memory_gb"])
+    return preflight(specs, selection, s2["resources"], s2["throughput_tflops"], s2["gpu_memory_gb"], s2["executor"])
 
 
 # ---------------------------------------------------------------------------------------------

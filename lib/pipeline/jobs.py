@@ -35,12 +35,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import layout, paths, store
-from ..progress import Progress
+from ..progress import SUBMIT_ONLY_ENV, Progress, clock
 from ..store import TBT
 from ..util import atomic_write_json, did_you_mean
 from . import evaluate as ev
 from . import finetune as ft
-from . import protocols
+from . import protocols, slurm
 from . import tasks as tk
 from .device import free_memory
 from .locks import UnitBusy, UnitLock
@@ -52,6 +52,14 @@ POLL_SECONDS = {"local": 2.0, "processes": 2.0, "submitit_local": 2.0, "slurm": 
 
 class JobError(RuntimeError):
     """Jobs failed or could not run (the message lists every failed unit and how to retry it)."""
+
+
+class JobsSubmitted(JobError):
+    """``make submit``: the jobs are submitted (or were already queued) and nobody waits for them;
+    ``make status`` follows them, ``make all`` re-attaches, waits and goes on."""
+
+
+MAX_REQUEUES = 3                        # slurm: requeues of a job after time limits (preemptions do not count)
 
 
 def unit_lock(spec: JobSpec, benchmark: str) -> UnitLock:
@@ -255,7 +263,7 @@ def chunks(items: list, size: int) -> list[list]:
 
 def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None = None,
            log_folder: str | Path | None = None, max_jobs: int = 0, max_array: int = 1000,
-           progress_every: float = 15.0) -> dict[str, dict]:
+           progress_every: float = 15.0, max_requeues: int = MAX_REQUEUES) -> dict[str, dict]:
     """Run the jobs and collect every outcome; returns {model: {benchmark: score}} of what they
     finished, or raises :class:`JobError` listing every unit that failed or is still running
     elsewhere, each with the command that retries it (after all jobs have ended).
@@ -269,15 +277,26 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
     ``slurm``: ``submitit.AutoExecutor`` with ``resources`` (e.g. ``slurm_partition``,
     ``gpus_per_node``, ``timeout_min``, ``mem_gb``, ``cpus_per_task``,
     ``slurm_array_parallelism``), as job arrays of at most ``max_array`` tasks (clusters cap an
-    array's size, often at 1,001). Jobs with nothing pending are not submitted, nor jobs whose
-    every pending unit is locked by a live job elsewhere. A console line reports progress every
-    ``progress_every`` seconds.
+    array's size, often at 1,001; the cluster's own ``MaxArraySize`` wins when it is smaller). Jobs
+    with nothing pending are not submitted, nor jobs whose every pending unit is locked by a live
+    job elsewhere. A console line reports progress every ``progress_every`` seconds.
+
+    On Slurm a job stopped at its time limit or preempted is requeued (at most ``max_requeues``
+    times after time limits) and resumes after its units' last finished epochs; every job id is
+    recorded the moment it is submitted (:class:`lib.pipeline.slurm.Record`), so a later launch of
+    the same grid re-attaches to the jobs still queued or running instead of submitting them again,
+    and a process killed while waiting loses nothing. With ``TBT_SUBMIT_ONLY=1`` (``make submit``)
+    it submits (or finds queued) and raises :class:`JobsSubmitted` instead of waiting.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}{did_you_mean(executor, EXECUTORS)}; "
                          f"expected one of {list(EXECUTORS)}")
+    submit_only = bool(os.environ.get(SUBMIT_ONLY_ENV))
+    if submit_only and executor != "slurm":
+        raise JobError(f"`make submit` needs executor: slurm (this stage's executor is {executor!r}); "
+                       "`make all` runs it and waits")
     run = dict(executor=executor, resources=resources or {}, log_folder=log_folder, max_jobs=max_jobs,
-               max_array=max_array, progress_every=progress_every)
+               max_array=max_array, progress_every=progress_every, max_requeues=max_requeues)
     split = [s for s in specs if s.only_lr is not None]     # units the preflight split by learning rate
     reports = _launch_wave(split, **run) if split else []
     unfinished = {(r["model"], b) for r in reports for b in (*r["failed"], *r["busy"])}
@@ -291,9 +310,11 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
 
 
 def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folder, max_jobs: int, max_array: int,
-                 progress_every: float) -> list[dict]:
+                 progress_every: float, max_requeues: int = MAX_REQUEUES) -> list[dict]:
     """Run ``specs`` side by side (:func:`launch`); one report per job."""
     todo, reports = [], []
+    folder = Path(log_folder or layout.submitit_dir(specs[0].work_root)) if specs else None
+    queued = _queued_jobs(specs, folder) if executor == "slurm" and specs else {}
     for spec in specs:
         why = {b: spec.unfinished(b) for b in spec.benchmarks}
         pending = [b for b in spec.benchmarks if why[b] is not None]
@@ -301,6 +322,9 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
             if why[b]:                       # files of a finished unit went missing or were damaged
                 _tell(f"redoing {spec.protocol} {spec.model} / {b}: {why[b]}")
         if not pending:
+            continue
+        if slurm.spec_key(spec) in queued:             # its job is queued or running: re-attach to it
+            todo.append(spec)
             continue
         held = {b: unit_lock(spec, b) for b in pending}
         busy = {b: lk.describe(lk.holder()) for b, lk in held.items() if lk.holder() is not None and not lk.stale()}
@@ -310,7 +334,6 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
         else:
             todo.append(spec)
     if todo:
-        folder = Path(log_folder or layout.submitit_dir(todo[0].work_root))
         counter = UnitCounter(todo)
         what = "learning rates of split units" if todo[0].only_lr is not None else f"{len(todo)} jobs"
         with Progress(total=counter.total, label=f"{todo[0].protocol} ({what})", every=progress_every) as bar:
@@ -318,8 +341,10 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
                 reports += _run_local(todo, counter, bar)
             elif executor == "processes":
                 reports += _run_processes(todo, folder, max_jobs, counter, bar)
+            elif executor == "slurm":
+                reports += _run_slurm(todo, queued, resources, folder, max_array, max_requeues, counter, bar)
             else:
-                reports += _run_submitit(todo, executor, resources, folder, max_jobs, max_array, counter, bar)
+                reports += _run_submitit(todo, executor, resources, folder, max_jobs, counter, bar)
             bar.update(counter.done())
     return reports
 
@@ -341,26 +366,187 @@ def _run_local(todo: list[JobSpec], counter: UnitCounter, bar: Progress) -> list
 
 
 def _run_submitit(todo: list[JobSpec], executor: str, resources: dict, folder: Path, max_jobs: int,
-                  max_array: int, counter: UnitCounter, bar: Progress) -> list[dict]:
+                  counter: UnitCounter, bar: Progress) -> list[dict]:
     import submitit
 
-    if executor == "slurm":
-        ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
-        res = dict(resources)
-    else:                                   # the local executor knows only generic parameters
-        ex = submitit.LocalExecutor(folder=folder)
-        res = {k: v for k, v in resources.items() if k in ("timeout_min", "gpus_per_node", "cpus_per_task",
-                                                           "nodes", "tasks_per_node", "visible_gpus")}
+    ex = submitit.LocalExecutor(folder=folder)      # it knows only generic parameters
+    res = {k: v for k, v in resources.items() if k in ("timeout_min", "gpus_per_node", "cpus_per_task",
+                                                       "nodes", "tasks_per_node", "visible_gpus")}
     if res:
         ex.update_parameters(**res)
-    if executor == "slurm":
-        jobs = []
-        for part in chunks(todo, max_array):
-            jobs += ex.map_array(run_job, part)
-        return _wait(list(zip(todo, jobs)), [], None, counter, bar, poll=POLL_SECONDS[executor])
     limit = max_jobs or default_max_jobs()
     return _wait([], list(todo), lambda spec: ex.submit(run_job, spec), counter, bar, limit,
                  poll=POLL_SECONDS[executor])
+
+
+# ---------------------------------------------------------------------------------------------
+# Slurm: submit once, requeue at time limits and preemptions, re-attach, wait through outages
+
+
+class RequeueableJob:
+    """What a Slurm job runs: :func:`run_job`, requeued at a time limit or a preemption. submitit
+    sends the job USR2 ``slurm_signal_delay_s`` before its limit (and a preempting scheduler does
+    too); it then calls :meth:`checkpoint` and requeues the job as it was: the requeued run skips
+    the finished units and resumes the interrupted one after its last finished epoch (every epoch's
+    state is on disk, :func:`lib.pipeline.finetune.train_unit`), so the numbers are those of an
+    uninterrupted run."""
+
+    def __call__(self, spec: JobSpec | dict) -> dict:
+        return run_job(spec)
+
+    def checkpoint(self, spec: JobSpec | dict):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, spec)
+
+
+def _queued_jobs(specs: list[JobSpec], folder: Path) -> dict[str, str]:
+    """{spec key: job id} of the recorded jobs of ``specs`` still queued or running."""
+    recorded = {k: v["job_id"] for k, v in slurm.Record(folder).read().items()}
+    mine = {slurm.spec_key(s): recorded[slurm.spec_key(s)] for s in specs if slurm.spec_key(s) in recorded}
+    if not mine:
+        return {}
+    try:
+        found = slurm.states(list(mine.values()))
+    except slurm.SchedulerDown as exc:
+        raise JobError(f"the scheduler does not answer ({exc}), so it cannot be told which of this stage's "
+                       f"{len(mine)} recorded jobs still run; run the same command again once it answers "
+                       "(`make slurm-up` restarts the one-machine cluster)") from None
+    return {k: j for k, j in mine.items() if found[j].queued}
+
+
+def slurm_executor(folder: Path, resources: dict, max_requeues: int = MAX_REQUEUES):
+    """submitit's Slurm executor with ``resources``, jobs requeueable (``--requeue``) and warned
+    before their time limit with time to stop (``slurm_signal_delay_s``: a quarter of the limit,
+    at most 90 s, unless given)."""
+    import submitit
+
+    ex = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=max_requeues)
+    res = {"name": "tbt", **resources}
+    if "slurm_signal_delay_s" not in res and res.get("timeout_min"):
+        res["slurm_signal_delay_s"] = int(min(90, max(10, res["timeout_min"] * 60 // 4)))
+    extra = dict(res.pop("slurm_additional_parameters", None) or {})
+    extra.setdefault("requeue", True)
+    ex.update_parameters(**res, slurm_additional_parameters=extra)
+    return ex
+
+
+def array_size(max_array: int) -> int:
+    """Tasks per job array: ``max_array``, or the cluster's ``MaxArraySize`` when that is smaller
+    (one line says so)."""
+    try:
+        cap = slurm.limits().max_array_size
+    except (slurm.SchedulerDown, ValueError):
+        return max_array
+    if cap and cap < max_array:
+        _tell(f"slurm: MaxArraySize is {cap} on this cluster, max_array {max_array}: arrays of {cap} tasks")
+        return cap
+    return max_array
+
+
+def _run_slurm(todo: list[JobSpec], queued: dict[str, str], resources: dict, folder: Path, max_array: int,
+               max_requeues: int, counter: UnitCounter, bar: Progress) -> list[dict]:
+    import submitit
+
+    record = slurm.Record(folder)
+    attached = [(s, queued[slurm.spec_key(s)]) for s in todo if slurm.spec_key(s) in queued]
+    fresh = [s for s in todo if slurm.spec_key(s) not in queued]
+    if attached:
+        _tell(f"slurm: re-attached to {len(attached)} job(s) still queued or running: "
+              f"{_id_list([j for _, j in attached])}")
+    submitted = []
+    if fresh:
+        ex = slurm_executor(folder, resources, max_requeues)
+        fn = RequeueableJob()
+        parts = chunks(fresh, array_size(max_array))
+        for part in parts:
+            jobs = ex.map_array(fn, part)
+            record.add([(spec, job.job_id) for spec, job in zip(part, jobs)])   # at once: nothing is submitted twice
+            submitted += [(spec, job.job_id) for spec, job in zip(part, jobs)]
+        _tell(f"slurm: submitted {len(submitted)} job(s) in {len(parts)} array(s): "
+              f"{_id_list([j for _, j in submitted])}; logs in {paths.show(folder)}")
+    entries = [(spec, jid, submitit.SlurmJob(folder=folder, job_id=jid)) for spec, jid in attached + submitted]
+    if os.environ.get(SUBMIT_ONLY_ENV):
+        raise JobsSubmitted(f"{len(submitted)} job(s) submitted, {len(attached)} already queued or running")
+    return _wait_slurm(entries, counter, bar, poll=POLL_SECONDS["slurm"])
+
+
+def _id_list(ids: list[str], n: int = 6) -> str:
+    return ", ".join(ids[:n]) + (f" and {len(ids) - n} more" if len(ids) > n else "")
+
+
+def _wait_slurm(entries: list[tuple], counter: UnitCounter, bar: Progress, poll: float) -> list[dict]:
+    """Wait for Slurm jobs (spec, job id, submitit job), asking the scheduler every ``poll``
+    seconds; one report per job. Says in one line when the scheduler stops answering (and goes on
+    polling), when it answers again, when a job is requeued, and why jobs pend when that changes
+    (with what to do when waiting will not help)."""
+    reports, seen, down_since, last_note = [], {}, None, None
+    entries = list(entries)
+    while entries:
+        asked = time.monotonic()
+        try:
+            found = slurm.states([jid for _, jid, _ in entries])
+        except slurm.SchedulerDown as exc:
+            if down_since is None:
+                down_since = asked
+                _tell(f"slurm: the scheduler does not answer ({exc}); the jobs run on, still polling every "
+                      f"{poll:g} s (Ctrl-C loses nothing: `make all` re-attaches)")
+            bar.update(counter.done())
+            time.sleep(poll)
+            continue
+        if down_since is not None:
+            _tell(f"slurm: the scheduler answers again (after {clock(time.monotonic() - down_since)})")
+            down_since = None
+        for entry in list(entries):
+            spec, jid, job = entry
+            st = found[jid]
+            if st.restarts > seen.get(jid, st.restarts):
+                _tell(f"slurm: job {jid} ({spec.model}) was requeued (time limit or preemption); it resumes "
+                      "after its last finished epoch")
+            seen[jid] = st.restarts
+            if st.queued:
+                continue
+            result = getattr(getattr(job, "paths", None), "result_pickle", None)
+            if st.state == "UNKNOWN" and not (result and result.exists()) and seen.get(f"{jid}/unknown", 0) < 3:
+                seen[f"{jid}/unknown"] = seen.get(f"{jid}/unknown", 0) + 1    # accounting may lag a poll or two
+                continue
+            entries.remove(entry)
+            reports.append(_job_report(spec, job) if result and result.exists() else _ended_report(spec, jid, st))
+        note = _pending_note([(s, found[j]) for s, j, _ in entries])
+        if note != last_note:
+            if note:
+                _tell(note)
+            last_note = note
+        bar.update(counter.done())
+        if entries:
+            time.sleep(poll)
+    return reports
+
+
+def _pending_note(items: list[tuple]) -> str | None:
+    """One line on the jobs that pend, by reason, when one of them needs someone to act."""
+    pending = [(spec, st) for spec, st in items if st.state == "PENDING"]
+    stuck = [(spec, st) for spec, st in pending if st.stuck]
+    if not stuck:
+        return None
+    spec, st = stuck[0]
+    ids = _id_list([s.job_id for _, s in stuck])
+    return f"slurm: {len(stuck)} job(s) pending ({st.reason}): {st.stuck} [{ids}]"
+
+
+def _ended_report(spec: JobSpec, jid: str, st) -> dict:
+    """The report of a job that left the queue without a result of its own (cancelled, killed at
+    its time limit, node failure): what it finished is in the store, the rest failed."""
+    what = {"CANCELLED": "was cancelled", "TIMEOUT": "reached its time limit too often to be requeued",
+            "NODE_FAIL": "lost its node", "OUT_OF_MEMORY": "ran out of memory", "PREEMPTED": "was preempted"}
+    word = st.state.split()[0] if st.state else "UNKNOWN"
+    why = what.get(word, "ended")
+    failed = {}
+    for bench in spec.pending():
+        failed[bench] = f"job {jid} {why} ({st.state}) before finishing it"
+        _write_failure(spec, bench, failed[bench], f"slurm job {jid}: {st.state}")
+    return {"model": spec.model, "protocol": spec.protocol, "lr": spec.only_lr, "scores": {}, "trained": [],
+            "failed": failed, "busy": {}}
 
 
 def _pool_worker(log_folder: str) -> None:

@@ -1,0 +1,114 @@
+"""``make status PROFILE=p``: where a profile's Slurm jobs stand, in a few lines, from the results
+store and the scheduler: units done, running, pending (with Slurm's reason) and failed (with the
+command that retries each), per stage that submits jobs.
+
+A *unit* here is one (model, benchmark) of a job: done when its result of this configuration is in
+the store, otherwise running, pending or failed as its job is (a job that left the queue without
+finishing it failed; its failure record says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+from .. import layout, paths
+from . import slurm
+
+JOB_STAGES = ("02_finetune", "03_direct_eval")     # the stages whose notebooks launch jobs
+
+
+def stage_status(folder: Path) -> dict:
+    """Counts of one stage's recorded jobs' units: ``done``, ``running``, ``pending`` (with
+    ``reasons``: {reason: units}), ``failed`` (with ``failures``: lines), ``jobs`` (ids still queued),
+    ``scheduler`` (None, or why it did not answer); None when nothing was submitted from ``folder``."""
+    from .spec import JobSpec
+
+    entries = slurm.Record(folder).read()
+    if not entries:
+        return None
+    try:
+        found, down = slurm.states([e["job_id"] for e in entries.values()]), None
+    except slurm.SchedulerDown as exc:
+        found, down = {}, str(exc)
+    out = {"done": 0, "running": 0, "pending": 0, "failed": 0, "reasons": Counter(), "failures": [], "jobs": [],
+           "scheduler": down, "unknown": 0}
+    for entry in entries.values():
+        spec, jid = JobSpec.from_dict(entry["spec"]), entry["job_id"]
+        st = found.get(jid)
+        if st is not None and st.queued:
+            out["jobs"].append(jid)
+        for bench in spec.benchmarks:
+            if spec.done(bench):
+                out["done"] += 1
+            elif st is None:
+                out["unknown"] += 1
+            elif st.queued and st.state == "PENDING":
+                out["pending"] += 1
+                out["reasons"][st.reason or "None"] += 1
+            elif st.queued:
+                out["running"] += 1
+            else:
+                out["failed"] += 1
+                record = layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, spec.only_lr)
+                retry = (f"{paths.show(sys.executable)} -m lib.pipeline.jobs {paths.show(record)}" if record.exists()
+                         else "run the stage again (make all)")
+                out["failures"].append(f"  FAILED {spec.model} / {bench}: job {jid} {st.state}; retry: {retry}")
+    return out
+
+
+def lines(profile: str) -> list[str]:
+    """The report of ``make status``: a line per stage that submits jobs, then the failed units."""
+    from .. import params
+
+    prof = params.load_profile(profile)
+    work = paths.work_dir(profile)
+    out, failures = [], []
+    for stage in JOB_STAGES:
+        if stage not in prof.stages:
+            continue
+        st = stage_status(layout.submitit_dir(work, stage))
+        finished = (paths.stage_dir(profile, stage) / paths.STAGE_STAMP).exists()
+        if st is None:
+            out.append(f"{profile} {stage}: " + ("finished" if finished else
+                                                 f"nothing submitted (`make submit PROFILE={profile}`)"))
+            continue
+        total = st["done"] + st["running"] + st["pending"] + st["failed"] + st["unknown"]
+        parts = [f"{st['done']} done", f"{st['running']} running"]
+        reasons = ", ".join(f"{r}: {n}" for r, n in st["reasons"].most_common())
+        parts.append(f"{st['pending']} pending" + (f" ({reasons})" if reasons else ""))
+        parts.append(f"{st['failed']} failed")
+        if st["unknown"]:
+            parts.append(f"{st['unknown']} unknown")
+        text = f"{profile} {stage}: {total} units: " + ", ".join(parts)
+        if st["jobs"]:
+            text += f"; jobs in the queue: {', '.join(st['jobs'][:6])}" + (" ..." if len(st["jobs"]) > 6 else "")
+        if finished:
+            text += "; stage finished"
+        out.append(text)
+        if st["scheduler"]:
+            out.append(f"  the scheduler does not answer ({st['scheduler']}): units counted from the store only")
+        for reason in st["reasons"]:
+            hint = slurm.JobState("", "PENDING", reason).stuck
+            if hint:
+                out.append(f"  pending because {reason}: {hint}")
+        failures += st["failures"]
+    out += failures
+    if any("running" in line or "pending" in line for line in out) and not failures:
+        out.append(f"when they have finished: `make all PROFILE={profile}` (it re-attaches to jobs still queued, "
+                   "waits, and runs the analyses)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lib.pipeline.status", description=__doc__.splitlines()[0])
+    ap.add_argument("profile")
+    args = ap.parse_args(argv)
+    print("\n".join(lines(args.profile)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
