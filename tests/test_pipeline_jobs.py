@@ -151,32 +151,28 @@ def _many_specs(world, tmp, n):
     return [dataclasses.replace(spec, model=f"m{i}") for i in range(n)]
 
 
-def test_slurm_arrays_are_chunked_below_the_limit(world, tmp_path, monkeypatch):
-    import submitit
+def test_slurm_helpers_without_a_scheduler(world, tmp_path, monkeypatch):
+    """What the Slurm path computes by itself (tests/test_slurm.py runs it against a real cluster)."""
+    from lib.pipeline import slurm
 
-    arrays = []
-
-    class FakeAutoExecutor:
-        def __init__(self, folder, cluster):
-            assert cluster == "slurm"
-
-        def update_parameters(self, **kw):
-            assert kw["slurm_array_parallelism"] == 4
-
-        def map_array(self, fn, specs):
-            assert fn is jobs.run_job
-            arrays.append(len(specs))
-            return [_FakeJob(s, fail=(s.model == "m3")) for s in specs]
-
-    monkeypatch.setattr(submitit, "AutoExecutor", FakeAutoExecutor)
-    monkeypatch.setitem(jobs.POLL_SECONDS, "slurm", 0.0)
-    specs = _many_specs(world, tmp_path, 5)
-    with pytest.raises(jobs.JobError, match=r"1 unit\(s\) failed") as err:
-        jobs.launch(specs, executor="slurm", resources={"slurm_array_parallelism": 4}, max_array=2,
-                    log_folder=tmp_path / "logs")
-    assert arrays == [2, 2, 1]
-    assert "FAILED direct_eval m3 / t_a: job job-m3 died: RuntimeError" in str(err.value)
     assert jobs.chunks(list(range(1464)), 1000) == [list(range(1000)), list(range(1000, 1464))]
+    assert [slurm.minutes(t) for t in ("2:00", "00:02:00", "30", "1-00:00:00", "2-12", "UNLIMITED")] == \
+        [2.0, 2.0, 30.0, 1440.0, 3600.0, None]
+    assert slurm._expand("12_[0-2,5]") == ["12_0", "12_1", "12_2", "12_5"] and slurm._expand("12_3") == ["12_3"]
+    drained = slurm.JobState("7", "PENDING", "ReqNodeNotAvail, UnavailableNodes:n1")
+    assert "State=RESUME" in drained.stuck and slurm.JobState("8", "PENDING", "Resources").stuck is None
+    specs = _many_specs(world, tmp_path, 2)
+    note = jobs._pending_note([(specs[0], drained), (specs[1], slurm.JobState("9", "RUNNING"))])
+    assert note.startswith("slurm: 1 job(s) pending (ReqNodeNotAvail, UnavailableNodes:n1): its node is drained")
+    record = slurm.Record(tmp_path / "logs")
+    record.add([(specs[0], "41_0"), (specs[1], "41_1")])
+    assert record.job_id(specs[1]) == "41_1" and len(record.read()) == 2
+    monkeypatch.setenv("PATH", str(tmp_path))                 # no Slurm commands here
+    assert slurm.available().startswith("scontrol is not installed here")
+    assert jobs.array_size(1000) == 1000                       # nobody to ask: max_array as given
+    monkeypatch.setenv(jobs.SUBMIT_ONLY_ENV, "1")
+    with pytest.raises(jobs.JobError, match="`make submit` needs executor: slurm"):
+        jobs.launch(specs, executor="processes")
 
 
 def test_local_subprocess_jobs_never_exceed_max_jobs(world, tmp_path, monkeypatch):
