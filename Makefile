@@ -51,7 +51,7 @@ TEST_WORKERS ?= 2
 LAB_ARGS ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help venv hooks all run test test-fast test-real lint check-figures lab data models preflight bench lock clean
+.PHONY: help venv hooks all run test test-fast test-real lint check-figures docs check-docs lab data models preflight bench lock clean
 
 help: ## list the targets (default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -87,6 +87,7 @@ hooks: ## install the git filter that strips notebook outputs before a commit (n
 all: $(STAMP) ## run every stage of PROFILE (cached), then `published` (downloading its data if missing)
 	TBT_MAKE_GOAL="make all PROFILE=$(PROFILE)" \
 	  $(PY) -m lib.run $(PROFILE) $(if $(filter mini,$(PROFILE)),--then-published,) $(if $(WAIT),--wait,)
+	@$(PY) -m lib.docblocks check --warn $(PROFILE) $(if $(filter mini,$(PROFILE)),published,)
 
 run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAGES="04 05" FORCE=1` (WAIT=1 queues)
 	TBT_MAKE_GOAL='make run PROFILE=$(PROFILE) STAGES="$(STAGES)"' \
@@ -103,6 +104,12 @@ test-fast: $(STAMP) lint ## the linter and the unit tests only: no notebook kern
 
 check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, overlap, labels) and write outputs/PROFILE/figures.html
 	$(PY) -m lib.figreview $(PROFILE)
+
+docs: $(STAMP) ## rewrite the results tables of README.md and docs/ from outputs/ (and the headline figure)
+	$(PY) -m lib.docblocks write
+
+check-docs: $(STAMP) ## list every results table in README.md / docs/ whose numbers differ from outputs/ (exit 1)
+	$(PY) -m lib.docblocks check
 
 lint: $(STAMP) ## check code and notebooks with ruff (configured in pyproject.toml)
 	$(VENV)/bin/ruff check lib tests bench notebooks
