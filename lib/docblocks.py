@@ -368,6 +368,193 @@ def cross_paper_table(s: Summaries) -> list[str]:
     return out
 
 
+# ----------------------------------------------------------------------------- the mini world's tables
+@table("quality")
+def quality_table(s: Summaries) -> list[str]:
+    """04's measurement quality: can each benchmark rank these models under each protocol?"""
+    q = s("04_rank_agreement")["measurement_quality"]
+
+    def cell(r: dict) -> str:
+        text = f"{f(r['mean'])} / {f(r['reliability'])}"
+        if r.get("cannot_rank"):
+            why = "floor" if r["mean"] < r["chance"] + 0.1 else "ceiling" if r["mean"] > 0.9 else "noisy"
+            text += f", **{why}**"
+        return text
+
+    out = header("benchmark (chance)", "direct evaluation: mean / reliability", "train-before-test: mean / reliability",
+                 "typical standard error")
+    for bench, r in q[D].items():
+        r2 = q[T].get(bench, {})
+        se = [x.get("typical_se") for x in (r, r2)]
+        out.append(row(f"{bench} ({r['chance']:.2g})", cell(r), cell(r2) if r2 else "n/a",
+                       " / ".join(f(x, 3) for x in se)))
+    return out
+
+
+KINDS = {"format": "format exposure", "instruct": "instruction-style", "contam": "contamination",
+         "answers": "answer-contaminated (positive control)", "sham": "sham (negative control)"}
+
+
+def _prep(s: Summaries) -> dict:
+    prep = s("04_rank_agreement").get("preparation")
+    if not prep or "leads" not in prep:
+        raise KeyError("preparation (04 ran without the zoo's causal design)")
+    return prep
+
+
+def _lead(r: dict, p: str = D, digits: int = 2) -> str:
+    return est(r[f"lead_{p}"], [r[f"lead_{p}_lo"], r[f"lead_{p}_hi"]], digits, sign=True, ci_sign=False)
+
+
+@table("p1")
+def p1_table(s: Summaries) -> list[str]:
+    """P1, the manipulation check: each kind's top-dose twin's lead over its base on its targets,
+    under direct evaluation (04's ``preparation.manipulation``)."""
+    prep = _prep(s)
+    check, rows = prep["manipulation"], [r for r in prep["leads"] if r.get("base")]
+    out = header("kind", "top-dose twin (base, dose)", "lead, direct evaluation", "z", "P1")
+    for kind in [k for k in KINDS if k in check and k != "sham"]:
+        top = [r for r in rows if r["kind"] == kind and r["dose"] == check[kind]["dose"]]
+        for r in top:
+            out.append(row(KINDS[kind], f"{r['model']} ({r['base']}, {r['dose']:g})", _lead(r), f(r["z_direct"], 1),
+                           "met" if check[kind]["ok"] else "not met"))
+    if "sham" in check:
+        c = check["sham"]
+        out.append(row(KINDS["sham"], f"{c['n']} models", f"largest \\|lead\\| {f(c['max_abs_lead_direct'], 3)}", "",
+                       "met" if c["ok"] else "not met"))
+    return out
+
+
+@table("twins")
+def twins_table(s: Summaries) -> list[str]:
+    """Every prepared model's lead over its base on its targets, under both protocols (04)."""
+    rows = [r for r in _prep(s)["leads"] if r.get("base")]
+    order = list(KINDS)
+    rows.sort(key=lambda r: (order.index(r["kind"]) if r["kind"] in order else 9, -r["dose"], r["model"]))
+    out = header("model", "kind, dose", "lead, direct evaluation", "z", "lead, train-before-test", "kept")
+    for r in rows:
+        out.append(row(r["model"], f"{r['kind']}, {r['dose']:g}", _lead(r, D, 3), f(r["z_direct"], 1),
+                       _lead(r, T, 3), est(r["kept"], [r["kept_lo"], r["kept_hi"]]) if r["kind"] != "sham" else ""))
+    return out
+
+
+@table("subsets")
+def subsets_table(s: Summaries) -> list[str]:
+    """(i): agreement over every benchmark and over those every model can attempt (04)."""
+    prep = _prep(s)
+    out = header("models, benchmarks", "direct evaluation", "train-before-test", "gain, paired")
+    for r in prep["subsets"]:
+        if f"tau_{D}" not in r:
+            continue
+        benches = (f"all {r['n_benchmarks']}" if r["benchmarks"] == "all benchmarks" else
+                   f"the {r['n_benchmarks']} every model can attempt ({r['names']})")
+        out.append(row(f"{r['n_models']} {r['models']}, {benches}",
+                       *(est(r[f"tau_{p}"], [r[f"tau_{p}_lo"], r[f"tau_{p}_hi"]]) for p in (D, T)),
+                       gain(r["gain"], [r["gain_lo"], r["gain_hi"]])))
+    return out
+
+
+def _zoo_label(r: dict, n_twins: int) -> str:
+    zoo = r["zoo"]
+    if zoo.startswith("share"):
+        return {0.0: "none (mean tau)", 1.0: "all"}.get(round(r["share"], 2),
+                                                         "a third" if r["share"] < 0.5 else "two thirds")
+    n = int(round(r["share"] * n_twins))
+    if zoo.startswith("dose"):
+        return f"the {n} dose-{r['dose']:g} twins only"
+    kind = zoo.split(" ", 1)[1]
+    return f"the {n} {KINDS.get(kind, kind).split(' (')[0]} twins only"
+
+
+@table("compositions")
+def compositions_table(s: Summaries) -> list[str]:
+    """(ii): the base zoo with a share (or a dose, or a kind) of the twins swapped in for their
+    bases: mean tau's change against the base zoo, per benchmark set (04)."""
+    prep = _prep(s)
+    sets = list(dict.fromkeys(r["benchmarks"] for r in prep["compositions"]))
+    by = {(r["benchmarks"], r["zoo"]): r for r in prep["compositions"]}
+    zoos = list(dict.fromkeys(r["zoo"] for r in prep["compositions"]))
+    names = {"all benchmarks": "all benchmarks", "attemptable": "attemptable"}
+    out = header("twins swapped in", *(f"{names.get(b, b)}: direct / train-before-test" for b in sets))
+    for zoo in zoos:
+        cells = []
+        for b in sets:
+            r = by.get((b, zoo))
+            if r is None:
+                cells.append("n/a")
+            elif zoo == "share 0.00":
+                cells.append(f"{f(r[f'tau_{D}'])} / {f(r[f'tau_{T}'])}")
+            else:
+                cells.append(" / ".join(est(r[f"change_{p}"], [r[f"change_{p}_lo"], r[f"change_{p}_hi"]], sign=True,
+                                            ci_sign=False) for p in (D, T)))
+        first = by[(sets[0], zoo)]
+        out.append(row(_zoo_label(first, prep["n_twins"]), *cells))
+    return out
+
+
+@table("leads")
+def leads_table(s: Summaries) -> list[str]:
+    """(iii): the lead over the base under both protocols pooled by kind (each twin's mean over its
+    targets), and pooled over the (twin, task) rows with a clear direct lead (04)."""
+    prep = _prep(s)
+    pooled = {r["kind"]: r for r in prep["leads"] if not r.get("base") and str(r["model"]).endswith("(all doses)")}
+    clear = prep.get("clear_task_leads", {})
+    out = header("kind", "lead, direct evaluation", "lead, train-before-test", "share kept",
+                 "clear (twin, task) rows: direct / train-before-test / kept")
+    for kind in [k for k in KINDS if k in pooled]:
+        r, c = pooled[kind], clear.get(kind, {})
+        n = r["targets"].split(" ")[0]
+        rows_cell = (f"{c['n_clear']} row(s): {f(c[f'lead_{D}'], 3, sign=True)} / {f(c[f'lead_{T}'], 3, sign=True)} / "
+                     f"{est(c['kept'], [c['kept_lo'], c['kept_hi']])}" if c.get("n_clear") and f"lead_{D}" in c
+                     else ("" if kind == "sham" else "0 rows"))
+        out.append(row(f"{KINDS[kind]} ({n})", _lead(r, D, 3), _lead(r, T, 3),
+                       "" if kind == "sham" else est(r["kept"], [r["kept_lo"], r["kept_hi"]]), rows_cell))
+    return out
+
+
+@table("budget")
+def budget_table(s: Summaries) -> list[str]:
+    """02: where in the learning-rate x epoch grid the chosen points lie."""
+    b = s("02_finetune")
+    edges = b["grid_edges"]
+    lrs = sorted(b["chosen_lr_counts"], key=float)
+    epochs = sorted(b["chosen_epoch_counts"], key=float)
+    out = header(f"of {edges['n']} results", "count or share")
+    out.append(row("chosen learning rate " + " / ".join(f"{float(x):g}" for x in lrs),
+                   " / ".join(str(b["chosen_lr_counts"][x]) for x in lrs)))
+    out.append(row(f"chosen epoch {float(epochs[0]):g}-{float(epochs[-1]):g}",
+                   " / ".join(str(b["chosen_epoch_counts"][x]) for x in epochs)))
+    for key, label in (("interior", "fully inside the grid"), ("largest_lr", "at the largest rate"),
+                       ("smallest_lr", "at the smallest rate"), ("last_epoch", "at the last epoch"),
+                       ("last_epoch_still_improving", "at a last epoch that still lowered the validation loss >1 %")):
+        if f"share_{key}" in edges:
+            out.append(row(label, pct(edges[f"share_{key}"], 1)))
+    inside, gain_ = edges.get("interior_by_benchmark", {}), edges.get("last_epoch_gain_by_benchmark", {})
+    out.append("")
+    out += header("benchmark or corpus", "inside the grid", "median drop of the validation loss in the last epoch")
+    for bench in sorted(inside, key=lambda x: -inside[x]):
+        out.append(row(bench, pct(inside[bench]), pct(gain_[bench], 1) if bench in gain_ else "n/a"))
+    return out
+
+
+@table("benchalign-pipeline")
+def benchalign_pipeline_table(s: Summaries) -> list[str]:
+    """07 on our own items (smoke, mini): every method on the test group, paired differences to
+    plain accuracy, and the benchmark-level variant (``cross_paper``)."""
+    b = s("07_benchalign")
+    group = list(b["main"])[-1]
+    rows = b["main"][group]
+    out = header("method", f"rho, {group} [95 %]", "Δrho vs plain accuracy")
+    for m in _methods(rows):
+        out.append(row(_method(m, b), est(rows[m]["spearman"], rows[m]["spearman_ci"]), _diff(rows[m])))
+    cp = b.get("cross_paper", {})
+    if not cp.get("skipped") and "comparison" in cp and "benchalign" in cp["comparison"]:
+        r = cp["comparison"]["benchalign"]
+        out.append(row("benchmark-level weights (one per benchmark's score)", est(r["spearman"], r["spearman_ci"]),
+                       _diff(r)))
+    return out
+
+
 # ----------------------------------------------------------------------------- blocks in a file
 @dataclass
 class Block:
