@@ -313,6 +313,20 @@ def _bench(name: str) -> str:
         name, name)
 
 
+@table("benchalign-gains")
+def benchalign_gains_table(s: Summaries) -> list[str]:
+    """07: BenchAlign's paired differences in rho and pairwise accuracy, per test group."""
+    b = s("07_benchalign")
+    main = b["main"]
+    big, small = _groups(main)
+    out = header("BenchAlign against", f"Δrho, {big}", f"Δ pair acc, {big}", f"Δrho, {small}", f"Δ pair acc, {small}")
+    for other, label in (("no_alignment", "no alignment (plain accuracy)"), ("best_single", "best single benchmark")):
+        rec = {g: main[g]["benchalign"] for g in (big, small)}
+        cells = [_diff(rec[g], f"{m}_diff_{other}") for g in (big, small) for m in ("spearman", "pair_acc")]
+        out.append(row(label, *cells))
+    return out
+
+
 @table("benchalign-ablation")
 def ablation_table(s: Summaries) -> list[str]:
     """07: the ranking loss, everything else the same protocol."""
