@@ -813,7 +813,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'warning' if args.warn else 'error'}: {exc}", file=sys.stderr)
         return 0 if args.warn else 2
     for profile, why in rep.skipped.items():
-        print(f"docs: the {profile} blocks are left as they are: {why}", file=sys.stderr)
+        what = "left as they are" if args.action == "write" else "not checked"
+        print(f"docs: the {profile} blocks are {what}: {why}", file=sys.stderr)
     changed = sorted({(_rel(d.path), d.block) for d in rep.diffs})
     if args.action == "write":
         fig = copy_headline() if not args.profiles or HEADLINE[0] in args.profiles else None
