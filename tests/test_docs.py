@@ -163,3 +163,14 @@ def test_published_blocks_agree_with_the_run_and_an_edit_fails(published_outputs
     copy.write_text("\n".join(lines) + "\n")
     diffs = docblocks.check(files=[copy], profiles=["published"]).diffs
     assert [str(d) for d in diffs] == [f"{copy}:{k + 1}: quoted {edited}, measured {measured}"]
+
+
+def test_make_all_ends_with_the_docs_warning_and_make_docs_targets_exist():
+    """`make all` checks the blocks of the profiles it ran (one line, never a failure); `make docs`
+    and `make check-docs` call the module."""
+    text = (paths.ROOT / "Makefile").read_text()
+    recipe = re.search(r"^all:.*\n((?:\t.*\n)+)", text, re.M).group(1)
+    assert recipe.splitlines()[-1].strip() == \
+        "@$(PY) -m lib.docblocks check --warn $(PROFILE) $(if $(filter mini,$(PROFILE)),published,)"
+    assert re.search(r"^docs:.*\n\t\$\(PY\) -m lib\.docblocks write$", text, re.M)
+    assert re.search(r"^check-docs:.*\n\t\$\(PY\) -m lib\.docblocks check$", text, re.M)
