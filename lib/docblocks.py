@@ -398,13 +398,10 @@ def quality_table(s: Summaries) -> list[str]:
             text += f", **{why}**"
         return text
 
-    out = header("benchmark (chance)", "direct evaluation: mean / reliability", "train-before-test: mean / reliability",
-                 "typical standard error")
+    out = header("benchmark (chance)", "direct evaluation: mean / reliability", "train-before-test: mean / reliability")
     for bench, r in q[D].items():
         r2 = q[T].get(bench, {})
-        se = [x.get("typical_se") for x in (r, r2)]
-        out.append(row(f"{bench} ({r['chance']:.2g})", cell(r), cell(r2) if r2 else "n/a",
-                       " / ".join(f(x, 3) for x in se)))
+        out.append(row(f"{bench} ({r['chance']:.2g})", cell(r), cell(r2) if r2 else "n/a"))
     return out
 
 
@@ -442,19 +439,6 @@ def p1_table(s: Summaries) -> list[str]:
     return out
 
 
-@table("twins")
-def twins_table(s: Summaries) -> list[str]:
-    """Every prepared model's lead over its base on its targets, under both protocols (04)."""
-    rows = [r for r in _prep(s)["leads"] if r.get("base")]
-    order = list(KINDS)
-    rows.sort(key=lambda r: (order.index(r["kind"]) if r["kind"] in order else 9, -r["dose"], r["model"]))
-    out = header("model", "kind, dose", "lead, direct evaluation", "z", "lead, train-before-test", "kept")
-    for r in rows:
-        out.append(row(r["model"], f"{r['kind']}, {r['dose']:g}", _lead(r, D, 3), f(r["z_direct"], 1),
-                       _lead(r, T, 3), est(r["kept"], [r["kept_lo"], r["kept_hi"]]) if r["kind"] != "sham" else ""))
-    return out
-
-
 @table("subsets")
 def subsets_table(s: Summaries) -> list[str]:
     """(i): agreement over every benchmark and over those every model can attempt (04)."""
@@ -463,9 +447,9 @@ def subsets_table(s: Summaries) -> list[str]:
     for r in prep["subsets"]:
         if f"tau_{D}" not in r:
             continue
-        benches = (f"all {r['n_benchmarks']}" if r["benchmarks"] == "all benchmarks" else
+        benches = (f"all {r['n_benchmarks']} benchmarks" if r["benchmarks"] == "all benchmarks" else
                    f"the {r['n_benchmarks']} every model can attempt ({r['names']})")
-        out.append(row(f"{r['n_models']} {r['models']}, {benches}",
+        out.append(row(f"{r['models']} ({r['n_models']}), {benches}",
                        *(est(r[f"tau_{p}"], [r[f"tau_{p}_lo"], r[f"tau_{p}_hi"]]) for p in (D, T)),
                        gain(r["gain"], [r["gain_lo"], r["gain_hi"]])))
     return out
@@ -491,7 +475,7 @@ def compositions_table(s: Summaries) -> list[str]:
     sets = list(dict.fromkeys(r["benchmarks"] for r in prep["compositions"]))
     by = {(r["benchmarks"], r["zoo"]): r for r in prep["compositions"]}
     zoos = list(dict.fromkeys(r["zoo"] for r in prep["compositions"]))
-    names = {"all benchmarks": "all benchmarks", "attemptable": "attemptable"}
+    names = {"all benchmarks": "all benchmarks", "attemptable": "the attemptable ones"}
     out = header("twins swapped in", *(f"{names.get(b, b)}: direct / train-before-test" for b in sets))
     for zoo in zoos:
         cells = []
@@ -509,6 +493,10 @@ def compositions_table(s: Summaries) -> list[str]:
     return out
 
 
+def _n(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 @table("leads")
 def leads_table(s: Summaries) -> list[str]:
     """(iii): the lead over the base under both protocols pooled by kind (each twin's mean over its
@@ -520,11 +508,11 @@ def leads_table(s: Summaries) -> list[str]:
                  "clear (twin, task) rows: direct / train-before-test / kept")
     for kind in [k for k in KINDS if k in pooled]:
         r, c = pooled[kind], clear.get(kind, {})
-        n = r["targets"].split(" ")[0]
-        rows_cell = (f"{c['n_clear']} row(s): {f(c[f'lead_{D}'], 3, sign=True)} / {f(c[f'lead_{T}'], 3, sign=True)} / "
-                     f"{est(c['kept'], [c['kept_lo'], c['kept_hi']])}" if c.get("n_clear") and f"lead_{D}" in c
+        n = int(r["targets"].split(" ")[0])
+        rows_cell = (f"{_n(c['n_clear'], 'row')}: {f(c[f'lead_{D}'], 3, sign=True)} / {f(c[f'lead_{T}'], 3, sign=True)}"
+                     f" / {est(c['kept'], [c['kept_lo'], c['kept_hi']])}" if c.get("n_clear") and f"lead_{D}" in c
                      else ("" if kind == "sham" else "0 rows"))
-        out.append(row(f"{KINDS[kind]} ({n})", _lead(r, D, 3), _lead(r, T, 3),
+        out.append(row(f"{KINDS[kind]}, {_n(n, 'model')}", _lead(r, D, 3), _lead(r, T, 3),
                        "" if kind == "sham" else est(r["kept"], [r["kept_lo"], r["kept_hi"]]), rows_cell))
     return out
 
@@ -546,11 +534,11 @@ def budget_table(s: Summaries) -> list[str]:
                        ("last_epoch_still_improving", "at a last epoch that still lowered the validation loss >1 %")):
         if f"share_{key}" in edges:
             out.append(row(label, pct(edges[f"share_{key}"], 1)))
-    inside, gain_ = edges.get("interior_by_benchmark", {}), edges.get("last_epoch_gain_by_benchmark", {})
+    inside = edges.get("interior_by_benchmark", {})
     out.append("")
-    out += header("benchmark or corpus", "inside the grid", "median drop of the validation loss in the last epoch")
+    out += header("benchmark or corpus", "results inside the grid")
     for bench in sorted(inside, key=lambda x: -inside[x]):
-        out.append(row(bench, pct(inside[bench]), pct(gain_[bench], 1) if bench in gain_ else "n/a"))
+        out.append(row(bench, pct(inside[bench])))
     return out
 
 
@@ -579,7 +567,7 @@ def benchalign_pipeline_table(s: Summaries) -> list[str]:
     group = list(b["main"])[-1]
     rows = b["main"][group]
     out = header("method", f"rho, {group} [95 %]", "Δrho vs plain accuracy")
-    for m in _methods(rows):
+    for m in [m for m in ("benchalign", "no_alignment") if m in rows]:
         out.append(row(_method(m, b), est(rows[m]["spearman"], rows[m]["spearman_ci"]), _diff(rows[m])))
     cp = b.get("cross_paper", {})
     if not cp.get("skipped") and "comparison" in cp and "benchalign" in cp["comparison"]:
