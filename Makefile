@@ -58,8 +58,8 @@ TEST_WORKERS ?= 2
 LAB_ARGS ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help venv hooks all run submit status test test-fast test-real test-slurm lint check-figures lab data models \
-  preflight bench lock clean slurm-up slurm-down
+.PHONY: help venv hooks all run submit status test test-fast test-real test-slurm lint check-figures docs check-docs \
+  lab data models preflight bench lock clean slurm-up slurm-down
 
 help: ## list the targets (default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -95,6 +95,7 @@ hooks: ## install the git filter that strips notebook outputs before a commit (n
 all: $(STAMP) ## run every stage of PROFILE (cached), then `published` (downloading its data if missing)
 	TBT_MAKE_GOAL="make all PROFILE=$(PROFILE)" \
 	  $(PY) -m lib.run $(PROFILE) $(if $(filter mini,$(PROFILE)),--then-published,) $(if $(WAIT),--wait,)
+	@$(PY) -m lib.docblocks check --warn $(PROFILE) $(if $(filter mini,$(PROFILE)),published,)
 
 submit: $(STAMP) ## run PROFILE's stages up to its Slurm jobs, submit them and return (make status, then make all)
 	TBT_MAKE_GOAL="make submit PROFILE=$(PROFILE)" TBT_SUBMIT_ONLY=1 $(PY) -m lib.run $(PROFILE)
@@ -126,6 +127,12 @@ test-fast: $(STAMP) lint ## the linter and the unit tests only: no notebook kern
 
 check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, overlap, labels) and write outputs/PROFILE/figures.html
 	$(PY) -m lib.figreview $(PROFILE)
+
+docs: $(STAMP) ## rewrite the results tables of README.md and docs/ from outputs/ (and the headline figure)
+	$(PY) -m lib.docblocks write
+
+check-docs: $(STAMP) ## list every results table in README.md / docs/ whose numbers differ from outputs/ (exit 1)
+	$(PY) -m lib.docblocks check
 
 lint: $(STAMP) ## check code and notebooks with ruff (configured in pyproject.toml)
 	$(VENV)/bin/ruff check lib tests bench notebooks

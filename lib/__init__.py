@@ -26,5 +26,5 @@ LAYERS = (
     ("lib.analysis",),
     ("lib.benchalign",),
     ("lib.miniworld",),
-    ("lib.run",),
+    ("lib.run", "lib.docblocks"),
 )

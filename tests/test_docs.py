@@ -1,0 +1,176 @@
+"""The documentation: results tables written from the runs (lib.docblocks), links that resolve.
+
+The published profile's blocks are checked against the outputs the test session makes (stages
+04-07 of `published`, as `make all` makes them); the mini world's blocks are checked at the end of
+`make all` (a warning), since the test suite does not train its zoo.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from lib import docblocks, paths
+
+
+# --------------------------------------------------------------------------- a tiny profile to render from
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """A profile `toy` whose stage `01_x` wrote one summary, and a table `toy-table` that shows it."""
+    monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "outputs")
+    stage = tmp_path / "outputs" / "toy" / "01_x"
+    stage.mkdir(parents=True)
+    (stage / "summary.json").write_text(json.dumps({"tau": {"a": 0.5173, "b": 0.7552}, "ci": [0.449, 0.574]}))
+
+    def toy_table(s):
+        x = s("01_x")
+        return [*docblocks.header("", "value"), docblocks.row("a", docblocks.est(x["tau"]["a"], x["ci"])),
+                docblocks.row("b", docblocks.f(x["tau"]["b"]))]
+
+    monkeypatch.setitem(docblocks.TABLES, "toy-table", toy_table)
+    doc = tmp_path / "doc.md"
+    doc.write_text("# A doc\n\nSome text.\n\n<!-- results:toy/toy-table -->\n| old |\n<!-- /results -->\n\nAfter.\n")
+    return doc
+
+
+def test_write_fills_a_block_from_the_summary_and_check_then_passes(toy):
+    rep = docblocks.write(files=[toy])
+    assert len(rep.checked) == 1 and rep.diffs and not rep.skipped
+    text = toy.read_text()
+    assert "| a | 0.52 [0.45, 0.57] |\n| b | 0.76 |\n<!-- /results -->\n\nAfter.\n" in text
+    assert text.startswith("# A doc\n\nSome text.\n\n<!-- results:toy/toy-table -->\n|  | value |")
+    again = docblocks.check(files=[toy])
+    assert len(again.checked) == 1 and again.diffs == []
+    assert docblocks.write(files=[toy]).diffs == [] and toy.read_text() == text     # idempotent
+
+
+def test_check_names_file_line_quoted_and_measured_number(toy):
+    docblocks.write(files=[toy])
+    lines = toy.read_text().splitlines()
+    k = next(i for i, line in enumerate(lines) if line.startswith("| b |"))
+    lines[k] = lines[k].replace("0.76", "0.77")                 # a number edited by hand
+    toy.write_text("\n".join(lines) + "\n")
+    rep = docblocks.check(files=[toy])
+    assert [str(d) for d in rep.diffs] == [f"{toy}:{k + 1}: quoted 0.77, measured 0.76"]
+
+
+def test_check_reports_missing_rows_and_changed_text(toy):
+    docblocks.write(files=[toy])
+    text = toy.read_text()
+    toy.write_text(text.replace("| b | 0.76 |\n", "").replace("| a |", "| A |"))
+    found = [(d.quoted, d.measured) for d in docblocks.check(files=[toy]).diffs]
+    assert ("'| A | 0.52 [0.45, 0.57] |'", "'| a | 0.52 [0.45, 0.57] |'") in found
+    assert ("(no line)", "'| b | 0.76 |'") in found
+
+
+def test_a_profile_that_has_not_run_is_skipped_and_named(toy, tmp_path):
+    (tmp_path / "outputs" / "toy" / "01_x" / "summary.json").unlink()
+    rep = docblocks.check(files=[toy])
+    assert rep.checked == [] and "outputs/toy/01_x/summary.json is missing" in rep.skipped["toy"]
+    assert "make run PROFILE=toy STAGES=01" in rep.skipped["toy"]
+    before = toy.read_text()
+    docblocks.write(files=[toy])
+    assert toy.read_text() == before                            # left as it is
+
+
+def test_malformed_blocks_are_one_line_errors_naming_file_and_line(tmp_path):
+    bad = tmp_path / "bad.md"
+    bad.write_text("x\n<!-- results:published/no-such-table -->\n| |\n<!-- /results -->\n")
+    with pytest.raises(docblocks.DocError, match=r"bad.md:2: unknown results table 'no-such-table'"):
+        docblocks.blocks(bad)
+    bad.write_text("x\n\n<!-- results:published/agreement -->\n| |\n")
+    with pytest.raises(docblocks.DocError, match=r"bad.md:3: .* has no closing `<!-- /results -->`"):
+        docblocks.blocks(bad)
+    bad.write_text("<!-- results: published agreement -->\n")
+    with pytest.raises(docblocks.DocError, match=r"bad.md:1: a results marker must read"):
+        docblocks.blocks(bad)
+
+
+def test_warn_is_one_line_naming_make_docs_and_never_fails(toy, monkeypatch, capsys):
+    docblocks.write(files=[toy])
+    toy.write_text(toy.read_text().replace("0.76", "0.70"))
+    monkeypatch.setattr(docblocks, "doc_files", lambda root=None: [toy])
+    assert docblocks.main(["check", "--warn", "toy"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: 1 quoted line(s)") and "make docs" in err[0]
+    assert docblocks.main(["check", "toy"]) == 1
+    out = capsys.readouterr()
+    assert "quoted 0.70, measured 0.76" in out.out and "run `make docs`" in out.err
+
+
+def test_number_formats():
+    assert docblocks.f(-0.001) == "0.00" and docblocks.f(0.004, sign=True) == "0.00"
+    assert docblocks.f(-0.0251, sign=True) == "-0.03" and docblocks.f(float("nan")) == "n/a"
+    assert docblocks.gain(0.2379, [0.1995, 0.2870]) == "+0.24 [0.20, 0.29]"
+    assert docblocks.est(-0.24, [-0.61, 0.16], sign=True) == "-0.24 [-0.61, +0.16]"
+    assert docblocks.pct(0.6202) == "62 %"
+
+
+# --------------------------------------------------------------------------- links
+def test_every_relative_link_in_readme_and_docs_resolves():
+    files = docblocks.doc_files()
+    assert paths.ROOT / "README.md" in files and len(files) >= 6, files     # README + docs/*.md
+    broken = docblocks.broken_links(files)
+    assert broken == [], "\n".join(broken)
+
+
+def test_broken_links_are_found(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "b.md").write_text("# Title here\n\n## The `make all` run, step 2\n")
+    a = tmp_path / "a.md"
+    a.write_text("[ok](docs/b.md) [ok](docs/b.md#title-here) [ok](docs/b.md#the-make-all-run-step-2) "
+                 "[web](https://example.org/x) [self](#top) ![img](docs/missing.png)\n"
+                 "[bad](docs/c.md) [bad anchor](docs/b.md#nowhere)\n\n# Top\n`[not](a-link.md)`\n")
+    broken = docblocks.broken_links([a])
+    assert [re.sub(r".*a.md:", "", b) for b in broken] == [
+        "1: docs/missing.png does not exist", "2: docs/c.md does not exist",
+        "2: docs/b.md#nowhere: no such heading in docs/b.md"], broken
+
+
+def test_readme_is_short():
+    lines = (paths.ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 260, len(lines)
+
+
+# --------------------------------------------------------------------------- the published blocks
+@pytest.fixture(scope="module")
+def published_outputs(harmony_data):
+    """Stages 04-07 of the published profile, run (or found cached) as `make all` runs them."""
+    from lib import run
+
+    run.run_profile("published", stages=["04", "05", "06", "07"], wait=True)
+    return paths.profile_dir("published")
+
+
+@pytest.mark.slow
+@pytest.mark.published
+def test_published_blocks_agree_with_the_run_and_an_edit_fails(published_outputs, tmp_path):
+    rep = docblocks.check(profiles=["published"])
+    assert {b.table for b in rep.checked} >= {"headline", "benchalign-short", "benchalign", "noise"}, rep.skipped
+    assert not rep.skipped, rep.skipped
+    assert rep.diffs == [], "\n".join(map(str, rep.diffs)) + "\n(run `make docs` and commit)"
+    # a quoted number edited by hand: the check names the file, the line, the quoted and the measured value
+    readme = paths.ROOT / "README.md"
+    lines = readme.read_text().splitlines()
+    block = next(b for b in docblocks.blocks(readme) if b.profile == "published" and b.table == "headline")
+    k = block.line + 2                                          # 0-based index of the first data row
+    measured = re.search(r"\d\.\d\d", lines[k]).group()
+    edited = f"{float(measured) + 0.01:.2f}"
+    lines[k] = lines[k].replace(measured, edited, 1)
+    copy = tmp_path / "README.md"
+    copy.write_text("\n".join(lines) + "\n")
+    diffs = docblocks.check(files=[copy], profiles=["published"]).diffs
+    assert [str(d) for d in diffs] == [f"{copy}:{k + 1}: quoted {edited}, measured {measured}"]
+
+
+def test_make_all_ends_with_the_docs_warning_and_make_docs_targets_exist():
+    """`make all` checks the blocks of the profiles it ran (one line, never a failure); `make docs`
+    and `make check-docs` call the module."""
+    text = (paths.ROOT / "Makefile").read_text()
+    recipe = re.search(r"^all:.*\n((?:\t.*\n)+)", text, re.M).group(1)
+    assert recipe.splitlines()[-1].strip() == \
+        "@$(PY) -m lib.docblocks check --warn $(PROFILE) $(if $(filter mini,$(PROFILE)),published,)"
+    assert re.search(r"^docs:.*\n\t\$\(PY\) -m lib\.docblocks write$", text, re.M)
+    assert re.search(r"^check-docs:.*\n\t\$\(PY\) -m lib\.docblocks check$", text, re.M)
