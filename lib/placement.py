@@ -505,6 +505,7 @@ def rank_figure(data: dict, reference: str = "reference"):
     ax.set_ylim(top, 0.5)
     ax.set_xlabel("mean rank, direct evaluation")
     ax.set_ylabel("mean rank, train-before-test")
+    ax.set_title(plots.wrap(f"New models among {plots.display(reference)}'s", plots.WIDTH_SINGLE - 0.3))
     plots.legend_below(fig, handles, labels)
     return plots.set_caption(fig, (
         "Where the new models stand: mean rank over benchmarks (1 = best, top right) under direct evaluation "
@@ -520,6 +521,7 @@ def compute_figure(compute: dict, reference: str = "reference"):
     from matplotlib.lines import Line2D
 
     from . import plots
+    from .analysis.figures import _narrow_log_ticks as narrow_log_ticks
 
     fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.9), layout="constrained")
     ref = compute["reference"]
@@ -534,6 +536,8 @@ def compute_figure(compute: dict, reference: str = "reference"):
         handles.append(Line2D([], [], marker="D", lw=0, color=color, ms=5))
         labels.append(plots.display(model))
     ax.set_xscale("log")
+    narrow_log_ticks(ax, [*(ref["flops"] * 1e21), *(compute["new"]["flops"] * 1e21)])
+    ax.set_title("PC1 against pre-training compute")
     ax.set_xlabel("pre-training compute (FLOPs)")
     ax.set_ylabel("PC1, train-before-test")
     plots.legend_below(fig, handles, labels)
