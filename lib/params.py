@@ -162,7 +162,7 @@ class Profile:
     def overrides(self, stage: str) -> dict[str, Any]:
         """What this profile sets for ``stage``: the ``common`` keys the notebook has, then its own."""
         declared = notebook_parameters(stage)
-        return {**{k: v for k, v in self.common.items() if k in declared}, **self.stages[stage]}
+        return {**{k: v for k, v in self.common.items() if k in declared}, **(self.stages.get(stage) or {})}
 
     def params(self, stage: str) -> dict[str, Any]:
         """Every parameter of ``stage``: the notebook's defaults, then this profile's overrides. A

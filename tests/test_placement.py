@@ -273,18 +273,38 @@ def test_place_smoke_trains_only_new_and_calibration_models_and_reproduces_smoke
     shutil.rmtree(paths.profile_dir("place_smoke"), ignore_errors=True)
     run.run_profile("place_smoke")
     mine = store.load(paths.store_dir("place_smoke"))
-    models = ["mw-llama-s-format50", "mw-gpt2-s-instruct50", "mw-llama-s"]
+    (cal_model,) = params.calibration_models(params.load_profile("place_smoke"))    # smoke's cheapest model
+    assert cal_model == "mw-gpt2-s"
+    models = ["mw-llama-s-format50", "mw-gpt2-s-instruct50", cal_model]
     assert sorted(mine["model"].unique()) == sorted(models)
     sel = smoke["selection"]["selected"]
     assert len(mine) == len(models) * len(sel) * 2                  # both protocols, every task and corpus
     theirs = store.load(smoke["store"])
     key = ["protocol", "benchmark", "model", "score", "stderr"]
-    cal = mine[mine.model == "mw-llama-s"][key].reset_index(drop=True)
-    ref = theirs[theirs.model == "mw-llama-s"][key].reset_index(drop=True)
+    cal = mine[mine.model == cal_model][key].reset_index(drop=True)
+    ref = theirs[theirs.model == cal_model][key].reset_index(drop=True)
     pd.testing.assert_frame_equal(cal, ref)                         # bit for bit
+    units = sorted((paths.work_dir("place_smoke") / "train_before_test").rglob("unit.json"))
+    lrs = params.load_profile("smoke").params("02_finetune")["lrs"]
+    assert len(units) == len(models) * len(sel) * len(lrs)          # 2 new + 1 calibration, nothing else
     assert {p: p.stat().st_mtime_ns for p in store.iter_paths(smoke["store"])} == before
     s = report.read_summary("place_smoke", "08_placement")
     assert s["comparable"] and s["calibration"]["n_failed"] == 0
     assert s["calibration"]["n_identical"] == s["calibration"]["n_results"]
     assert set(s["placement"]) == set(models[:2])
     assert all(1 <= row["tbt_mean_rank"] <= 6 for row in s["placement"].values())
+
+
+@pytest.mark.slow
+def test_template_preflight_prints_gpu_hours_per_new_model(harmony_data, capsys):
+    """`make preflight PROFILE=place_paper` offline: the paper's 24 benchmarks for the two new models
+    of the template and the two calibration models, with the GPU-hours of each."""
+    from lib.pipeline import cluster
+
+    cluster.main(["preflight", "place_paper"])
+    out = capsys.readouterr().out
+    lines = out[out.index("GPU-hours per model"):].splitlines()[1:]
+    roles = {ln.split(":")[0].strip(): ln.rsplit("(", 1)[1].rstrip(")") for ln in lines if ln.startswith("  ")}
+    assert roles == {"HuggingFaceTB/SmolLM2-1.7B": "new", "allenai/OLMo-2-0425-1B": "new", SLICE[0]: "calibration",
+                     SLICE[1]: "calibration"}
+    assert "preflight: 96 units" in out

@@ -422,6 +422,17 @@ def model_lines(profile: str, table: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _source(model: str, profile: str) -> str:
+    """Where a model of the profile lies: its folder when the store's metadata records one (models a
+    prepare hook built), else the name itself (a hub id or a folder)."""
+    from .evaluate import ModelError, resolve_model
+
+    try:
+        return resolve_model(model, paths.store_dir(profile), offline=True)[1]
+    except ModelError:
+        return model
+
+
 def preflight_profile(profile: str) -> Preflight:
     """The preflight of a profile's notebook 02, as the notebook would print it before submitting:
     from notebook 01's summary when it has run, else from :func:`lib.pipeline.tasks.preview_selection`
@@ -446,7 +457,7 @@ def preflight_profile(profile: str) -> Preflight:
     recipe = Recipe.from_params(s2)
     names = selection["selected"]
     chunk = s2["benchmarks_per_job"] or len(names)
-    specs = [JobSpec(protocol=TBT, model=m, source=m, benchmarks=names[i:i + chunk], include_paths=[],
+    specs = [JobSpec(protocol=TBT, model=m, source=_source(m, profile), benchmarks=names[i:i + chunk], include_paths=[],
                      include_defaults=True, store_root=str(paths.store_dir(profile)),
                      work_root=str(paths.work_dir(profile)), recipe=recipe, splits=rule.to_dict(), dtype=s2["dtype"],
                      max_gen_toks=s2["max_gen_toks"], eval_batch_size=s2["eval_batch_size"])
