@@ -44,7 +44,7 @@ from .util import note_read
 DIRECT_BOUND = 2.0          # |z| of a calibration model's direct-evaluation score (cluster.compare's rule)
 ALPHA = 0.05                # family-wise error of the train-before-test checks
 # what usually makes a run differ from its reference, in the words of the failure lines
-CAUSES = ("precision (dtype: the paper ran float32; bfloat16 moves scores by about a standard error)",
+CAUSES = ("precision (dtype: the paper ran float32; half precision changes log-likelihoods and so answers)",
           "lm-eval version (task configs, prompts and metrics change between releases)",
           "evaluation batch size (padding changes the arithmetic; the paper scored one document at a time)",
           "prompt format (chat template, BOS token, few-shot count, generation cap)")
@@ -67,6 +67,9 @@ def reference_results(reference: str) -> pd.DataFrame:
         return store.load(root)
     path = published.results_path()
     note_read(path)
+    # the paper's evaluation settings, as the notebooks' defaults state them (the file records none)
+    defaults = params.notebook_parameters("02_finetune")
+    settings = {"source": published.SOURCE["repository"], **{k: defaults[k] for k in PROVENANCE_KEYS}}
     rows = []
     for protocol, per_bench in published.parse_results(path).items():
         for bench, by_model in per_bench.items():
@@ -75,7 +78,7 @@ def reference_results(reference: str) -> pd.DataFrame:
                 rows.append({"protocol": protocol, "benchmark": bench, "model": model, "metric": info.metric,
                              "score": val["score"], "stderr": val["stderr"],
                              "higher_is_better": info.higher_is_better, "n": None,
-                             "provenance": {"source": published.SOURCE["repository"]}})
+                             "provenance": settings})
     return pd.DataFrame(rows, columns=store.COLUMNS).sort_values(["protocol", "benchmark", "model"],
                                                                  ignore_index=True)
 

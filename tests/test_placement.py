@@ -163,15 +163,15 @@ def test_published_reference_is_the_file_as_published(paper, harmony_data):
     assert len(paper) == sum(len(v) for p in store.PROTOCOLS for v in raw[p].values())
 
 
-def _write(root, frame: pd.DataFrame, model: str | None = None) -> None:
+def _write(root, frame: pd.DataFrame, model: str | None = None, dtype: str = "float32") -> None:
     for r in frame.itertuples():
         store.write(root, store.Result(protocol=r.protocol, benchmark=r.benchmark, model=model or r.model,
                                        metric=r.metric, score=float(r.score), stderr=r.stderr,
-                                       higher_is_better=bool(r.higher_is_better), provenance={"dtype": "float32"}),
+                                       higher_is_better=bool(r.higher_is_better), provenance={"dtype": dtype}),
                     fsync=False)
 
 
-def _ours(paper, tmp_path, shift: dict | None = None, new: dict | None = None) -> pd.DataFrame:
+def _ours(paper, tmp_path, shift: dict | None = None, new: dict | None = None, dtype: str = "float32") -> pd.DataFrame:
     """A store written with lib.store's writer: the calibration models' published scores (moved by
     ``shift`` {(protocol, model, benchmark): standard errors}) and new models copied from published
     ones (``new`` {new name: published model whose scores it gets, minus 0.001})."""
@@ -181,7 +181,7 @@ def _ours(paper, tmp_path, shift: dict | None = None, new: dict | None = None) -
     for (p, m, b), k in (shift or {}).items():
         hit = (cal.protocol == p) & (cal.model == m) & (cal.benchmark == b)
         cal.loc[hit, "score"] += k * cal.loc[hit, "stderr"]
-    _write(root, cal)
+    _write(root, cal, dtype=dtype)
     for name, like in (new or {}).items():
         _write(root, downstream[downstream.model == like].assign(score=lambda d: d.score - 0.001), name)
     return store.load(root)
@@ -197,7 +197,7 @@ def test_calibration_against_published_passes_within_the_standard_errors(paper, 
 
 def test_calibration_against_published_fails_with_its_lines_outside_them(paper, tmp_path):
     shift = {(store.DIRECT, SLICE[0], "arc_easy"): -2.5, (store.TBT, SLICE[1], "gsm8k"): 6.0}
-    ours = _ours(paper, tmp_path, shift, new={"me/new-7b": "Qwen/Qwen2.5-7B"})
+    ours = _ours(paper, tmp_path, shift, new={"me/new-7b": "Qwen/Qwen2.5-7B"}, dtype="bfloat16")
     rep = placement.placement_report(paper, ours, ["me/new-7b"], SLICE, n_boot=50)
     assert not rep["comparable"] and rep["placement"] is None and rep["summary"]["placement"] is None
     lines = rep["lines"]
@@ -209,6 +209,7 @@ def test_calibration_against_published_fails_with_its_lines_outside_them(paper, 
     assert "benchmarks concerned: arc_easy, gsm8k" in "\n".join(lines)
     assert any(ln.strip().startswith("likely causes: precision") and "lm-eval version" in ln
                and "evaluation batch" in ln and "prompt format" in ln for ln in lines)
+    assert lines[-1] == "  settings that differ from the reference's: dtype: bfloat16 here vs float32"
 
 
 def test_placement_report_on_new_models_written_into_the_store(paper, tmp_path):
