@@ -596,6 +596,9 @@ def check_prerequisites(prof: Profile, name: str) -> None:
     """Before a notebook runs outside ``make all``: no run of the profile is in progress, its prepare
     hooks have run with the current params file, and the stages before ``name`` have results.
     Raises :class:`PrerequisiteError` naming the command that makes what is missing."""
+    if name not in prof.stages:
+        raise PrerequisiteError(f"{name}: profile {prof.name!r} has no stage {name} (its stages: {list(prof.stages)}): "
+                                f"set profile to one that has it, e.g. a placement profile for 08_placement")
     holder = running(prof.name)
     if holder:
         raise PrerequisiteError(f"{name}: `make` is running profile {prof.name!r} now ({holder}); run this "

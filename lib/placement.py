@@ -18,8 +18,9 @@ then reads this module, in this order:
    at once, a Bonferroni two-sided 95 % bound ``sqrt(2) * z(1 - 0.05 / (2 m))`` keeps the chance
    that a run as good as the reference fails any of them below 5 % (``m = 48``, the paper's 24
    benchmarks x 2 models: 4.64 standard errors; ``m = 8``: 3.86). Checks without a standard error
-   (perplexity corpora; a score of 0 or 1, whose binomial error is 0) are reported but decide nothing. A run that fails is *not comparable*: the
-   report says on which benchmarks, by how much, what usually causes it, and ranks nothing.
+   (perplexity corpora; a score of 0 or 1, whose binomial error is 0) are reported but decide
+   nothing. A run that fails is *not comparable*: the report says on which benchmarks, by how much,
+   what usually causes it, and ranks nothing.
 2. :func:`placement_report`: for each new model its rank among the reference models and the new
    models, per benchmark and as a mean rank over benchmarks with two bootstrap intervals (over
    benchmarks; over reference models), under both protocols; the shift between them; whether adding

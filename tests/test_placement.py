@@ -309,3 +309,8 @@ def test_template_preflight_prints_gpu_hours_per_new_model(harmony_data, capsys)
     assert roles == {"HuggingFaceTB/SmolLM2-1.7B": "new", "allenai/OLMo-2-0425-1B": "new", SLICE[0]: "calibration",
                      SLICE[1]: "calibration"}
     assert "preflight: 96 units" in out
+
+
+def test_notebook_08_stepped_through_on_a_profile_without_it_says_which_to_use():
+    with pytest.raises(params.PrerequisiteError, match=r"08_placement: profile 'mini' has no stage 08_placement"):
+        params.check_prerequisites(params.load_profile("mini"), "08_placement")
