@@ -33,6 +33,7 @@ then reads this module, in this order:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -460,6 +461,15 @@ def tex_numbers(summary: dict) -> dict:
 # the profile
 
 
+def store_name(entry: str) -> str:
+    """The name a model given in a profile has in the store: a local folder's own name (as
+    :func:`lib.pipeline.evaluate.resolve_model` names it), a hub id or a built model's name as it is."""
+    path = Path(entry).expanduser()
+    if path.is_absolute() or entry.startswith(".") or (path / "config.json").exists():
+        return path.name
+    return entry
+
+
 def for_profile(profile: str, n_boot: int = 1000, seed: int = 0, flops: dict[str, float] | None = None) -> dict:
     """:func:`placement_report` of placement profile ``profile``: its store against its reference."""
     prof = params.load_profile(profile, validate=False)
@@ -468,7 +478,8 @@ def for_profile(profile: str, n_boot: int = 1000, seed: int = 0, flops: dict[str
                                  "reference's (params/place_mini.yaml shows how)")
     root = paths.store_dir(profile)
     ref_root = None if prof.reference == params.PUBLISHED else paths.store_dir(prof.reference)
-    rep = placement_report(reference_results(prof.reference), store.load(root), params.new_models(prof),
+    rep = placement_report(reference_results(prof.reference), store.load(root),
+                           [store_name(m) for m in params.new_models(prof)],
                            params.calibration_models(prof), n_boot=n_boot, seed=seed, flops=flops,
                            store_root=root, reference_store=ref_root)
     rep["summary"]["reference"] = prof.reference

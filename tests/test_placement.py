@@ -294,6 +294,12 @@ def test_place_smoke_trains_only_new_and_calibration_models_and_reproduces_smoke
     assert s["calibration"]["n_identical"] == s["calibration"]["n_results"]
     assert set(s["placement"]) == set(models[:2])
     assert all(1 <= row["tbt_mean_rank"] <= 6 for row in s["placement"].values())
+    # stepped through as in JupyterLab (its own parameters, profile set by hand), 08 agrees with make all
+    from test_lab import step_through
+
+    step_through("08_placement", profile="place_smoke")
+    assert report.read_summary("place_smoke", "08_placement") == s
+    assert (paths.stage_dir("place_smoke", "08_placement") / paths.STAGE_STAMP).exists()
 
 
 @pytest.mark.slow
@@ -314,3 +320,11 @@ def test_template_preflight_prints_gpu_hours_per_new_model(harmony_data, capsys)
 def test_notebook_08_stepped_through_on_a_profile_without_it_says_which_to_use():
     with pytest.raises(params.PrerequisiteError, match=r"08_placement: profile 'mini' has no stage 08_placement"):
         params.check_prerequisites(params.load_profile("mini"), "08_placement")
+
+
+def test_new_models_given_as_folders_are_found_by_their_store_names(tmp_path):
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    assert placement.store_name(str(folder)) == "my-model"          # as lib.pipeline.evaluate.resolve_model names it
+    assert placement.store_name("Qwen/Qwen2.5-7B") == "Qwen/Qwen2.5-7B"
