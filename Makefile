@@ -63,7 +63,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 help: ## list the targets (default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | smoke_slurm | published | real_cpu | probe_top_dose | paper_slice | paper), HARMONY_DATA=<published data folder>"
+	@echo "  variables: PROFILE=$(PROFILE) (mini | smoke | smoke_slurm | published | real_cpu | probe_top_dose | paper_slice | paper | place_mini | place_smoke | place_paper), HARMONY_DATA=<published data folder>"
 
 venv: $(STAMP) ## create .venv with the pinned environment (torch CPU 2.13.0)
 

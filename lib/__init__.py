@@ -9,7 +9,8 @@ it, lazy imports inside functions included, and no modules import each other in 
                      report, data (`make data`), published (importer of the published results)
     lib.pipeline     tasks (lm-eval registry, selection, split plans, rendering), finetune, training,
                      evaluate, the two protocols, job specs and grid, locks, cluster, tiny test models
-    lib.analysis     rank agreement, noise and uncertainty, perplexity agreement, PCA structure, budget
+    lib.analysis     rank agreement, noise and uncertainty, perplexity agreement, PCA structure, budget;
+                     lib.placement (new models ranked among a reference's, after a calibration check)
     lib.benchalign   item weights learned from pairwise preferences
     lib.miniworld    generated world + zoo of tiny pre-trained models
     lib.run          executes the notebooks of a profile through papermill
@@ -23,7 +24,7 @@ LAYERS = (
     ("lib.util", "lib.paths", "lib.progress", "lib.params", "lib.store", "lib.layout", "lib.metadata",
      "lib.figreview", "lib.plots", "lib.report", "lib.data", "lib.published"),
     ("lib.pipeline",),
-    ("lib.analysis",),
+    ("lib.analysis", "lib.placement"),
     ("lib.benchalign",),
     ("lib.miniworld",),
     ("lib.run", "lib.docblocks"),

@@ -49,7 +49,7 @@ import yaml
 from . import paths
 from .util import READS_ENV, current, did_you_mean, short_warning_paths
 
-TOP_KEYS = {"description", "base", "offline", "prepare", "common", "stages"}
+TOP_KEYS = {"description", "base", "offline", "prepare", "common", "stages", "reference"}
 REQUIRED_TOP = {"description", "stages"}
 DEFAULT_PROFILE = "mini"         # what `make all` runs, and every notebook's default `profile`
 KERNEL = "train-before-test"     # the project's Jupyter kernel (`make lab` registers it; notebooks name it)
@@ -160,14 +160,19 @@ class Profile:
     common: dict[str, Any] = field(default_factory=dict)
     offline: bool = False
     prepare: list = field(default_factory=list)
+    reference: str | None = None               # a placement profile: "published" or a finished profile
+    calibration: list[str] | None = None       # its calibration models (None: the reference's default)
 
     def overrides(self, stage: str) -> dict[str, Any]:
         """What this profile sets for ``stage``: the ``common`` keys the notebook has, then its own."""
         declared = notebook_parameters(stage)
-        return {**{k: v for k, v in self.common.items() if k in declared}, **self.stages[stage]}
+        return {**{k: v for k, v in self.common.items() if k in declared}, **(self.stages.get(stage) or {})}
 
     def params(self, stage: str) -> dict[str, Any]:
-        """Every parameter of ``stage``: the notebook's defaults, then this profile's overrides."""
+        """Every parameter of ``stage``: the notebook's defaults, then this profile's overrides. A
+        placement profile's stages 01-03 take the reference's values instead (:func:`placed_params`)."""
+        if self.reference is not None and stage in INHERITED_STAGES:
+            return placed_params(self, stage)
         return {**notebook_parameters(stage), **self.overrides(stage), "profile": self.name}
 
 
@@ -214,9 +219,13 @@ def load_profile(name: str, validate: bool = True) -> Profile:
     for stage_name, values in stages.items():
         if values is not None and not isinstance(values, dict):
             raise ParamsError(f"{path}: stages.{stage_name}: expected a mapping of parameter -> value")
+    reference, calibration = _reference_key(path, raw.get("reference"))
     prof = Profile(name=name, path=path, description=str(raw["description"]),
                    stages={s: dict(v or {}) for s, v in stages.items()}, common=dict(common),
-                   offline=bool(raw.get("offline", False)), prepare=list(raw.get("prepare") or []))
+                   offline=bool(raw.get("offline", False)), prepare=list(raw.get("prepare") or []),
+                   reference=reference, calibration=calibration)
+    if reference is not None and PLACEMENT_HOOK not in prof.prepare:
+        prof.prepare.append(PLACEMENT_HOOK)       # the reference's metadata for the calibration models
     for item in prof.prepare:
         spec = next(iter(item)) if isinstance(item, dict) and len(item) == 1 else item
         if not isinstance(spec, str) or ":" not in spec:
@@ -224,6 +233,8 @@ def load_profile(name: str, validate: bool = True) -> Profile:
                               f"got {item!r}")
     if validate:
         validate_profile(prof)
+        if prof.reference is not None:
+            check_placement(prof)
     return prof
 
 
@@ -268,6 +279,148 @@ def check_stage(prof: Profile, stage_name: str) -> dict[str, Any]:
     declared = notebook_parameters(stage_name)
     _check_values(prof.path, f"stages.{stage_name}", stage_name, declared, prof.stages[stage_name])
     return prof.params(stage_name)
+
+
+# --------------------------------------------------------------------------- placement profiles
+# A profile with ``reference:`` places its own ``models`` (the new ones) among the models of a
+# reference: ``published`` (the paper's 61, whose recipe is the notebooks' defaults) or a finished
+# profile (e.g. ``mini``). Its stages 01-03 run the reference's parameters: what determines a
+# result (recipe, split rule, tasks and metric, precision, evaluation settings) is inherited, and a
+# profile that sets one of them to another value is refused before anything runs. Only how the
+# work is run may differ (:data:`RUN_KEYS`). Calibration models of the reference are run too, so
+# that notebook 08 can check that this run reproduces the reference before it ranks anything.
+PUBLISHED = "published"
+INHERITED_STAGES = ("01_select_benchmarks", "02_finetune", "03_direct_eval")
+PLACEMENT_STAGES = INHERITED_STAGES + ("08_placement",)
+PLACEMENT_HOOK = "lib.placement:prepare"
+SLICE_PROFILE = "paper_slice"     # its two models calibrate a run against the published results
+# how the work runs, not what it computes (micro-batches and checkpointing keep the effective batch)
+RUN_KEYS = frozenset({"models", "executor", "resources", "max_jobs", "max_array", "benchmarks_per_job",
+                      "throughput_tflops", "gpu_memory_gb", "task_timeout", "allow_unreachable",
+                      "micro_batch_size", "gradient_checkpointing"})
+CALIBRATION_COUNT = 1             # a profile reference: its cheapest model (fewest parameters) calibrates
+
+
+def _reference_key(path: Path, value: Any) -> tuple[str | None, list[str] | None]:
+    """(reference, calibration models or None) from the ``reference:`` key."""
+    if value is None:
+        return None, None
+    if isinstance(value, str) and value:
+        return value, None
+    if isinstance(value, dict) and isinstance(value.get("name"), str) and set(value) <= {"name", "calibration"}:
+        cal = value.get("calibration")
+        if cal is not None and (not isinstance(cal, list) or not cal or not all(isinstance(m, str) for m in cal)):
+            raise ParamsError(f"{path}: reference.calibration: expected a non-empty list of model names, got {cal!r}")
+        return value["name"], (list(cal) if cal is not None else None)
+    raise ParamsError(f"{path}: reference: expected {PUBLISHED!r}, a profile's name, or {{name: <profile>, "
+                      f"calibration: [<model>, ...]}}, got {value!r}")
+
+
+def reference_params(prof: Profile, stage: str) -> dict[str, Any]:
+    """The reference's resolved parameters of ``stage``: for ``published`` the notebook's defaults
+    (the paper's recipe), else the reference profile's own."""
+    if prof.reference == PUBLISHED:
+        return dict(notebook_parameters(stage))
+    return load_profile(prof.reference, validate=False).params(stage)
+
+
+def new_models(prof: Profile) -> list[str]:
+    """A placement profile's own models: the ones it places (``common.models``)."""
+    return list(prof.common.get("models") or [])
+
+
+def calibration_models(prof: Profile) -> list[str]:
+    """The reference models this profile runs again to check it reproduces the reference: the
+    ``reference.calibration`` list; else for ``published`` the models of params/paper_slice.yaml,
+    for a profile its :data:`CALIBRATION_COUNT` cheapest models (fewest parameters, then name) by
+    the metadata of its store (it must have run)."""
+    if prof.calibration is not None:
+        return list(prof.calibration)
+    if prof.reference == PUBLISHED:
+        return list(load_profile(SLICE_PROFILE, validate=False).common["models"])
+    meta = paths.store_dir(prof.reference) / "_meta" / "models.json"
+    if not meta.exists():
+        raise PrerequisiteError(f"{prof.path}: the reference profile {prof.reference!r} has not run (no "
+                                f"{paths.show(meta)}): run `{paths.make_command(prof.reference)}` first")
+    records = json.loads(meta.read_text())
+    ranked = sorted((float(r.get("params_b") or float("inf")), name) for name, r in records.items() if r.get("path"))
+    return [name for _, name in ranked[:CALIBRATION_COUNT]]
+
+
+def placed_params(prof: Profile, stage: str) -> dict[str, Any]:
+    """Stage ``stage`` (01-03) of a placement profile: the reference's parameters, this profile's
+    :data:`RUN_KEYS` (and, against ``published``, its subset of the paper's tasks), and as ``models``
+    the new models followed by the calibration models."""
+    out = reference_params(prof, stage)
+    own = prof.overrides(stage)
+    out.update({k: v for k, v in own.items() if k in RUN_KEYS or (k == "tasks" and prof.reference == PUBLISHED)})
+    if "models" in out:
+        new = new_models(prof)
+        out["models"] = new + [m for m in calibration_models(prof) if m not in new]
+    out["profile"] = prof.name
+    return out
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def check_placement(prof: Profile) -> None:
+    """Refuse, in one line naming the key and both values, a placement profile that would compute
+    differently from its reference; and one whose reference, stages or models make no placement."""
+    where, ref = f"{prof.path}: reference", prof.reference
+    if ref == prof.name:
+        raise ParamsError(f"{where}: a profile cannot be its own reference")
+    if ref != PUBLISHED:
+        known = known_profiles()
+        if ref not in known:
+            raise ParamsError(f"{where}: unknown reference {ref!r}{did_you_mean(ref, known)}; expected "
+                              f"{PUBLISHED!r} or one of {known}")
+        other = load_profile(ref, validate=False)
+        if other.reference is not None:
+            raise ParamsError(f"{where}: {ref!r} is itself a placement profile; place against its reference "
+                              f"{other.reference!r}")
+        lacking = [s for s in ("02_finetune", "03_direct_eval") if s not in other.stages]
+        if lacking:
+            raise ParamsError(f"{where}: the reference {ref!r} has no stage {lacking[0]}, so it has no results to "
+                              "place among")
+    extra = [s for s in prof.stages if s not in PLACEMENT_STAGES]
+    if extra:
+        raise ParamsError(f"{prof.path}: stages.{extra[0]}: a placement profile runs only {list(PLACEMENT_STAGES)} "
+                          f"(the analyses of the reference stay the reference's)")
+    if ref != PUBLISHED and "01_select_benchmarks" in prof.stages:
+        raise ParamsError(f"{prof.path}: stages.01_select_benchmarks: the reference {ref!r}'s selection is used "
+                          "(its benchmarks and split plan); remove this stage")
+    if ref == PUBLISHED and "01_select_benchmarks" not in prof.stages:
+        raise ParamsError(f"{prof.path}: stages: a placement against {PUBLISHED!r} selects the paper's benchmarks "
+                          "itself: add 01_select_benchmarks (its defaults are the paper's)")
+    if not new_models(prof) or not isinstance(prof.common.get("models"), list):
+        raise ParamsError(f"{prof.path}: common.models: a placement profile names the new models it places")
+    for stage_name in ("02_finetune", "03_direct_eval"):
+        if "models" in prof.stages.get(stage_name, {}):
+            raise ParamsError(f"{prof.path}: stages.{stage_name}.models: name the new models once, under common")
+    for stage_name in (s for s in INHERITED_STAGES if s in prof.stages):
+        declared = notebook_parameters(stage_name)
+        theirs = reference_params(prof, stage_name)
+        for scope, values in ((f"stages.{stage_name}", prof.stages[stage_name]),
+                              ("common", {k: v for k, v in prof.common.items() if k in declared})):
+            for key, value in values.items():
+                if key in RUN_KEYS:
+                    continue
+                if key == "tasks" and ref == PUBLISHED:
+                    outside = [t for t in value if t not in theirs["tasks"]]
+                    if outside:
+                        raise ParamsError(f"{prof.path}: {scope}.tasks: {outside[0]!r} is not one of the reference "
+                                          f"{ref!r}'s benchmarks {list(theirs['tasks'])}")
+                    continue
+                if not _equal(value, theirs[key]):
+                    raise ParamsError(f"{prof.path}: {scope}.{key}: {value!r} differs from the reference {ref!r}'s "
+                                      f"{theirs[key]!r} (a placement runs the reference's recipe, splits and "
+                                      "metric: remove the key, or place against another reference)")
 
 
 # --------------------------------------------------------------------------- inside a notebook
@@ -457,6 +610,9 @@ def check_prerequisites(prof: Profile, name: str) -> None:
     """Before a notebook runs outside ``make all``: no run of the profile is in progress, its prepare
     hooks have run with the current params file, and the stages before ``name`` have results.
     Raises :class:`PrerequisiteError` naming the command that makes what is missing."""
+    if name not in prof.stages:
+        raise PrerequisiteError(f"{name}: profile {prof.name!r} has no stage {name} (its stages: {list(prof.stages)}): "
+                                f"set profile to one that has it, e.g. a placement profile for 08_placement")
     holder = running(prof.name)
     if holder:
         raise PrerequisiteError(f"{name}: `make` is running profile {prof.name!r} now ({holder}); run this "

@@ -30,6 +30,28 @@ def read_summary(profile: str, stage: str) -> dict[str, Any]:
     return read_json(path, rebuild=run)
 
 
+def read_selection(profile: str) -> dict[str, Any]:
+    """The selection (notebook 01's summary) that stages 02 and 03 of ``profile`` run on: its own,
+    or for a placement profile against another profile that profile's (the same benchmarks, split
+    plan and metrics, so the calibration models can reproduce its results). Against ``published``
+    the profile selects the paper's benchmarks itself, and each one's metric and filter must be the
+    paper's; a mismatch raises :class:`lib.params.ParamsError` naming the benchmark and both values."""
+    from . import metadata, params
+
+    prof = params.load_profile(profile, validate=False) if params.profile_path(profile).exists() else None
+    if prof is None or prof.reference is None:
+        return read_summary(profile, "01_select_benchmarks")
+    if prof.reference != params.PUBLISHED:
+        return read_summary(prof.reference, "01_select_benchmarks")
+    selection = read_summary(profile, "01_select_benchmarks")
+    for bench in selection.get("benchmarks", []):
+        ours, paper = selection["tasks"][bench], metadata.benchmark_info(bench)
+        if (ours.get("metric"), ours.get("filter", "none")) != (paper.metric, paper.filter):
+            raise params.ParamsError(f"{prof.path}: metric of {bench}: {ours.get('metric')}/{ours.get('filter')} "
+                                     f"differs from the reference {params.PUBLISHED!r}'s {paper.metric}/{paper.filter}")
+    return selection
+
+
 def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, index: bool = True) -> Path:
     path = Path(out_dir) / f"{name}.csv"
     return atomic_write_text(path, df.to_csv(index=index, float_format="%.6g"))

@@ -501,9 +501,10 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
 
 # --------------------------------------------------------------------------- published data
 def needs_published_data(prof: Profile) -> bool:
-    """A profile that imports the published results (its prepare hook is ``lib.published``'s)."""
+    """A profile that imports the published results (its prepare hook is ``lib.published``'s) or is
+    placed among them (``reference: published``)."""
     specs = [next(iter(i)) if isinstance(i, dict) else i for i in prof.prepare]
-    return any(str(s).startswith("lib.published:") for s in specs)
+    return any(str(s).startswith("lib.published:") for s in specs) or prof.reference == "published"
 
 
 def ensure_published_data(label: str = "[published]") -> str | None:

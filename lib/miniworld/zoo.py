@@ -56,6 +56,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -401,12 +402,14 @@ def built_recipe(models_dir: str | Path, recipe: Recipe, world_key: str) -> dict
                    needs=[model_dir(models_dir, recipe.name) / training.STATS_FILE])
 
 
-def _check(recipes: list[Recipe]) -> list[Recipe]:
+def _check(recipes: list[Recipe], elsewhere: Iterable[str] = ()) -> list[Recipe]:
+    """No two models share a name, and every twin's base is among them (or ``elsewhere``: the
+    reference's models, for new twins built by :func:`prepare_new`)."""
     names = [r.name for r in recipes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ZooError(f"zoo: duplicate model names {dupes}")
-    missing = sorted({r.base for r in recipes if r.base and r.base not in names})
+    missing = sorted({r.base for r in recipes if r.base and r.base not in names and r.base not in set(elsewhere)})
     if missing:
         raise ZooError(f"zoo: models name unknown base models {missing}")
     return recipes
@@ -471,13 +474,13 @@ def _pool_map(fn, args: list[tuple], workers: int) -> list:
 
 
 def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recipe],
-              progress: bool = True, workers: int | None = None) -> dict[str, dict]:
+              progress: bool = True, workers: int | None = None, elsewhere: Iterable[str] = ()) -> dict[str, dict]:
     """Pre-train every trunk and last phase not yet built (cached per trunk and per model); returns
     name -> build record. Each phase runs in ``workers`` processes (default: the CPU count), largest
     models first so the workers finish together."""
     world_dir = Path(world_dir)
     world_key = read_json(world_dir / "manifest.json")["content"]      # what the world holds (world.content_key)
-    recipes = _check([r.validate() for r in recipes])
+    recipes = _check([r.validate() for r in recipes], elsewhere)
     workers = max(1, workers or os.cpu_count() or 1)
     trunks = {r.trunk.name: r.trunk for r in recipes}
     done_trunks = {n: built_trunk(models_dir, t, world_key) for n, t in trunks.items()}
@@ -605,3 +608,49 @@ def prepare(profile: str, seed: int = 0, workers: int | None = None, share: str 
                "seconds": time.time() - t0}
     atomic_write_json(layout.zoo_summary_path(paths.work_dir(profile)), summary)
     return summary
+
+
+def prepare_new(profile: str, reference: str, models: list, workers: int | None = None) -> dict:
+    """Prepare hook of a placement profile against a mini-world profile (``params/place_mini.yaml``):
+    build ``models`` (each ``[family, size, kind, dose]``, a contam twin adding its task set, as
+    :func:`default_zoo`'s ``extra_twins``) with the reference's zoo recipe (the options of its own
+    prepare hook) on the reference's world, into this profile's models folder, and record them in
+    this profile's store. A model the reference already has is refused (it is not new). Trunks the
+    reference has built are copied, not trained again (a trunk is keyed by its recipe and the world,
+    so the copy is the model a rebuild would make)."""
+    from .. import params
+
+    ref = params.load_profile(reference, validate=False)
+    hooks = [next(iter(i.items())) if isinstance(i, dict) else (i, {}) for i in ref.prepare]
+    options = next((dict(kw or {}) for spec, kw in hooks if spec == "lib.miniworld.zoo:prepare"), None)
+    if options is None:
+        raise ZooError(f"zoo: the reference {reference!r} has no mini-world zoo (its prepare hooks: {ref.prepare})")
+    world = world_dir(reference)
+    if not (world / "manifest.json").exists():
+        raise ZooError(f"zoo: the reference {reference!r} has not built its world ({paths.show(world)}): run "
+                       f"`{paths.make_command(reference)}` first")
+    zoo_args = {k: (tuple(v) if k in ("doses", "answers", "twin_kinds") and v is not None else v)
+                for k, v in options.items() if k in ZOO_OPTIONS and k != "workers"}
+    theirs = {r.name for r in default_zoo(**zoo_args)}
+    everything = default_zoo(**{**zoo_args, "extra_twins": [*zoo_args.get("extra_twins", ()), *models]})
+    new = [r for r in everything if r.name not in theirs]
+    if len(new) != len(models):
+        names = [_extra_twin(list(m), {(r.trunk.family, r.trunk.size): r.trunk for r in everything},
+                             {"post_examples": 1, "post_epochs": 1, "post_lr": 1e-3}).name for m in models]
+        raise ZooError(f"zoo: {sorted(set(names) & theirs)} are models of the reference {reference!r} already, not "
+                       "new ones")
+    world_key = read_json(world / "manifest.json")["content"]
+    mine, ref_models = models_dir(profile), models_dir(reference)
+    mine.mkdir(parents=True, exist_ok=True)
+    for trunk in {r.trunk.name: r.trunk for r in new}.values():
+        if built_trunk(mine, trunk, world_key) is None and built_trunk(ref_models, trunk, world_key) is not None:
+            shutil.copytree(model_dir(ref_models, trunk.name), model_dir(mine, trunk.name), dirs_exist_ok=True)
+            shutil.copy2(_sidecar(ref_models, trunk.name), _sidecar(mine, trunk.name))
+        tokenizer = _tokenizer_dir(ref_models, trunk.family, world_key)
+        if tokenizer.exists() and not _tokenizer_dir(mine, trunk.family, world_key).exists():
+            shutil.copytree(tokenizer, _tokenizer_dir(mine, trunk.family, world_key))
+    builds = build_zoo(world, mine, new, workers=workers, elsewhere=theirs)
+    root = paths.store_dir(profile)
+    store.write_meta(root, "models", {name: {**rec, "path": store.relative_meta_path(root, rec["path"])}
+                                      for name, rec in model_meta(builds).items()})
+    return {"models": list(builds), "reference": reference}

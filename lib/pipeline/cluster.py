@@ -102,10 +102,26 @@ def shape_of(source: str, model: str | None = None) -> dict:
         except metadata.MetadataError:
             info = None
         if info is None or not info.params_b:
+            named = size_in_name(model or source)
+            if named:
+                return {"family": "unknown", "n_params": named, "layers": None, "hidden": None, "heads": None,
+                        "vocab": None}
             raise PreflightError(f"model {model or source!r}: neither its config ({type(exc).__name__}) nor its size "
                                  "is known; run `make models` first") from None
         return {"family": info.family, "n_params": info.params_b * 1e9, "layers": None, "hidden": None,
                 "heads": None, "vocab": None}
+
+
+def size_in_name(model: str) -> float | None:
+    """Parameters a hub id states in its name (``SmolLM2-1.7B`` -> 1.7e9, ``pythia-160m`` -> 1.6e8),
+    for a preview of models whose config is not at hand (`make models` fetches it); None without one."""
+    import re
+
+    found = re.findall(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)([BbMm])(?![A-Za-z])", model.rsplit("/", 1)[-1])
+    if not found:
+        return None
+    number, unit = found[-1]
+    return float(number) * (1e9 if unit in "Bb" else 1e6)
 
 
 def unit_flops(n_params: float, task: dict, recipe=None, max_gen_toks: int = 256, checkpointing: bool = False
@@ -419,6 +435,31 @@ def family_lines(table: pd.DataFrame, gpu_memory_gb: float = 80.0) -> list[str]:
     return lines
 
 
+def model_lines(profile: str, table: pd.DataFrame) -> list[str]:
+    """GPU-hours of notebook 02 per model; for a placement profile each model says whether it is new
+    or a calibration model of the reference (what placing one more model costs)."""
+    from .. import params
+
+    prof = params.load_profile(profile, validate=False)
+    new = set(params.new_models(prof)) if prof.reference else set()
+    role = {m: ("new" if m in new else "calibration") for m in table["model"]} if prof.reference else {}
+    lines = ["GPU-hours per model (notebook 02):"]
+    for model, hours in table.groupby("model", sort=False)["gpu_hours"].sum().items():
+        lines.append(f"  {model}: {hours:,.1f}" + (f" ({role[model]})" if role else ""))
+    return lines
+
+
+def _source(model: str, profile: str) -> str:
+    """Where a model of the profile lies: its folder when the store's metadata records one (models a
+    prepare hook built), else the name itself (a hub id or a folder)."""
+    from .evaluate import ModelError, resolve_model
+
+    try:
+        return resolve_model(model, paths.store_dir(profile), offline=True)[1]
+    except ModelError:
+        return model
+
+
 def preflight_profile(profile: str) -> Preflight:
     """The preflight of a profile's notebook 02, as the notebook would print it before submitting:
     from notebook 01's summary when it has run, else from :func:`lib.pipeline.tasks.preview_selection`
@@ -436,14 +477,14 @@ def preflight_profile(profile: str) -> Preflight:
                         seed=s1["split_seed"], procedure=s1["split_procedure"], val_fraction=s1["val_fraction"],
                         shared_test=s1["shared_test"])
     try:
-        selection = report.read_summary(profile, "01_select_benchmarks")
+        selection = report.read_selection(profile)
     except FileNotFoundError:
         include = tk.resolve_include_paths(s1["include_paths"], paths.work_dir(profile))
         selection = tk.preview_selection(list(s1["tasks"]), rule, include, s1["include_defaults"])
     recipe = Recipe.from_params(s2)
     names = selection["selected"]
     chunk = s2["benchmarks_per_job"] or len(names)
-    specs = [JobSpec(protocol=TBT, model=m, source=m, benchmarks=names[i:i + chunk], include_paths=[],
+    specs = [JobSpec(protocol=TBT, model=m, source=_source(m, profile), benchmarks=names[i:i + chunk], include_paths=[],
                      include_defaults=True, store_root=str(paths.store_dir(profile)),
                      work_root=str(paths.work_dir(profile)), recipe=recipe, splits=rule.to_dict(), dtype=s2["dtype"],
                      max_gen_toks=s2["max_gen_toks"], eval_batch_size=s2["eval_batch_size"])
@@ -624,6 +665,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     split=("action", lambda a: int((a == SPLIT).sum())))
         print(by_family.round(1).to_string())
         print("\n".join(pre.lines()))
+        print("\n".join(model_lines(args.profile, pre.table)))
         return 1 if pre.refused else 0
     if args.cmd == "models":
         try:
