@@ -84,9 +84,9 @@ hooks: ## install the git filter that strips notebook outputs before a commit (n
 	  echo "hooks: notebooks are stripped of outputs when git reads them (nbstripout filter, see .gitattributes)"; \
 	fi
 
-all: $(STAMP) ## run every stage of PROFILE (cached), then `published` (downloading its data if missing)
+all: $(STAMP) ## run `published` (the paper's results; its data downloaded if missing), then every stage of PROFILE (cached)
 	TBT_MAKE_GOAL="make all PROFILE=$(PROFILE)" \
-	  $(PY) -m lib.run $(PROFILE) $(if $(filter mini,$(PROFILE)),--then-published,) $(if $(WAIT),--wait,)
+	  $(PY) -m lib.run $(PROFILE) $(if $(filter mini,$(PROFILE)),--with-published,) $(if $(WAIT),--wait,)
 
 run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAGES="04 05" FORCE=1` (WAIT=1 queues)
 	TBT_MAKE_GOAL='make run PROFILE=$(PROFILE) STAGES="$(STAGES)"' \
