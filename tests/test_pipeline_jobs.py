@@ -344,18 +344,22 @@ def test_a_unit_split_by_learning_rate_ends_where_one_job_would(world, tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["lora", "full"])
-def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(world, tmp_path, method):
+@pytest.mark.parametrize("method,stack", [("lora", False), ("full", False), ("full", True)])
+def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(world, tmp_path, method, stack):
     """Exact reproducibility: the same train-before-test unit run in the notebook's process and in a
     worker process while another worker trains another task ends with the same validation curve,
     choice, test score and saved weights, bit for bit (one torch thread, seeded data order and
-    initialisation, the pinned CPU arithmetic)."""
+    initialisation, the pinned CPU arithmetic). With the learning rates stacked (``stack_lrs``) too,
+    and then also the same as the learning rates trained one after another."""
     from lib.util import sha256_file
 
-    recipe = ft.Recipe(**{**RECIPE, "method": method, "epochs": 2})
+    recipe = ft.Recipe(**{**RECIPE, "method": method, "epochs": 2, "stack_lrs": stack})
+    assert recipe.stacks == stack
     outcomes = {}
-    for layout_name, executor, names in (("in-process", "local", ("t_a",)),
-                                         ("worker", "processes", ("t_a", "t_b"))):
+    layouts = [("in-process", "local", ("t_a",), recipe), ("worker", "processes", ("t_a", "t_b"), recipe)]
+    if stack:
+        layouts.append(("one rate after another", "local", ("t_a",), dataclasses.replace(recipe, stack_lrs=False)))
+    for layout_name, executor, names, recipe in layouts:
         tmp = tmp_path / layout_name
         rows = tk.select(list(names), [world / "tasks"], min_train=1)
         selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}), task_timeout=60.0)
@@ -365,10 +369,13 @@ def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(
         result = store.read(store.path_for(tmp / "store", store.TBT, "t_a", "tiny-m"))
         chosen = os.path.join(tmp / "work", result.provenance["adapter"])     # recorded relative to the work folder
         weights = sorted(p for p in os.listdir(chosen) if p.endswith(".safetensors"))
+        units = [ft.read_unit(layout.unit_dir(tmp / "work", "tiny-m", "t_a", lr)) for lr in recipe.lrs]
         outcomes[layout_name] = (result.score, result.provenance["lr"], result.provenance["epoch"],
-                                 result.provenance["val_curves"],
+                                 result.provenance["val_curves"], [[p["train_loss"] for p in u.curve] for u in units],
                                  [sha256_file(os.path.join(chosen, w)) for w in weights])
     assert outcomes["in-process"] == outcomes["worker"]
+    if stack:
+        assert outcomes["in-process"] == outcomes["one rate after another"]
 
 
 KILLER = """
