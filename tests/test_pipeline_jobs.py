@@ -458,6 +458,57 @@ def test_a_unit_killed_mid_training_resumes_after_its_last_finished_epoch_bit_id
 
 
 @pytest.mark.slow
+def test_stacked_learning_rates_killed_mid_epoch_resume_and_end_as_one_rate_after_another(world, tmp_path,
+                                                                                        monkeypatch):
+    """The learning rates of a unit trained stacked (``stack_lrs``): both rates run in one stacked
+    computation, and the unit ends with the choice, test score, curves and chosen weights of the rates
+    trained one after another, bit for bit, with early stopping (one rate stops before the other),
+    and also after a SIGKILL in the middle of the second epoch: both rates resume after epoch 1."""
+    from lib.pipeline import training
+    from lib.util import sha256_file
+
+    recipe = ft.Recipe(**{**RECIPE, "method": "full", "epochs": 3, "patience": 1, "lrs": (1e-3, 3e-2),
+                          "select_on": "metric", "stack_lrs": True})
+    rows = tk.select(["t_a"], [world / "tasks"], min_train=1)
+    selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}), task_timeout=60.0)
+
+    def spec_in(tmp, recipe):
+        (spec,) = jobs.plan(store.TBT, [str(world / "tiny-m")], selection, store_root=tmp / "store",
+                            work_root=tmp / "work", recipe=recipe, bootstrap_iters=0)
+        return spec
+
+    def outcome(spec):
+        result = store.read(store.path_for(spec.store_root, store.TBT, "t_a", "tiny-m"))
+        chosen = os.path.join(spec.work_root, result.provenance["adapter"])
+        units = [ft.read_unit(layout.unit_dir(spec.work_root, "tiny-m", "t_a", lr)) for lr in recipe.lrs]
+        return (result.score, result.provenance["lr"], result.provenance["epoch"], result.provenance["val_curves"],
+                [[(p["epoch"], p["train_loss"]) for p in u.curve] for u in units],
+                sorted(sha256_file(os.path.join(chosen, w)) for w in os.listdir(chosen) if w.endswith(".safetensors")))
+
+    one_by_one = spec_in(tmp_path / "one by one", dataclasses.replace(recipe, stack_lrs=False))
+    jobs.launch([one_by_one], executor="local")
+    expected = outcome(one_by_one)
+    assert min(len(c) for c in expected[4]) < recipe.epochs, expected[4]      # early stopping is exercised
+
+    stacked_epochs = []
+    real = training.StackedRuns.epoch
+    monkeypatch.setattr(training.StackedRuns, "epoch", lambda self, runs: stacked_epochs.append(list(runs))
+                        or real(self, runs))
+    whole = spec_in(tmp_path / "whole", recipe)
+    jobs.launch([whole], executor="local")
+    assert stacked_epochs[0] == [0, 1] and outcome(whole) == expected
+
+    spec = spec_in(tmp_path / "killed", recipe)
+    steps = 3                                                        # 24 training documents, batch 8
+    assert _killed_run(spec, tmp_path, kill_at=2 * steps + 3) == -9  # epoch 2: 6 steps (2 rates x 3) of epoch 1 done
+    dirs = [layout.unit_dir(spec.work_root, "tiny-m", "t_a", lr) for lr in recipe.lrs]
+    assert [json.loads((layout.resume_dir(d) / ft.STATE_JSON).read_text())["epoch"] for d in dirs] == [1, 1]
+    jobs.launch([spec], executor="local")
+    assert [ft.read_unit(d).resumed_after for d in dirs] == [[1], [1]]
+    assert outcome(spec) == expected
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["deleted", "corrupt"])
 def test_a_deleted_or_corrupt_unit_json_redoes_exactly_that_unit(world, tmp_path, capfd, damage):
     """A finished (model, benchmark) whose learning-rate unit lost its unit.json is not finished: the
