@@ -12,7 +12,8 @@ it, lazy imports inside functions included, and no modules import each other in 
     lib.analysis     rank agreement, noise and uncertainty, perplexity agreement, PCA structure, budget
     lib.benchalign   item weights learned from pairwise preferences
     lib.miniworld    generated world + zoo of tiny pre-trained models
-    lib.run          executes the notebooks of a profile through papermill
+    lib.plan, lib.run  what a run will do and for about how long; executes the notebooks of a profile
+                     through papermill
 
 So the analyses (04-06) never import the pipeline: editing the launcher re-runs no analysis.
 """
@@ -26,5 +27,5 @@ LAYERS = (
     ("lib.analysis",),
     ("lib.benchalign",),
     ("lib.miniworld",),
-    ("lib.run",),
+    ("lib.plan", "lib.run"),
 )
