@@ -178,6 +178,54 @@ def measure(family: str, size: str, steps: int, reps: int, ks: list[int], modes:
     return row
 
 
+def units(models: list[str], world: Path, tasks: list[str], tmp: Path) -> dict:
+    """Whole 02 units on pre-trained models of the mini zoo and the world's tasks, with the mini
+    profile's recipe (params/mini.yaml), once one rate after another and once stacked: wall seconds
+    of the four learning rates (training and validation, through ``lib.pipeline.jobs`` in this
+    process) and whether the two ends (choice, test score, curves, chosen weights) are identical."""
+    from lib import params, store
+    from lib.pipeline import finetune as ft
+    from lib.pipeline import jobs
+    from lib.pipeline import tasks as tk
+    from lib.util import sha256_file
+
+    prof = params.load_profile("mini")
+    recipe = ft.Recipe.from_params(prof.params("02_finetune"))
+    sel = prof.params("01_select_benchmarks")
+    rule = tk.SplitRule(caps={"train": sel["cap_train"], "validation": sel["cap_validation"], "test": sel["cap_test"]},
+                        seed=sel["split_seed"], procedure=sel["split_procedure"], val_fraction=sel["val_fraction"],
+                        shared_test=sel["shared_test"])
+    rows = tk.select(tasks, [world / "tasks"], False, sel["min_train"], rule=rule)
+    selection = tk.selection_summary(rows, [world / "tasks"], False, sel["min_train"], rule, task_timeout=120.0)
+    out = {}
+    for model in models:
+        row = {}
+        for mode, stack in (("one rate after another", False), ("stacked", True)):
+            folder = tmp / Path(model).name / ("stacked" if stack else "sequential")
+            specs = jobs.plan(store.TBT, [model], selection, store_root=folder / "store", work_root=folder / "work",
+                              recipe=ft.Recipe(**{**recipe.to_dict(), "stack_lrs": stack}), bootstrap_iters=0,
+                              eval_batch_size=32, max_gen_toks=0)
+            t0 = time.time()
+            jobs.launch(specs, executor="local", progress_every=3600)
+            seconds = time.time() - t0
+            ends = {}
+            for task in tasks:
+                res = store.read(store.path_for(folder / "store", store.TBT, task, Path(model).name))
+                chosen = folder / "work" / res.provenance["adapter"]
+                ends[task] = [res.score, res.provenance["lr"], res.provenance["epoch"], res.provenance["val_curves"],
+                              sorted(sha256_file(p) for p in chosen.glob("*.safetensors"))]
+            row[mode] = {"seconds": seconds, "ends": ends}
+        row["speed_up"] = row["one rate after another"]["seconds"] / row["stacked"]["seconds"]
+        row["identical"] = row["one rate after another"]["ends"] == row["stacked"]["ends"]
+        for mode in ("one rate after another", "stacked"):
+            row[mode] = {"seconds": row[mode]["seconds"]}
+        out[Path(model).name] = row
+        print(f"{Path(model).name}, {len(tasks)} tasks x {len(recipe.lrs)} learning rates: one rate after another "
+              f"{row['one rate after another']['seconds']:.1f} s, stacked {row['stacked']['seconds']:.1f} s "
+              f"({row['speed_up']:.2f}x); results {'identical' if row['identical'] else 'DIFFER'}", flush=True)
+    return out
+
+
 def main() -> int:
     from lib.miniworld import zoo
 
@@ -188,6 +236,12 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2, help="timings per configuration; the best counts")
     ap.add_argument("--ks", nargs="*", type=int, default=[2, 3, 4])
     ap.add_argument("--modes", nargs="*", default=["loop", "bmm"])
+    ap.add_argument("--units", nargs="*", default=[],
+                    help="pre-trained model folders of the mini zoo: also time whole 02 units on them (--world)")
+    ap.add_argument("--world", type=Path, default=ROOT / "outputs" / "mini" / "work" / "world",
+                    help="a built mini world (its tasks/), for --units")
+    ap.add_argument("--unit-tasks", nargs="*", default=["mw_facts", "mw_quiz"])
+    ap.add_argument("--no-steps", action="store_true", help="skip the step measurements (with --units)")
     args = ap.parse_args()
     families = list(zoo.VOCAB) if args.family == "all" else [args.family]
     load = os.getloadavg()
@@ -198,11 +252,20 @@ def main() -> int:
     if RESULTS.exists():
         import json
 
-        previous = json.loads(RESULTS.read_text()).get("runs", {})
-    for family in families:
+        previous = json.loads(RESULTS.read_text())
+    for family in [] if args.no_steps else families:
         for size in args.sizes:
             result["runs"][f"{family}-{size}"] = measure(family, size, args.steps, args.reps, args.ks, args.modes)
-    result["runs"] = {**previous, **result["runs"]}              # other families measured before are kept
+    result["runs"] = {**previous.get("runs", {}), **result["runs"]}    # other families measured before are kept
+    if args.units:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            result["units"] = {**previous.get("units", {}),
+                               **units(args.units, args.world, args.unit_tasks, Path(tmp))}
+        result["unit_tasks"] = args.unit_tasks
+    elif "units" in previous:
+        result["units"], result["unit_tasks"] = previous["units"], previous.get("unit_tasks")
     result["load_after"] = os.getloadavg()
     atomic_write_json(RESULTS, result)
     print(f"written {RESULTS.relative_to(ROOT)}; load average {load[0]:.1f} -> {result['load_after'][0]:.1f}")

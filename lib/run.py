@@ -25,7 +25,10 @@ the first (pid, command, start time), or waits for it with ``--wait``. While a s
 console gets a line whenever nothing else was printed for :data:`HEARTBEAT_S` seconds (cell i of n,
 elapsed), so a log file or CI shows the run is alive. Notebooks run in this interpreter, whichever
 kernels are registered (:func:`kernel_manager_class`). The ``published`` profile downloads its data
-(:mod:`lib.data`) when it is missing, ``HARMONY_DATA`` is unset and the network answers.
+(:mod:`lib.data`) when it is missing, ``HARMONY_DATA`` is unset and the network answers; ``make all``
+runs it first (``--with-published``: the paper's results in minutes, before mini's hour), and a run of
+whole profiles starts with a few lines saying what runs and about how long each part takes here
+(:mod:`lib.plan`; each stage's stamp records its seconds and the model's, which calibrate the next plan).
 
 Whatever fails (a corrupt file, a full or read-only disk, Ctrl-C, a failed cell) ends in one line
 that says what to do and names the log file that holds the traceback (:func:`failure_line`), and
