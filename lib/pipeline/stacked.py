@@ -124,6 +124,28 @@ def _modules():
             "rmsnorm": StackedRMSNorm, "Conv1D": Conv1D}
 
 
+def stackable(model) -> str | None:
+    """None when ``model`` can train stacked with the same arithmetic as alone; otherwise why not:
+    a layer with parameters that has no stacked form here (linear, GPT-2's Conv1D, embedding,
+    LayerNorm, RMSNorm), or dropout (its random draws would come in another order)."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    known = (torch.nn.Linear, Conv1D, torch.nn.Embedding, torch.nn.LayerNorm)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Dropout) and module.p > 0:
+            return f"dropout {module.p} in {name}"
+        own = list(module.parameters(recurse=False))
+        if own and not (isinstance(module, known) or type(module).__name__.endswith("RMSNorm")):
+            return f"no stacked form of {type(module).__name__} ({name})"
+    config = getattr(model, "config", None)
+    for key in ("attention_dropout", "attn_pdrop"):     # attention's dropout, drawn inside the kernel
+        value = getattr(config, key, 0) if config is not None else 0
+        if isinstance(value, (int, float)) and value > 0:
+            return f"{key} {value}"
+    return None
+
+
 def stack_rows(tensor, k: int):
     """``tensor`` (rows first) repeated for ``k`` runs: [B, ...] -> [k*B, ...], run i's rows at i*B."""
     return tensor.repeat(k, *[1] * (tensor.dim() - 1))
