@@ -6,7 +6,8 @@ work x a reference rate measured on the project's 2-core reference machine (the 
 ``make all`` of 62f183b, idle). When this machine has run stages before, their stamps
 (``outputs/<profile>/<stage>/.stage.json``, written by :mod:`lib.run`) hold the seconds they took
 and the work the model gave them then; the ratio of the two sums is this machine's speed against
-the reference, and every estimate is scaled by it. A stage that will be skipped as cached costs
+the reference, by which a part is scaled unless its own last run here gives its own ratio (a stage
+whose model is off, e.g. another recipe, is corrected by itself). A stage that will be skipped as cached costs
 nothing; one without a model (the hub profiles) is estimated from its last recorded seconds, or
 said to have no estimate yet.
 
@@ -54,6 +55,7 @@ class Part:
     reference_s: float | None    # seconds on the reference machine (None: no model)
     cached: bool = False
     last_s: float | None = None  # seconds its last run took here (from its stamp)
+    ratio: float | None = None   # its last run's seconds over the seconds the model gave it then
 
 
 def _hooks(prof: Profile) -> dict[str, dict]:
@@ -115,13 +117,17 @@ STAGE_WORDS = {"00_world": "00 world", "01_select_benchmarks": "01 selection", "
                "06_pca": "06", "07_benchalign": "07"}
 
 
-def _last_seconds(stamp) -> float | None:
+def _last_run(stamp) -> tuple[float | None, float | None]:
+    """(seconds, seconds / modelled seconds) of a stage's last run, from its stamp; None where unknown."""
     try:
         record = read_json(stamp)
     except (FileNotFoundError, CorruptFile):
-        return None
-    seconds = record.get("seconds") if isinstance(record, dict) else None
-    return float(seconds) if isinstance(seconds, (int, float)) else None
+        return None, None
+    if not isinstance(record, dict) or not isinstance(record.get("seconds"), (int, float)):
+        return None, None
+    modelled = record.get("modelled_s")
+    ratio = record["seconds"] / modelled if isinstance(modelled, (int, float)) and modelled > 0 else None
+    return float(record["seconds"]), ratio
 
 
 def parts(name: str, cached=None) -> list[Part]:
@@ -150,7 +156,7 @@ def parts(name: str, cached=None) -> list[Part]:
             fixed = FIXED.get((name, stage), FIXED.get(("mini", stage)) if recipes is not None else None)
             part = Part(name, stage, words, None, fixed)
         part.cached = bool(cached and cached(name, stage))
-        part.last_s = _last_seconds(paths.stage_dir(name, stage) / paths.STAGE_STAMP)
+        part.last_s, part.ratio = _last_run(paths.stage_dir(name, stage) / paths.STAGE_STAMP)
         out.append(part)
     return out
 
@@ -172,12 +178,13 @@ def machine_speed(profiles: list[str]) -> float | None:
 
 
 def estimate(part: Part, speed: float | None) -> float | None:
-    """Seconds the part should take here: 0 when cached, the model scaled by this machine's speed,
-    else its last recorded seconds; None when nothing is known."""
+    """Seconds the part should take here: 0 when cached; the model scaled by the part's own last run
+    here (its seconds over the model's then), else by this machine's speed over all parts; else its
+    last recorded seconds; None when nothing is known."""
     if part.cached:
         return 0.0
     if part.reference_s is not None:
-        return part.reference_s * (speed or 1.0)
+        return part.reference_s * (part.ratio or speed or 1.0)
     return part.last_s
 
 

@@ -62,6 +62,12 @@ def test_plan_lines_are_calibrated_by_the_last_runs_seconds_and_skip_cached_stag
     assert plan.machine_speed(["mini"]) == pytest.approx(2.0)
     after = {p.name: plan.estimate(p, 2.0) for p in plan.parts("mini")}
     assert after == pytest.approx({k: 2 * v for k, v in before.items()})
+    _stamp(outputs, "mini", "06_pca", 36.0, 12.0)                    # a stage's own last run corrects its model
+    assert plan.machine_speed(["mini"]) == pytest.approx(3136 / 1562)
+    after = {p.name: plan.estimate(p, plan.machine_speed(["mini"])) for p in plan.parts("mini")}
+    assert after["06_pca"] == pytest.approx(3 * before["06_pca"]) and after["02_finetune"] == pytest.approx(
+        2 * before["02_finetune"]) and after["00_world"] == pytest.approx(3136 / 1562 * before["00_world"])
+    (outputs / "mini" / "06_pca" / paths.STAGE_STAMP).unlink()
     lines = plan.plan_lines(["mini"], cached=lambda profile, stage: stage != "02_finetune")
     assert "this machine ran 2.00x the reference's seconds last time" in lines[0]
     assert "04 cached" in lines[1] and "00 world cached" in lines[1]
