@@ -214,7 +214,12 @@ def plan_lines(profiles: list[str], cached=None, goal: str = "make all") -> list
         groups.append((name, seconds, items))
         total += seconds
     order = " then ".join(name for name, _, _ in groups)
-    about = "no estimate yet" if unknown and not total else f"about {_minutes(total)}{' and more' if unknown else ''}"
+    if unknown and not total:
+        about = "no estimate yet"
+    elif not total and all(p == "cached" for _, _, items in groups for p in [i[-6:] for i in items]):
+        about = "everything cached"
+    else:
+        about = f"about {_minutes(total)}{' and more' if unknown else ''}"
     lines = [f"[plan] {goal}: {order}, {about} ({where})"]
     for name, seconds, items in groups:
         lines.append(f"[plan]   {name}: {'~' + _minutes(seconds) if seconds else 'cached'}: " + "; ".join(items)

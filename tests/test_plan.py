@@ -73,7 +73,14 @@ def test_plan_lines_are_calibrated_by_the_last_runs_seconds_and_skip_cached_stag
     assert "04 cached" in lines[1] and "00 world cached" in lines[1]
     assert f"02 fine-tuning (800 units) ~{2 * before['02_finetune'] / 60:.0f} min" in lines[1]
     assert "world and zoo (25 models, 12 trunks) ~" in lines[1]      # the zoo: no .prepared.json here, so it builds
-    assert plan.plan_lines(["published"], cached=lambda p, s: True)[1:] != []
+    lines = plan.plan_lines(["published"], cached=lambda p, s: True)
+    assert lines[0].startswith("[plan] make all: published, about ")      # its prepare hook still runs here
+    (outputs / "published").mkdir(parents=True, exist_ok=True)
+    params_ = params.load_profile("published")
+    (outputs / "published" / params.PREPARED_STAMP).write_text(json.dumps({"key": params_.prepare}))
+    assert plan.plan_lines(["published"], cached=lambda p, s: True) == [
+        "[plan] make all: published, everything cached (at the reference machine's speed; no earlier run here)",
+        "[plan]   published: cached"]
 
 
 def test_a_profile_without_a_model_is_estimated_from_its_last_run_or_says_so(outputs):
