@@ -178,7 +178,7 @@ def measure(family: str, size: str, steps: int, reps: int, ks: list[int], modes:
     return row
 
 
-def units(models: list[str], world: Path, tasks: list[str], tmp: Path) -> dict:
+def units(models: list[str], world: Path, tasks: list[str], tmp: Path, save=None) -> dict:
     """Whole 02 units on pre-trained models of the mini zoo and the world's tasks, with the mini
     profile's recipe (params/mini.yaml), once one rate after another and once stacked: wall seconds
     of the four learning rates (training and validation, through ``lib.pipeline.jobs`` in this
@@ -220,6 +220,8 @@ def units(models: list[str], world: Path, tasks: list[str], tmp: Path) -> dict:
         for mode in ("one rate after another", "stacked"):
             row[mode] = {"seconds": row[mode]["seconds"]}
         out[Path(model).name] = row
+        if save:
+            save(out)                           # what is measured so far survives an interrupted run
         print(f"{Path(model).name}, {len(tasks)} tasks x {len(recipe.lrs)} learning rates: one rate after another "
               f"{row['one rate after another']['seconds']:.1f} s, stacked {row['stacked']['seconds']:.1f} s "
               f"({row['speed_up']:.2f}x); results {'identical' if row['identical'] else 'DIFFER'}", flush=True)
@@ -260,10 +262,13 @@ def main() -> int:
     if args.units:
         import tempfile
 
+        def save(done: dict) -> None:
+            result.update(units={**previous.get("units", {}), **done}, unit_tasks=args.unit_tasks,
+                          load_after=os.getloadavg())
+            atomic_write_json(RESULTS, result)
+
         with tempfile.TemporaryDirectory() as tmp:
-            result["units"] = {**previous.get("units", {}),
-                               **units(args.units, args.world, args.unit_tasks, Path(tmp))}
-        result["unit_tasks"] = args.unit_tasks
+            save(units(args.units, args.world, args.unit_tasks, Path(tmp), save))
     elif "units" in previous:
         result["units"], result["unit_tasks"] = previous["units"], previous.get("unit_tasks")
     result["load_after"] = os.getloadavg()
