@@ -21,6 +21,7 @@ said to have no estimate yet.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 from . import paths
@@ -73,8 +74,9 @@ def zoo_models(prof: Profile) -> list | None:
         return None
     from .miniworld import zoo
 
+    accepted = inspect.signature(zoo.default_zoo).parameters     # not the hook's own (seed, workers)
     args = {k: (tuple(v) if k in ("doses", "answers", "twin_kinds") and v is not None else v)
-            for k, v in options.items() if k in zoo.ZOO_OPTIONS}
+            for k, v in options.items() if k in zoo.ZOO_OPTIONS and k in accepted}
     return zoo.default_zoo(**args)
 
 

@@ -492,7 +492,10 @@ def _modelled(name: str) -> dict[str, float]:
     in its stamp next to the seconds it took, so the next run's plan knows this machine's speed."""
     from . import plan
 
-    return {p.name: p.reference_s for p in plan.parts(name) if p.reference_s is not None}
+    try:
+        return {p.name: p.reference_s for p in plan.parts(name) if p.reference_s is not None}
+    except (OSError, ValueError, KeyError, TypeError):          # an estimate never stops a run
+        return {}
 
 
 def print_plan(profiles: list[str], force: bool = False) -> None:

@@ -34,6 +34,9 @@ def test_the_zoo_work_model_counts_trunks_once_and_every_last_phase():
     assert plan.zoo_work(only_bases) == pytest.approx(
         trunks + sum(3000 * 2 * plan.DOC_TOKENS / plan.PRETRAIN_TOKENS_S[r.trunk.size] for r in only_bases))
     assert plan.zoo_models(params.load_profile("published")) is None
+    prof = params.load_profile("smoke")
+    prof.prepare[0]["lib.miniworld.zoo:prepare"]["workers"] = 1          # the hook's own option, not the zoo's
+    assert len(plan.zoo_models(prof)) == 4
 
 
 def test_plan_lines_put_published_first_and_estimate_each_part(outputs):
