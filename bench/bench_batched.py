@@ -166,7 +166,8 @@ def measure(family: str, size: str, steps: int, reps: int, ks: list[int], modes:
                                    "max_loss_diff": max(abs(a - b) for x, y in zip(losses, seq_losses)
                                                         for a, b in zip(x, y)),
                                    "max_weight_diff": _max_diff(models, seq_models)}
-        entry = {"sequential_tokens_per_cpu_s": k * tokens / best_seq}
+        entry = {"sequential_tokens_per_cpu_s": k * tokens / best_seq, "load": os.getloadavg()[0],
+                 "when": time.strftime("%Y-%m-%d %H:%M")}
         for mode in modes:
             entry[mode] = {"tokens_per_cpu_s": k * tokens / best[mode], "speed_up": best_seq / best[mode],
                            **check[mode]}
@@ -258,7 +259,12 @@ def main() -> int:
     for family in [] if args.no_steps else families:
         for size in args.sizes:
             result["runs"][f"{family}-{size}"] = measure(family, size, args.steps, args.reps, args.ks, args.modes)
-    result["runs"] = {**previous.get("runs", {}), **result["runs"]}    # other families measured before are kept
+    runs = previous.get("runs", {})                # what was measured before is kept, unless measured again
+    for name, row in result["runs"].items():
+        old = runs.get(name, {}).get("k", {})
+        row["k"] = {**old, **{k: {**old.get(k, {}), **entry} for k, entry in row["k"].items()}}
+        runs[name] = row
+    result["runs"] = runs
     if args.units:
         import tempfile
 
