@@ -92,9 +92,9 @@ hooks: ## install the git filter that strips notebook outputs before a commit (n
 	  echo "hooks: notebooks are stripped of outputs when git reads them (nbstripout filter, see .gitattributes)"; \
 	fi
 
-all: $(STAMP) ## run every stage of PROFILE (cached), then `published` (downloading its data if missing)
+all: $(STAMP) ## run `published` (the paper's results; its data downloaded if missing), then every stage of PROFILE (cached)
 	TBT_MAKE_GOAL="make all PROFILE=$(PROFILE)" \
-	  $(PY) -m lib.run $(PROFILE) $(if $(filter mini,$(PROFILE)),--then-published,) $(if $(WAIT),--wait,)
+	  $(PY) -m lib.run $(PROFILE) $(if $(filter mini,$(PROFILE)),--with-published,) $(if $(WAIT),--wait,)
 	@$(PY) -m lib.docblocks check --warn $(PROFILE) $(if $(filter mini,$(PROFILE)),published,)
 
 submit: $(STAMP) ## run PROFILE's stages up to its Slurm jobs, submit them and return (make status, then make all)

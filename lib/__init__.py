@@ -13,7 +13,8 @@ it, lazy imports inside functions included, and no modules import each other in 
                      lib.placement (new models ranked among a reference's, after a calibration check)
     lib.benchalign   item weights learned from pairwise preferences
     lib.miniworld    generated world + zoo of tiny pre-trained models
-    lib.run          executes the notebooks of a profile through papermill
+    lib.plan, lib.run  what a run will do and for about how long; executes the notebooks of a profile
+                     through papermill
 
 So the analyses (04-06) never import the pipeline: editing the launcher re-runs no analysis.
 """
@@ -27,5 +28,5 @@ LAYERS = (
     ("lib.analysis", "lib.placement"),
     ("lib.benchalign",),
     ("lib.miniworld",),
-    ("lib.run", "lib.docblocks"),
+    ("lib.plan", "lib.run", "lib.docblocks"),
 )

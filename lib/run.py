@@ -25,7 +25,10 @@ the first (pid, command, start time), or waits for it with ``--wait``. While a s
 console gets a line whenever nothing else was printed for :data:`HEARTBEAT_S` seconds (cell i of n,
 elapsed), so a log file or CI shows the run is alive. Notebooks run in this interpreter, whichever
 kernels are registered (:func:`kernel_manager_class`). The ``published`` profile downloads its data
-(:mod:`lib.data`) when it is missing, ``HARMONY_DATA`` is unset and the network answers.
+(:mod:`lib.data`) when it is missing, ``HARMONY_DATA`` is unset and the network answers; ``make all``
+runs it first (``--with-published``: the paper's results in minutes, before mini's hour), and a run of
+whole profiles starts with a few lines saying what runs and about how long each part takes here
+(:mod:`lib.plan`; each stage's stamp records its seconds and the model's, which calibrate the next plan).
 
 Whatever fails (a corrupt file, a full or read-only disk, Ctrl-C, a failed cell) ends in one line
 that says what to do and names the log file that holds the traceback (:func:`failure_line`), and
@@ -450,6 +453,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
     if prof.offline:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    modelled = _modelled(name)
     with profile_lock(name, wait=wait):
         t_start = time.time()
         run_prepare(prof)
@@ -483,7 +487,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
             dt = time.time() - t0
             read_json(out_dir / "summary.json", rebuild=paths.make_command(out_dir))    # it exists and parses
             mark(out_dir / paths.STAGE_STAMP, key, reads=reads, outputs=results_digest(out_dir), seconds=dt,
-                 finished=time.time())
+                 modelled_s=modelled.get(stage), finished=time.time())
             print(f"[{name}] {stage}: done in {dt:.1f}s -> {paths.show(out_dir)}", flush=True)
             log[stage] = {"status": "ran", "seconds": dt}
         total = time.time() - t_start
@@ -497,6 +501,36 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
         print(review(name), flush=True)          # the figures' checks and outputs/<profile>/figures.html
     print(f"[{name}] all stages finished in {total:.1f}s", flush=True)
     return log
+
+
+def _modelled(name: str) -> dict[str, float]:
+    """Each stage's seconds on the reference machine by :mod:`lib.plan`'s model of the work, recorded
+    in its stamp next to the seconds it took, so the next run's plan knows this machine's speed."""
+    from . import plan
+
+    try:
+        return {p.name: p.reference_s for p in plan.parts(name) if p.reference_s is not None}
+    except (OSError, ValueError, KeyError, TypeError):          # an estimate never stops a run
+        return {}
+
+
+def print_plan(profiles: list[str], force: bool = False) -> None:
+    """The lines :func:`lib.plan.plan_lines` gives for ``profiles``, the stages that are cached now
+    counted as free (``force``: none is)."""
+    from . import plan
+
+    def cached(profile: str, stage: str) -> bool:
+        if force:
+            return False
+        prof = load_profile(profile)
+        return stale(paths.stage_dir(profile, stage), stage_key(stage, check_stage(prof, stage))) is None
+
+    try:
+        lines = plan.plan_lines(profiles, cached, goal=os.environ.get("TBT_MAKE_GOAL") or "this run")
+    except (OSError, ValueError, KeyError, TypeError) as exc:      # an estimate never stops a run
+        lines = [f"[plan] no estimate ({type(exc).__name__}: {exc})"]
+    for line in lines:
+        print(line, flush=True)
 
 
 # --------------------------------------------------------------------------- published data
@@ -686,8 +720,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stages", nargs="*", help="run only these stages (full name or number, e.g. 04)")
     ap.add_argument("--force", action="store_true", help="ignore cached stages")
     ap.add_argument("--wait", action="store_true", help="wait for another run of the profile instead of stopping")
-    ap.add_argument("--then-published", action="store_true",
-                    help="afterwards run the `published` profile (downloading its data when it is missing)")
+    ap.add_argument("--with-published", action="store_true",
+                    help="first run the `published` profile, the paper's own results in a few minutes "
+                         "(downloading its data when it is missing), then this one")
     args = ap.parse_args(argv)
     _where.clear()
     if threading.current_thread() is threading.main_thread():
@@ -701,13 +736,16 @@ def main(argv: list[str] | None = None) -> int:
         missing = ensure_published_data(f"[{args.profile}]") if needs_published_data(prof) else None
         if missing:
             raise paths.DataMissing(f"published data not found: {missing}")
-        run_profile(args.profile, args.stages, args.force, wait=args.wait)
-        if args.then_published and args.profile != "published":
+        first = ["published"] if args.with_published and args.profile != "published" else []
+        if not args.stages:
+            print_plan([*first, args.profile], args.force)
+        if first:                            # the paper's results first: minutes, where the profile takes an hour
             missing = ensure_published_data()
             if missing:
                 print(f"[published] skipped: published data not found: {missing}", flush=True)
             else:
                 run_profile("published", None, args.force, wait=args.wait)
+        run_profile(args.profile, args.stages, args.force, wait=args.wait)
     except PLAIN as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

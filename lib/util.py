@@ -242,8 +242,15 @@ def lib_closure(sources: list[str], root: Path | None = None) -> list[Path]:
             if path is None:
                 continue                                    # an attribute imported from a module
             seen[sub] = path
-            todo |= _imported(_parse(path.read_text()), sub, path.name == "__init__.py") - set(seen)
+            todo |= _imports_of(path.read_text(), sub, path.name == "__init__.py") - set(seen)
     return sorted(set(seen.values()))
+
+
+@functools.lru_cache(maxsize=512)
+def _imports_of(source: str, module: str, is_package: bool) -> frozenset[str]:
+    """:func:`_imported` of a module's source, remembered by its content: the runner and the plan
+    of ``make all`` ask for the same modules' imports for every stage (an edited file is parsed anew)."""
+    return frozenset(_imported(_parse(source), module, is_package))
 
 
 def _parse(source: str) -> ast.AST:

@@ -284,9 +284,9 @@ def test_an_interactive_run_with_changed_parameters_is_redone_by_the_next_run(pr
 # --------------------------------------------------------------------------- the published data
 def test_make_all_downloads_missing_published_data_or_says_how_to_provide_it(tmp_path, monkeypatch, capsys,
                                                                            harmony_data):
-    """`make all` (mini, then published) with no data: downloaded from the pinned sources (here a
-    file:// mirror), sha256-checked, into data/published, where the notebooks find it without
-    HARMONY_DATA; offline, one line says how to provide it."""
+    """`make all` (published, the paper's results, first; then mini) with no data: downloaded from the
+    pinned sources (here a file:// mirror), sha256-checked, into data/published, where the notebooks find
+    it without HARMONY_DATA; offline, one line says how to provide it and mini runs all the same."""
     from lib import data
 
     mirror = tmp_path / "mirror"
@@ -305,12 +305,15 @@ def test_make_all_downloads_missing_published_data_or_says_how_to_provide_it(tmp
     monkeypatch.setattr(run, "load_profile", lambda name: params.Profile("x", tmp_path / "x.yaml", "", {})
                         if name == "x" else real(name))
     monkeypatch.setattr(run, "run_profile", lambda name, *a, **k: print(f"ran {name}"))
-    assert run.main(["x", "--then-published"]) == 0               # `make all`: x, then one line for published
+    monkeypatch.setattr(run, "print_plan", lambda profiles, force=False: print(f"[plan] {' then '.join(profiles)}"))
+    assert run.main(["x", "--with-published"]) == 0               # `make all`: one line for published, then x
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[0] == "ran x" and len(out) == 2 and out[1].startswith("[published] skipped: published data not found")
+    assert out[0] == "[plan] published then x" and len(out) == 3
+    assert out[1].startswith("[published] skipped: published data not found") and out[2] == "ran x"
     monkeypatch.setattr(data, "URL_TEMPLATE", f"file://{mirror}/{{repo}}/{{commit}}/{{path}}")
-    assert run.main(["x", "--then-published"]) == 0               # now downloaded, then published runs
-    assert capsys.readouterr().out.strip().splitlines()[-1] == "ran published"
+    assert run.main(["x", "--with-published"]) == 0               # now downloaded: published runs, then x
+    assert [line for line in capsys.readouterr().out.strip().splitlines() if line.startswith("ran ")] == \
+        ["ran published", "ran x"]
     assert paths.data_dir(data.REQUIRED) == tmp_path / "data" / "published"
     assert (tmp_path / "data" / "published" / data.REQUIRED).read_bytes() == (harmony_data / data.REQUIRED).read_bytes()
     monkeypatch.setenv(paths.DATA_ENV, str(tmp_path / "elsewhere"))

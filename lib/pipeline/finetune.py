@@ -21,6 +21,7 @@ its last finished epoch and ends bit for bit as an uninterrupted run.
 
 from __future__ import annotations
 
+import copy
 import json
 import pickle
 import shutil
@@ -45,7 +46,7 @@ CHOICES = {
     "method": ("lora", "full"),               # a LoRA adapter (the paper) or every parameter trained
 }
 # fields that change how a unit runs but not what it computes (not part of a result's configuration)
-EXECUTION_FIELDS = ("micro_batch_size", "gradient_checkpointing")
+EXECUTION_FIELDS = ("micro_batch_size", "gradient_checkpointing", "stack_lrs")
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,10 @@ class Recipe:
     ``method`` "full" trains every parameter instead of a LoRA adapter (the ``lora_*`` fields are
     then unused) and keeps the best epoch's whole model; ``patience`` > 0 stops a learning rate
     after that many epochs without a better validation value (the paper: 0, every epoch runs; the
-    learning-rate schedule still decays over ``epochs``, so the epochs that do run are the same)."""
+    learning-rate schedule still decays over ``epochs``, so the epochs that do run are the same).
+    ``stack_lrs`` trains the learning rates of a unit together, in one stacked computation per step
+    (:func:`train_units`), where the recipe allows it (:meth:`stacks`): the same results bit for bit,
+    in fewer CPU seconds for tiny models."""
     lrs: tuple[float, ...]
     epochs: int
     lora_r: int
@@ -81,6 +85,7 @@ class Recipe:
     select_on: str
     method: str = "lora"
     patience: int = 0
+    stack_lrs: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "lrs", tuple(self.lrs))
@@ -113,6 +118,14 @@ class Recipe:
     def key(self) -> dict:
         """The fields that determine a result (execution settings left out)."""
         return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_FIELDS}
+
+    @property
+    def stacks(self) -> bool:
+        """Whether a unit's learning rates train stacked (:func:`train_units`): asked for
+        (``stack_lrs``) and possible: every parameter trained (``method`` "full"), whole batches
+        (no micro-batches, no gradient checkpointing)."""
+        return (self.stack_lrs and self.method == "full" and self.micro_batch_size in (0, self.batch_size)
+                and not self.gradient_checkpointing)
 
     @property
     def criterion(self) -> str:
@@ -310,27 +323,104 @@ def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: s
             weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad,
             micro_batch_size=recipe.micro_batch_size, log=progress, resume=resume)
         for point in points:
-            state = point.pop("state")
-            t0 = time.time()
-            value = float(validate(model))
-            point[key] = value
-            point["seconds"] = point["train_seconds"] + time.time() - t0
-            res.curve.append(point)
-            epoch = point["epoch"]
-            if _better(value, res.best_score, higher):
-                target = atomic_dir(layout.adapter_dir(unit_dir, epoch), model.save_pretrained)
-                res.best_epoch, res.best_score, res.adapter = epoch, value, str(target)
+            loop_state = _after_epoch(model, res, point, unit_dir, validate, higher)
             res.seconds = before + time.time() - t_unit
-            save_state(unit_dir, model, res, state())
-            _prune(unit_dir, res.adapter)           # the older best, once the state no longer names it
-            if progress:
-                progress(f"{layout.lr_name(lr)} epoch={epoch} {key}={value:.4f}")
+            _checkpoint(unit_dir, model, res, loop_state, progress)
             if _stop(recipe, res):
                 break                               # no better value for `patience` epochs: stop this lr
     res.seconds = before + time.time() - t_unit
+    _finish(unit_dir, res)
+    return res
+
+
+def _after_epoch(model, res: UnitResult, point: dict, unit_dir: Path, validate, higher: bool) -> dict:
+    """What follows a training epoch of a unit: validate (``res.criterion``), extend the curve, keep
+    the adapter of a better epoch. Returns the loop's state after the epoch."""
+    state = point.pop("state")
+    t0 = time.time()
+    value = float(validate(model))
+    point[res.criterion] = value
+    point["seconds"] = point["train_seconds"] + time.time() - t0
+    res.curve.append(point)
+    if _better(value, res.best_score, higher):
+        target = atomic_dir(layout.adapter_dir(unit_dir, point["epoch"]), model.save_pretrained)
+        res.best_epoch, res.best_score, res.adapter = point["epoch"], value, str(target)
+    return state()
+
+
+def _checkpoint(unit_dir: Path, model, res: UnitResult, loop_state: dict, progress) -> None:
+    """Save the unit's state after an epoch, then prune the older best (once the state no longer
+    names it) and say how the epoch went."""
+    save_state(unit_dir, model, res, loop_state)
+    _prune(unit_dir, res.adapter)
+    if progress:
+        point = res.curve[-1]
+        progress(f"{layout.lr_name(res.lr)} epoch={point['epoch']} {res.criterion}={point[res.criterion]:.4f}")
+
+
+def _finish(unit_dir: Path, res: UnitResult) -> None:
+    """Write ``unit.json`` (last: the unit is finished) and drop its resume state."""
     layout.write_unit(unit_dir, asdict(res))
     shutil.rmtree(layout.resume_dir(unit_dir), ignore_errors=True)   # finished: the state is not needed
-    return res
+
+
+def train_units(base, tokenizer, examples, recipe: Recipe, lrs: list[float], unit_dirs: list[str | Path],
+                validate: Callable[[object], float], higher_is_better: bool, configs: list[dict],
+                progress: Callable[[str], None] | None = None) -> list[UnitResult]:
+    """:func:`train_unit` for several learning rates of one (model, benchmark) at once, their
+    training steps stacked (:class:`lib.pipeline.training.StackedRuns`; ``recipe.stacks`` must
+    hold). Each unit is what :func:`train_unit` would make of it, bit for bit: its own
+    initialisation, data order, optimiser, early stopping, curve, best adapter, resume state after
+    every epoch (a killed group resumes every unit after its own last finished epoch) and
+    ``unit.json``; its ``seconds`` count its share of the stacked training and its own validation."""
+    import torch
+
+    from .training import StackedRuns
+
+    if not recipe.stacks:
+        raise ValueError("train_units: the recipe does not stack (stack_lrs, method full, whole batches)")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    key = recipe.criterion
+    higher = higher_is_better if key == "val_score" else False
+    unit_dirs = [Path(d) for d in unit_dirs]
+    results, models, resumes, finished = [], [], [], []
+    for lr, unit_dir, config in zip(lrs, unit_dirs, configs):
+        res = UnitResult(lr=lr, criterion=key, n_train_examples=len(examples), config=dict(config or {}))
+        saved = load_state(unit_dir, json.loads(json.dumps(res.config)), lr)
+        if saved is None and unit_dir.exists():
+            shutil.rmtree(unit_dir)
+        torch.manual_seed(recipe.seed)              # as tunable() does for a unit of its own
+        model = copy.deepcopy(base)
+        for p in model.parameters():
+            p.requires_grad_(True)
+        resume = None
+        if saved is not None:
+            resume = _restore(model, res, saved)
+            if progress:
+                progress(f"{layout.lr_name(lr)} resumed after epoch={resume['epoch']}")
+        results.append(res)
+        models.append(model)
+        resumes.append(resume)
+        finished.append(resume is not None and (resume["epoch"] >= recipe.epochs or _stop(recipe, res)))
+    loop = StackedRuns(models, examples, epochs=recipe.epochs, batch_size=recipe.batch_size, lrs=lrs,
+                       weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad, resumes=resumes)
+    active = [i for i, f in enumerate(finished) if not f]
+    while active:
+        first = min(loop.done[i] for i in active)           # a resumed unit ahead waits for the others
+        group = [i for i in active if loop.done[i] == first]
+        for i, point in loop.epoch(group).items():
+            t0 = time.time()
+            res = results[i]
+            loop_state = _after_epoch(models[i], res, point, unit_dirs[i], validate, higher)
+            res.seconds += point["train_seconds"] + time.time() - t0
+            _checkpoint(unit_dirs[i], models[i], res, loop_state, progress)
+            if loop.done[i] >= recipe.epochs or _stop(recipe, res):
+                active.remove(i)
+                _finish(unit_dirs[i], res)
+    for i, f in enumerate(finished):                # resumed after their last epoch: only unit.json was missing
+        if f:
+            _finish(unit_dirs[i], results[i])
+    return results
 
 
 def _stop(recipe: Recipe, res: UnitResult) -> bool:

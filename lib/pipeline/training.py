@@ -399,3 +399,86 @@ def mean_loss(model, examples: list[tuple[list[int], list[int]]], *, batch_size:
     if not count:
         raise TrainingError("mean_loss: no predicted tokens in the examples")
     return total / count
+
+
+# --------------------------------------------------------------------------- learning rates stacked
+class StackedRuns:
+    """Several full-parameter runs of one model shape on the same ``examples`` (a unit's learning
+    rates), trained an epoch at a time in one stacked computation (:class:`lib.pipeline.stacked.Stack`).
+
+    Each run keeps what :func:`lora_epochs` gives a run: its own AdamW (weight decay, its learning
+    rate, the linear decay over ``epochs``), gradient clipping, data-order generator seeded with
+    ``seed`` and resume state (``resumes[i]``, the loop state a saved unit holds, or None); only the
+    forward and backward passes of the runs that are at the same epoch (and so draw the same batches)
+    are computed together. So a run ends bit for bit as :func:`lora_epochs` would end it alone
+    (``bench/bench_batched.py`` checks the arithmetic, ``tests/test_pipeline_jobs.py`` whole units).
+    Whole batches only: no micro-batches, no out-of-memory back-off (the CPU-sized profiles)."""
+
+    def __init__(self, models: list, examples: list[tuple[list[int], list[int]]], *, epochs: int, batch_size: int,
+                 lrs: Sequence[float], weight_decay: float, seed: int, pad_id: int,
+                 resumes: Sequence[dict | None] | None = None):
+        import torch
+
+        self.models, self.examples, self.epochs, self.batch_size = list(models), examples, epochs, batch_size
+        self.pad_id = pad_id
+        total = math.ceil(len(examples) / batch_size) * epochs
+        self.params, self.opts, self.scheds, self.gens, self.done = [], [], [], [], []
+        for i, (model, lr) in enumerate(zip(self.models, lrs)):
+            params = [p for p in model.parameters() if p.requires_grad]
+            opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / total))
+            gen = torch.Generator().manual_seed(seed)
+            resume = resumes[i] if resumes else None
+            if resume is not None:
+                opt.load_state_dict(resume["optimizer"])
+                sched.load_state_dict(resume["scheduler"])
+                gen.set_state(resume["generator"])
+            self.params.append(params)
+            self.opts.append(opt)
+            self.scheds.append(sched)
+            self.gens.append(gen)
+            self.done.append(int(resume["epoch"]) if resume is not None else 0)
+
+    def state(self, i: int) -> dict:
+        """Run ``i``'s loop state after its last epoch, as :func:`lora_epochs`' ``state()`` gives it."""
+        return {"epoch": self.done[i], "optimizer": self.opts[i].state_dict(), "scheduler": self.scheds[i].state_dict(),
+                "generator": self.gens[i].get_state(), "micro": 0}
+
+    def epoch(self, runs: Sequence[int]) -> dict[int, dict]:
+        """Train the next epoch of ``runs`` (all at the same epoch); returns per run the point
+        :func:`lora_epochs` yields (``epoch``, ``train_loss``, ``train_seconds``: the stack's seconds
+        shared out equally, ``micro_batch_size``, ``state``), the models left in eval mode."""
+        import torch
+
+        from .stacked import Stack
+
+        if len({self.done[i] for i in runs}) != 1:
+            raise TrainingError(f"stacked runs at different epochs: {[self.done[i] for i in runs]}")
+        t0 = time.time()
+        orders: dict[tuple, list[int]] = {}
+        for i in runs:                      # the same seed and epoch give the same order; group them by it
+            orders.setdefault(tuple(torch.randperm(len(self.examples), generator=self.gens[i]).tolist()), []).append(i)
+        losses: dict[int, list[float]] = {i: [] for i in runs}
+        for order, group in orders.items():
+            for i in group:
+                self.models[i].train()
+            stack = Stack([self.models[i] for i in group])
+            try:
+                for start in range(0, len(order), self.batch_size):
+                    ids, labels, mask = _pad([self.examples[j] for j in order[start:start + self.batch_size]],
+                                             self.pad_id)
+                    per_run = stack.losses(ids, labels, mask)
+                    stack.backward(per_run)
+                    values = per_run.detach().tolist()
+                    for j, i in enumerate(group):
+                        losses[i].append(optimizer_step(values[j], self.params[i], self.opts[i], self.scheds[i]))
+            finally:
+                stack.unstack()
+        seconds = (time.time() - t0) / len(runs)
+        out = {}
+        for i in runs:
+            self.models[i].eval()
+            self.done[i] += 1
+            out[i] = {"epoch": self.done[i], "train_loss": sum(losses[i]) / len(losses[i]), "train_seconds": seconds,
+                      "micro_batch_size": self.batch_size, "state": lambda i=i: self.state(i)}
+        return out

@@ -1,0 +1,229 @@
+"""What a run will do and about how long each part takes, said before it starts (``make all``).
+
+A model of the work, not a guess per stage: every part of a run gets a *work* figure from the
+profile's parameters (units x tokens, weighted by the model size's measured cost), and seconds are
+work x a reference rate measured on the project's 2-core reference machine (the fresh-clone
+``make all`` of 62f183b, idle). When this machine has run stages before, their stamps
+(``outputs/<profile>/<stage>/.stage.json``, written by :mod:`lib.run`) hold the seconds they took
+and the work the model gave them then; the ratio of the two sums is this machine's speed against
+the reference, by which a part is scaled unless its own last run here gives its own ratio (a stage
+whose model is off, e.g. another recipe, is corrected by itself). A stage that will be skipped as cached costs
+nothing; one without a model (the hub profiles) is estimated from its last recorded seconds, or
+said to have no estimate yet.
+
+- the zoo (the ``lib.miniworld.zoo:prepare`` hook): tokens of every trunk's pre-training and every
+  model's last phase, each divided by its size's pre-training speed (tokens per CPU second);
+- 02 fine-tuning: models x benchmarks (tasks and corpora) x learning rates x epochs x training
+  examples, each weighted by its model size's cost per fine-tuning step;
+- 03 / 05: models x tasks x test items / models x corpora x test documents;
+- every other stage, and the published profile's: the seconds it took in the reference run.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from . import paths
+from .params import PREPARED_STAMP, Profile, load_profile
+from .util import CorruptFile, current, read_json
+
+WORKERS = 2                      # the reference machine's worker processes (one per core)
+# pre-training tokens per CPU second by size (bench/bench_training.py, one torch thread) and the cost
+# of one fine-tuning step by size, relative to xs (bench/bench_compute_floor.py, mean of the families)
+PRETRAIN_TOKENS_S = {"xs": 64.6e3, "s": 28.3e3, "m": 14.1e3, "l": 8.5e3}
+FINETUNE_COST = {"xs": 1.0, "s": 1.6, "m": 3.4, "l": 5.3}
+DOC_TOKENS = 40                  # mean tokens of a last-phase document (corpus and preparation text)
+# reference seconds per unit of work (the 62f183b run: world and zoo 681 s, 02 2,365 s, 03 162 s, 05 11 s,
+# wall time over its two workers, on the mini profile's work of 1,277 / 5.02e6 / 75,000 / 5,000 units; the
+# zoo's 1,277 modelled CPU seconds against the 1,290 its models recorded)
+RATE = {"zoo": 681 / 1277, "02_finetune": 2365 / 5.0176e6, "03_direct_eval": 162 / 75000, "05_perplexity": 11 / 5000}
+# reference seconds of the stages whose work does not grow with the zoo (the same run)
+FIXED = {("mini", "00_world"): 12, ("mini", "01_select_benchmarks"): 8, ("mini", "04_rank_agreement"): 28,
+         ("mini", "06_pca"): 12, ("mini", "07_benchalign"): 34,
+         ("published", "prepare"): 1, ("published", "04_rank_agreement"): 7, ("published", "05_perplexity"): 7,
+         ("published", "06_pca"): 5, ("published", "07_benchalign"): 84}
+ZOO_HOOK = "lib.miniworld.zoo:prepare"
+
+
+@dataclass
+class Part:
+    """One part of a run: the prepare hooks or a stage."""
+    profile: str
+    name: str                    # "prepare" or the stage's name
+    label: str                   # how the plan names it, e.g. "02 fine-tuning (800 units)"
+    work: float | None           # units of the model (None: no model for it)
+    reference_s: float | None    # seconds on the reference machine (None: no model)
+    cached: bool = False
+    last_s: float | None = None  # seconds its last run took here (from its stamp)
+    ratio: float | None = None   # its last run's seconds over the seconds the model gave it then
+
+
+def _hooks(prof: Profile) -> dict[str, dict]:
+    out = {}
+    for item in prof.prepare:
+        spec, kwargs = (next(iter(item.items())) if isinstance(item, dict) else (item, {}))
+        out[str(spec)] = dict(kwargs or {})
+    return out
+
+
+def zoo_models(prof: Profile) -> list | None:
+    """The zoo recipes a profile's prepare hook builds (None: the profile has no zoo)."""
+    options = _hooks(prof).get(ZOO_HOOK)
+    if options is None:
+        return None
+    from .miniworld import zoo
+
+    accepted = inspect.signature(zoo.default_zoo).parameters     # not the hook's own (seed, workers)
+    args = {k: (tuple(v) if k in ("doses", "answers", "twin_kinds") and v is not None else v)
+            for k, v in options.items() if k in zoo.ZOO_OPTIONS and k in accepted}
+    return zoo.default_zoo(**args)
+
+
+def _world(prof: Profile) -> dict:
+    from .miniworld import world as mw
+
+    options = _hooks(prof).get(ZOO_HOOK, {})
+    defaults = {k: f.default for k, f in mw.WorldConfig.__dataclass_fields__.items()}
+    return {k: options.get(k, v) for k, v in defaults.items()}
+
+
+def zoo_work(recipes: list) -> float:
+    """CPU seconds of the zoo's training at the measured speeds: trunks once each, then every last phase."""
+    trunks = {r.trunk.name: r.trunk for r in recipes}
+    work = sum(t.tokens / PRETRAIN_TOKENS_S[t.size] for t in trunks.values())
+    return work + sum(r.post_examples * (1 + r.dose) * r.post_epochs * DOC_TOKENS / PRETRAIN_TOKENS_S[r.trunk.size]
+                      for r in recipes)
+
+
+def stage_work(prof: Profile, stage: str, recipes: list | None) -> tuple[float, str] | None:
+    """(work, what) of a stage of a zoo profile whose work grows with the zoo; None for other stages."""
+    if recipes is None or stage not in ("02_finetune", "03_direct_eval", "05_perplexity"):
+        return None
+    world = _world(prof)
+    sel = prof.params("01_select_benchmarks") if "01_select_benchmarks" in prof.stages else {}
+    tasks, corpora = list(sel.get("tasks") or []), list(sel.get("corpora") or [])
+    if stage == "02_finetune":
+        p = prof.params(stage)
+        train = min(world["train"], sel.get("cap_train") or world["train"])
+        per_model = len(p["lrs"]) * p["epochs"] * train * (len(tasks) + len(corpora))
+        units = len(recipes) * (len(tasks) + len(corpora)) * len(p["lrs"])
+        return sum(FINETUNE_COST[r.trunk.size] for r in recipes) * per_model, f"{units} units"
+    if stage == "03_direct_eval":
+        return len(recipes) * len(tasks) * world["test"], f"{len(recipes) * len(tasks)} evaluations"
+    return len(recipes) * len(corpora) * world["corpus_test"], f"{len(recipes) * len(corpora)} corpora"
+
+
+STAGE_WORDS = {"00_world": "00 world", "01_select_benchmarks": "01 selection", "02_finetune": "02 fine-tuning",
+               "03_direct_eval": "03 direct evaluation", "04_rank_agreement": "04", "05_perplexity": "05",
+               "06_pca": "06", "07_benchalign": "07"}
+
+
+def _last_run(stamp) -> tuple[float | None, float | None]:
+    """(seconds, seconds / modelled seconds) of a stage's last run, from its stamp; None where unknown."""
+    try:
+        record = read_json(stamp)
+    except (FileNotFoundError, CorruptFile):
+        return None, None
+    if not isinstance(record, dict) or not isinstance(record.get("seconds"), (int, float)):
+        return None, None
+    modelled = record.get("modelled_s")
+    ratio = record["seconds"] / modelled if isinstance(modelled, (int, float)) and modelled > 0 else None
+    return float(record["seconds"]), ratio
+
+
+def parts(name: str, cached=None) -> list[Part]:
+    """The parts of profile ``name`` in run order, each with its work and reference seconds.
+    ``cached(profile, stage) -> bool`` says which stages will be skipped (default: none)."""
+    prof = load_profile(name)
+    recipes = zoo_models(prof)
+    out = []
+    if prof.prepare:
+        done = current(paths.profile_dir(name) / PREPARED_STAMP, prof.prepare) is not None
+        if recipes is not None:
+            work = zoo_work(recipes)
+            n_trunks = len({r.trunk.name for r in recipes})
+            out.append(Part(name, "prepare", f"world and zoo ({len(recipes)} models, {n_trunks} trunks)", work,
+                            work * RATE["zoo"], cached=done))
+        else:
+            fixed = FIXED.get((name, "prepare"))
+            out.append(Part(name, "prepare", "prepare", None, fixed, cached=done))
+    for stage in prof.stages:
+        words = STAGE_WORDS.get(stage, stage)
+        measured = stage_work(prof, stage, recipes)
+        if measured is not None:
+            work, what = measured
+            part = Part(name, stage, f"{words} ({what})", work, work * RATE[stage])
+        else:
+            fixed = FIXED.get((name, stage), FIXED.get(("mini", stage)) if recipes is not None else None)
+            part = Part(name, stage, words, None, fixed)
+        part.cached = bool(cached and cached(name, stage))
+        part.last_s, part.ratio = _last_run(paths.stage_dir(name, stage) / paths.STAGE_STAMP)
+        out.append(part)
+    return out
+
+
+def machine_speed(profiles: list[str]) -> float | None:
+    """This machine's seconds per reference second: recorded seconds over the modelled seconds the
+    stamps of ``profiles``' stages hold (:func:`lib.run.run_profile` writes both); None without any."""
+    spent = modelled = 0.0
+    for name in profiles:
+        for stamp in paths.profile_dir(name).glob(f"*/{paths.STAGE_STAMP}"):
+            try:
+                record = read_json(stamp)
+            except CorruptFile:
+                continue
+            if isinstance(record, dict) and (record.get("modelled_s") or 0) > 0 and record.get("seconds") is not None:
+                spent += float(record["seconds"])
+                modelled += float(record["modelled_s"])
+    return spent / modelled if modelled > 0 else None
+
+
+def estimate(part: Part, speed: float | None) -> float | None:
+    """Seconds the part should take here: 0 when cached; the model scaled by the part's own last run
+    here (its seconds over the model's then), else by this machine's speed over all parts; else its
+    last recorded seconds; None when nothing is known."""
+    if part.cached:
+        return 0.0
+    if part.reference_s is not None:
+        return part.reference_s * (part.ratio or speed or 1.0)
+    return part.last_s
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def plan_lines(profiles: list[str], cached=None, goal: str = "make all") -> list[str]:
+    """The few lines a run prints before it starts: the profiles in order and, for each, about how
+    long its parts take on this machine (see the module's docstring)."""
+    speed = machine_speed(profiles)
+    where = (f"this machine ran {speed:.2f}x the reference's seconds last time" if speed is not None
+             else "at the reference machine's speed; no earlier run here")
+    groups, total, unknown = [], 0.0, False
+    for name in profiles:
+        items, seconds = [], 0.0
+        for part in parts(name, cached):
+            est = estimate(part, speed)
+            if part.cached:
+                items.append(f"{part.label} cached")
+            elif est is None:
+                items.append(f"{part.label} (no estimate yet)")
+                unknown = True
+            else:
+                items.append(f"{part.label} ~{_minutes(est)}")
+                seconds += est
+        groups.append((name, seconds, items))
+        total += seconds
+    order = " then ".join(name for name, _, _ in groups)
+    if unknown and not total:
+        about = "no estimate yet"
+    elif not total and all(p == "cached" for _, _, items in groups for p in [i[-6:] for i in items]):
+        about = "everything cached"
+    else:
+        about = f"about {_minutes(total)}{' and more' if unknown else ''}"
+    lines = [f"[plan] {goal}: {order}, {about} ({where})"]
+    for name, seconds, items in groups:
+        lines.append(f"[plan]   {name}: {'~' + _minutes(seconds) if seconds else 'cached'}: " + "; ".join(items)
+                     if seconds or not all(i.endswith(" cached") for i in items) else f"[plan]   {name}: cached")
+    return lines
