@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -158,8 +159,8 @@ def test_status_after_submit_counts_units_from_store_and_scheduler(slurm_run):
     assert lines[0].startswith(f"{PROFILE} 02_finetune: 16 units: ")
     assert lines[1].startswith(f"{PROFILE} 03_direct_eval: 16 units: ")
     for line in lines[:2]:
-        counts = [int(w) for w in line.split(": ", 2)[2].replace(",", "").split() if w.isdigit()]
-        assert sum(counts) == 16
+        counts = {k: int(n) for n, k in re.findall(r"(\d+) (done|running|pending|failed)\b", line)}
+        assert set(counts) == {"done", "running", "pending", "failed"} and sum(counts.values()) == 16, line
     assert "make all PROFILE=smoke_slurm" in lines[-1]
 
 
