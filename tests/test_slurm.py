@@ -254,9 +254,12 @@ def test_preempted_job_is_requeued_and_resumes(slurm_run, tmp_path):
             progress_every=3600)))
         t.start()
 
-        _wait_until(_epoch_saved(tmp_path), timeout=180)
-        (jid,) = [e["job_id"] for e in slurm.Record(tmp_path / "logs").read().values()]
-        _sh("scontrol", "requeue", jid)
+        def running():
+            """the job runs"""
+            jid = slurm.Record(tmp_path / "logs").job_id(specs[0])
+            return jid if jid and slurm.states([jid])[jid].state == "RUNNING" else None
+        jid = _wait_until(running, timeout=180, every=0.2)
+        _sh("scontrol", "requeue", jid)                  # while it starts up (imports take seconds)
         t.join(timeout=300)
     assert not t.is_alive() and "out" in box        # the requeued job's report holds what its last run did
     runs = _sh("sacct", "--noheader", "--parsable2", "--allocations", "--duplicates", "--format=JobID,State",

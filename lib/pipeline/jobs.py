@@ -59,6 +59,7 @@ class JobsSubmitted(JobError):
     ``make status`` follows them, ``make all`` re-attaches, waits and goes on."""
 
 
+ACCOUNTING_LAG_S = 60.0                 # slurm: how long a job may be in neither squeue nor sacct
 MAX_REQUEUES = 3                        # slurm: requeues of a job after time limits (preemptions do not count)
 
 
@@ -507,9 +508,9 @@ def _wait_slurm(entries: list[tuple], counter: UnitCounter, bar: Progress, poll:
             if st.queued:
                 continue
             result = getattr(getattr(job, "paths", None), "result_pickle", None)
-            if st.state == "UNKNOWN" and not (result and result.exists()) and seen.get(f"{jid}/unknown", 0) < 3:
-                seen[f"{jid}/unknown"] = seen.get(f"{jid}/unknown", 0) + 1    # accounting may lag a poll or two
-                continue
+            if st.state == "UNKNOWN" and not (result and result.exists()) and \
+                    time.monotonic() - seen.setdefault(f"{jid}/unknown", time.monotonic()) < ACCOUNTING_LAG_S:
+                continue                                   # accounting (slurmdbd) may lag the queue
             entries.remove(entry)
             reports.append(_job_report(spec, job) if result and result.exists() else _ended_report(spec, jid, st))
         note = _pending_note([(s, found[j]) for s, j, _ in entries])
