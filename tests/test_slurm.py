@@ -229,6 +229,14 @@ def test_job_warned_of_its_time_limit_is_requeued_and_resumes(slurm_run, cluster
     _same_as_profile(specs[0])
 
 
+def _launch_behind(specs, tmp: Path, box: dict, **options) -> threading.Thread:
+    """jobs.launch of ``specs`` through Slurm in a thread (its result in ``box["out"]``), started."""
+    kw = {"resources": {"cpus_per_task": 1}, "log_folder": tmp / "logs", "progress_every": 3600, **options}
+    t = threading.Thread(target=lambda: box.update(out=jobs.launch(specs, executor="slurm", **kw)))
+    t.start()
+    return t
+
+
 def _epoch_saved(tmp: Path):
     def saved():
         """an epoch of the job saved (a unit's resume state)"""
@@ -249,10 +257,7 @@ def test_preempted_job_is_requeued_and_resumes(slurm_run, tmp_path):
     specs = _tbt_specs(tmp_path, ["mw-gpt2-s"], ["mw_quiz", "mw_recall"])
     box = {}
     with _release_requeued():
-        t = threading.Thread(target=lambda: box.update(out=jobs.launch(
-            specs, executor="slurm", resources={"cpus_per_task": 1}, log_folder=tmp_path / "logs",
-            progress_every=3600)))
-        t.start()
+        t = _launch_behind(specs, tmp_path, box)
 
         def running():
             """the job runs"""
@@ -348,9 +353,7 @@ def test_waiting_process_killed_and_restarted_reattaches_and_submits_nothing_twi
 def test_controller_stopped_and_started_mid_run_the_waiter_keeps_polling(slurm_run, cluster, tmp_path, capsys):
     specs = _direct_specs(tmp_path, ["mw-llama-s", "mw-gpt2-s"])
     box = {}
-    t = threading.Thread(target=lambda: box.update(out=jobs.launch(
-        specs, executor="slurm", resources={"cpus_per_task": 1}, log_folder=tmp_path / "logs", progress_every=3600)))
-    t.start()
+    t = _launch_behind(specs, tmp_path, box)
 
     def recorded():
         """both jobs submitted"""
@@ -381,10 +384,7 @@ def test_drained_node_jobs_pend_with_the_reason_shown(slurm_run, tmp_path, capsy
     _sh("scontrol", "update", "NodeName=tbt-node", "State=DRAIN", "Reason=maintenance")
     box = {}
     try:
-        t = threading.Thread(target=lambda: box.update(out=jobs.launch(
-            specs, executor="slurm", resources={"cpus_per_task": 1}, log_folder=tmp_path / "logs",
-            progress_every=3600)))
-        t.start()
+        t = _launch_behind(specs, tmp_path, box)
 
         def pends():
             """the job pends on the drained node"""
