@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import functools
 import os
 import platform
 import sys
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "batched.json"
 
+from bench.shapes import model as _model  # noqa: E402
 from lib.pipeline.device import pin_arithmetic  # noqa: E402
 from lib.util import atomic_write_json  # noqa: E402
 
@@ -41,25 +41,6 @@ pin_arithmetic()
 
 LRS = (1e-4, 3e-4, 1e-3, 3e-3)
 ROWS, MIN_LEN, MAX_LEN, ANSWER = 8, 12, 48, 8
-
-
-@functools.cache
-def _tokenizer(family: str):
-    from lib.miniworld import zoo
-    from lib.pipeline import tiny
-
-    texts = [f"the bako{i} lives in the desert and eats fish . it drinks milk ." for i in range(2000)]
-    return tiny.train_tokenizer(texts, zoo.VOCAB[family])
-
-
-def _model(family: str, size: str):
-    from lib.miniworld import zoo
-    from lib.pipeline import tiny
-
-    tok = _tokenizer(family)
-    spec = zoo.SIZES[size]
-    return tok, tiny.make_model(family, tok, d_model=spec["d_model"], n_layers=spec["n_layers"],
-                                n_heads=spec["n_heads"])
 
 
 def _batches(tok, n: int) -> list:

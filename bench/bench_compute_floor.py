@@ -15,11 +15,18 @@ and so how far faster code could take `make all` on this machine:
   the optimiser) can take away at these shapes. Attention kernels count as overhead here, so the
   floor below is a lower bound. The profiler also counts the products' floating-point operations,
   so their speed at these shapes compares with one large product's (``peak_gflops``).
-- With ``--run`` (a finished run's output folder, default ``outputs/mini``): the floor of that run's training, i.e. its
-  measured training CPU seconds (the zoo's ``pretrain.json`` files at the pre-training shape, its
-  last phase batching 16 documents of up to 64 tokens too; 02's ``unit.json`` files at the
-  fine-tuning shape) times the matrix-product share of their (family, size), over the two worker
-  processes.
+- The fine-tuning shape is also timed the way 02 trains when its learning rates are stacked
+  (``stack_lrs``): ``K`` runs (the mini profile's four rates) in one :class:`lib.pipeline.stacked.Stack`
+  step. The floor of a run's step is the cheaper of its products alone (``gemm_cpu_s``) and its
+  share of the stacked products, so stacking that makes the step faster lowers the ratio to the
+  floor, and stacking that only moves the products into one batched kernel does not.
+- With ``--run`` (a finished run's output folder, default ``outputs/mini``): the floor of that run's
+  training, i.e. its measured training seconds (the zoo's ``pretrain.json`` files at the
+  pre-training shape, its last phase batching 16 documents of up to 64 tokens too; 02's training
+  epochs, ``train_seconds`` in each ``unit.json``'s curve, at the fine-tuning shape, stacked where
+  the unit's rates were: their first epochs then record the same shared seconds) times the floor's
+  share of a step of their (family, size), over the two worker processes. 02's validation (forward
+  passes after every epoch) is reported beside it, not counted as training.
 - With ``--compile`` (the default): the step time of the largest llama under ``torch.compile`` (inductor, which
   fuses the element-wise kernels) against eager, after its compilation; needs a C++ compiler.
 
@@ -29,7 +36,7 @@ Writes bench/results/compute_floor.json and prints the numbers.
 from __future__ import annotations
 
 import argparse
-import functools
+import copy
 import glob
 import json
 import os
@@ -42,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "compute_floor.json"
 
+from bench.shapes import model as _model  # noqa: E402
 from lib.pipeline.device import pin_arithmetic  # noqa: E402
 from lib.util import atomic_write_json  # noqa: E402
 
@@ -50,25 +58,7 @@ pin_arithmetic()
 GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 SHAPES = {"pretrain": (16, 64, 0), "finetune": (8, 48, 40)}   # rows, tokens, tokens without loss
 WORKERS = 2                                                    # `executor: processes`, one per core
-
-
-@functools.cache
-def _tokenizer(family: str):
-    from lib.miniworld import zoo
-    from lib.pipeline import tiny
-
-    texts = [f"the bako{i} lives in the desert and eats fish . it drinks milk ." for i in range(2000)]
-    return tiny.train_tokenizer(texts, zoo.VOCAB[family])
-
-
-def _model(family: str, size: str):
-    from lib.miniworld import zoo
-    from lib.pipeline import tiny
-
-    tok = _tokenizer(family)
-    spec = zoo.SIZES[size]
-    return tok, tiny.make_model(family, tok, d_model=spec["d_model"], n_layers=spec["n_layers"],
-                                n_heads=spec["n_heads"])
+K = 4                                                          # 02's learning rates, stacked (params/mini.yaml)
 
 
 def _batch(tok, shape: str):
@@ -121,6 +111,31 @@ def _gemm_cpu(step, n_steps: int) -> tuple[float, float]:
             sum(e.flops for e in events) / n_steps)
 
 
+def _stacked_stepper(model, ids, labels, k: int):
+    """One step of ``k`` runs of ``model`` stacked as 02 trains a unit's learning rates
+    (:class:`lib.pipeline.stacked.Stack`, then each run's clipped AdamW step)."""
+    import torch
+
+    from lib.pipeline.stacked import Stack
+    from lib.pipeline.training import optimizer_step
+
+    models = [copy.deepcopy(model) for _ in range(k)]
+    opts, scheds = [], []
+    for i, m in enumerate(models):
+        m.train()
+        opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4 * (i + 1))
+        opts.append(opt)
+        scheds.append(torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0))
+    stack = Stack(models)
+
+    def step():
+        per_run = stack.losses(ids, labels)
+        stack.backward(per_run)
+        for j, (m, opt, sched) in enumerate(zip(models, opts, scheds)):
+            optimizer_step(float(per_run[j].detach()), list(m.parameters()), opt, sched)
+    return step
+
+
 def peak_gflops(reps: int) -> float:
     """GFLOP/s of one large float32 matrix product (1024 x 1024 x 1024) on one thread, best of
     ``reps``: what the matrix kernels reach when the shapes are no obstacle."""
@@ -156,12 +171,21 @@ def shares(n_steps: int, reps: int) -> dict:
                 gemm, flops = _gemm_cpu(step, n_steps)
                 row[shape] = {"step_cpu_s": seconds, "gemm_cpu_s": gemm, "gemm_share": min(1.0, gemm / seconds),
                               "gemm_gflops": flops / gemm / 1e9}
+            step = _stacked_stepper(model, *_batch(tok, "finetune"), K)
+            seconds = _best_cpu(step, n_steps, reps) / K                 # per run
+            gemm = _gemm_cpu(step, n_steps)[0] / K
+            floor_s = min(gemm, row["finetune"]["gemm_cpu_s"])
+            row["finetune_stacked"] = {"k": K, "step_cpu_s": seconds, "gemm_cpu_s": gemm,
+                                       "gemm_share": min(1.0, floor_s / seconds),
+                                       "gemm_gflops": row["finetune"]["gemm_gflops"],
+                                       "speed_up": row["finetune"]["step_cpu_s"] / seconds}
             out[f"{family}-{size}"] = row
             print(f"{family}-{size}: matrix products {row['pretrain']['gemm_share']:.0%} of a pre-training step "
                   f"({row['pretrain']['step_cpu_s'] * 1e3:.1f} ms, {row['pretrain']['gemm_gflops']:.0f} GFLOP/s), "
                   f"{row['finetune']['gemm_share']:.0%} of a fine-tuning step "
-                  f"({row['finetune']['step_cpu_s'] * 1e3:.1f} ms, {row['finetune']['gemm_gflops']:.0f} GFLOP/s)",
-                  flush=True)
+                  f"({row['finetune']['step_cpu_s'] * 1e3:.1f} ms, {row['finetune']['gemm_gflops']:.0f} GFLOP/s), "
+                  f"{row['finetune_stacked']['gemm_share']:.0%} of a run's share of {K} stacked "
+                  f"({seconds * 1e3:.1f} ms, {row['finetune_stacked']['speed_up']:.2f}x)", flush=True)
     return out
 
 
@@ -169,6 +193,14 @@ def _family_size(name: str) -> str:
     """'mw-gpt_neox-m-sham' or 'trunk-llama-l' -> 'gpt_neox-m' / 'llama-l'."""
     parts = name.split("-")
     return f"{parts[1]}-{parts[2]}"
+
+
+def _units(run: Path) -> dict[Path, list[dict]]:
+    """02's finished units of ``run``, grouped by (model, benchmark) folder."""
+    out: dict[Path, list[dict]] = {}
+    for path in sorted(glob.glob(str(run / "work" / "train_before_test" / "*" / "*" / "lr=*" / "unit.json"))):
+        out.setdefault(Path(path).parents[1], []).append(json.loads(Path(path).read_text()))
+    return out
 
 
 def floor(run: Path, share: dict, peak: float) -> dict:
@@ -180,10 +212,18 @@ def floor(run: Path, share: dict, peak: float) -> dict:
         stats = json.loads(Path(path).read_text())
         key = "zoo pre-training (trunks)" if "steps" in stats else "zoo last phase (twins and bases)"
         parts[key].append((stats["seconds"], share[_family_size(name)]["pretrain"]))
-    for path in glob.glob(str(run / "work" / "train_before_test" / "*" / "*" / "lr=*" / "unit.json")):
-        name = Path(path).parents[2].name
-        unit = json.loads(Path(path).read_text())
-        parts["02 fine-tuning"].append((unit["seconds"], share[_family_size(name)]["finetune"]))
+    validation, stacked_units = 0.0, 0
+    for unit_dir, units in _units(run).items():
+        first = {u["curve"][0]["train_seconds"] for u in units if u["curve"]}
+        stacked = len(units) > 1 and len(first) == 1            # one shared figure: the rates ran stacked
+        stacked_units += len(units) if stacked else 0
+        row = share[_family_size(unit_dir.parent.name)]["finetune_stacked" if stacked else "finetune"]
+        for unit in units:
+            train_s = sum(p["train_seconds"] for p in unit["curve"])
+            validation += unit["seconds"] - train_s
+            parts["02 fine-tuning"].append((train_s, row))
+    print(f"02: {stacked_units} of {len(parts['02 fine-tuning'])} units trained stacked; their validation "
+          f"{validation:,.0f} s besides (not training)", flush=True)
     out = {}
     for key, rows in parts.items():
         cpu = sum(s for s, _ in rows)
@@ -200,6 +240,7 @@ def floor(run: Path, share: dict, peak: float) -> dict:
                            "floor_wall_s_at_peak": total["gemm_cpu_s_at_peak"] / WORKERS,
                            "largest_speed_up": total["cpu_s"] / total["gemm_cpu_s"],
                            "largest_speed_up_at_peak": total["cpu_s"] / total["gemm_cpu_s_at_peak"]}
+    out["02 fine-tuning"].update(stacked_units=stacked_units, validation_s=validation)
     t = out["all training"]
     print(f"all training: {t['wall_s']:,.0f} s over {WORKERS} workers; with every operation but the matrix "
           f"products free, {t['floor_wall_s']:,.0f} s ({t['largest_speed_up']:.2f}x faster), and with them "

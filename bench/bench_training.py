@@ -30,25 +30,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "training.json"
 
+from bench import shapes  # noqa: E402
 from lib.pipeline.device import pin_arithmetic  # noqa: E402
 
 pin_arithmetic()
 
 
 def _tokenizer():
-    from lib.miniworld import zoo
-    from lib.pipeline import tiny
-
-    texts = [f"the bako{i} lives in the desert and eats fish . it drinks milk ." for i in range(2000)]
-    return tiny.train_tokenizer(texts, zoo.VOCAB["llama"])
+    return shapes.tokenizer("llama")
 
 
 def _model(tok, size: str):
-    from lib.miniworld import zoo
-    from lib.pipeline import tiny
-
-    spec = zoo.SIZES[size]
-    return tiny.make_model("llama", tok, d_model=spec["d_model"], n_layers=spec["n_layers"], n_heads=spec["n_heads"])
+    return shapes.model("llama", size)[1]
 
 
 def _time_steps(model, ids, labels, steps: int, reps: int) -> float:

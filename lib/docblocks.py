@@ -23,7 +23,7 @@ import math
 import re
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -675,19 +675,25 @@ class Report:
     diffs: list[Difference]
 
 
+def _rendered(found: Iterable[Block], profiles: list[str] | None, skipped: dict[str, str],
+              cache: dict[str, Summaries]) -> Iterator[tuple[Block, list[str]]]:
+    """(block, its lines rendered from the outputs) for each of ``found`` of ``profiles``; a profile
+    whose outputs are missing goes into ``skipped`` with the reason, and its blocks are passed over."""
+    for block in found:
+        if (profiles and block.profile not in profiles) or block.profile in skipped:
+            continue
+        try:
+            yield block, render(block, cache)
+        except Missing as exc:
+            skipped[block.profile] = str(exc)
+
+
 def check(files: list[Path] | None = None, profiles: list[str] | None = None) -> Report:
     """Render every block (of ``profiles``, default all) and compare it with what is quoted."""
     cache: dict[str, Summaries] = {}
     checked, skipped, diffs = [], {}, []
     for path in files or doc_files():
-        for block in blocks(path):
-            if (profiles and block.profile not in profiles) or block.profile in skipped:
-                continue
-            try:
-                measured = render(block, cache)
-            except Missing as exc:
-                skipped[block.profile] = str(exc)
-                continue
+        for block, measured in _rendered(blocks(path), profiles, skipped, cache):
             checked.append(block)
             diffs += differences(block, measured)
     return Report(checked, skipped, diffs)
@@ -701,14 +707,8 @@ def write(files: list[Path] | None = None, profiles: list[str] | None = None) ->
     for path in files or doc_files():
         lines = path.read_text(encoding="utf-8").splitlines()
         changed = False
-        for block in reversed(blocks(path, lines)):              # from the end: earlier line numbers hold
-            if (profiles and block.profile not in profiles) or block.profile in skipped:
-                continue
-            try:
-                measured = render(block, cache)
-            except Missing as exc:
-                skipped[block.profile] = str(exc)
-                continue
+        # from the end: earlier line numbers hold
+        for block, measured in _rendered(reversed(blocks(path, lines)), profiles, skipped, cache):
             checked.append(block)
             found = differences(block, measured)
             if found:
