@@ -555,7 +555,8 @@ def compute_figure(compute: dict, reference: str = "reference"):
     ax.set_title("PC1 against pre-training compute")
     ax.set_xlabel("pre-training compute (FLOPs)")
     ax.set_ylabel("PC1, train-before-test")
-    plots.legend_below(fig, handles, labels)
+    # two columns: three overflowed the single-column width by 0.07 in with the mini zoo's model names
+    plots.legend_below(fig, handles, labels, ncol=min(2, len(labels)))
     return plots.set_caption(fig, (
         "The new models against pre-training compute: first principal component of the train-before-test "
         "scores (fitted on the reference models alone, the new models projected onto it) over pre-training "

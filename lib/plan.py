@@ -224,6 +224,9 @@ def plan_lines(profiles: list[str], cached=None, goal: str = "make all") -> list
         about = f"about {_minutes(total)}{' and more' if unknown else ''}"
     lines = [f"[plan] {goal}: {order}, {about} ({where})"]
     for name, seconds, items in groups:
-        lines.append(f"[plan]   {name}: {'~' + _minutes(seconds) if seconds else 'cached'}: " + "; ".join(items)
-                     if seconds or not all(i.endswith(" cached") for i in items) else f"[plan]   {name}: cached")
+        if not seconds and all(i.endswith(" cached") for i in items):
+            lines.append(f"[plan]   {name}: cached")
+            continue
+        head = f"~{_minutes(seconds)}" if seconds else "no estimate yet"
+        lines.append(f"[plan]   {name}: {head}: " + "; ".join(items))
     return lines

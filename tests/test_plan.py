@@ -90,5 +90,6 @@ def test_a_profile_without_a_model_is_estimated_from_its_last_run_or_says_so(out
     lines = plan.plan_lines(["real_cpu"])
     assert lines[0].startswith("[plan] make all: real_cpu, no estimate yet")
     assert "02 fine-tuning (no estimate yet)" in lines[1]
+    assert lines[1].startswith("[plan]   real_cpu: no estimate yet: "), lines[1]    # not "cached"
     _stamp(outputs, "real_cpu", "02_finetune", 120.0, None)
     assert "02 fine-tuning ~2 min" in plan.plan_lines(["real_cpu"])[1]
