@@ -226,17 +226,21 @@ def main() -> int:
                     help="a built mini world (its tasks/), for --units")
     ap.add_argument("--unit-tasks", nargs="*", default=["mw_facts", "mw_quiz"])
     ap.add_argument("--no-steps", action="store_true", help="skip the step measurements (with --units)")
+    ap.add_argument("--out", type=Path, default=RESULTS,
+                    help="where the results go (default bench/results/batched.json; two benchmarks run side by "
+                         "side, as 02's two workers do, need two files)")
     args = ap.parse_args()
+    out_path = args.out.resolve()
     families = list(zoo.VOCAB) if args.family == "all" else [args.family]
     load = os.getloadavg()
     result = {"machine": platform.platform(), "cpus": os.cpu_count(), "load_before": load, "torch_threads": 1,
               "steps": args.steps, "reps": args.reps, "lrs": list(LRS),
               "shape": {"rows": ROWS, "tokens": [MIN_LEN, MAX_LEN], "answer_tokens": ANSWER}, "runs": {}}
     previous = {}
-    if RESULTS.exists():
+    if out_path.exists():
         import json
 
-        previous = json.loads(RESULTS.read_text())
+        previous = json.loads(out_path.read_text())
     for family in [] if args.no_steps else families:
         for size in args.sizes:
             result["runs"][f"{family}-{size}"] = measure(family, size, args.steps, args.reps, args.ks, args.modes)
@@ -252,15 +256,15 @@ def main() -> int:
         def save(done: dict) -> None:
             result.update(units={**previous.get("units", {}), **done}, unit_tasks=args.unit_tasks,
                           load_after=os.getloadavg())
-            atomic_write_json(RESULTS, result)
+            atomic_write_json(out_path, result)
 
         with tempfile.TemporaryDirectory() as tmp:
             save(units(args.units, args.world, args.unit_tasks, Path(tmp), save))
     elif "units" in previous:
         result["units"], result["unit_tasks"] = previous["units"], previous.get("unit_tasks")
     result["load_after"] = os.getloadavg()
-    atomic_write_json(RESULTS, result)
-    print(f"written {RESULTS.relative_to(ROOT)}; load average {load[0]:.1f} -> {result['load_after'][0]:.1f}")
+    atomic_write_json(out_path, result)
+    print(f"written {out_path}; load average {load[0]:.1f} -> {result['load_after'][0]:.1f}")
     return 0
 
 
