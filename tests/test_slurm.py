@@ -260,11 +260,14 @@ def test_preempted_job_is_requeued_and_resumes(slurm_run, tmp_path):
         t = _launch_behind(specs, tmp_path, box)
 
         def running():
-            """the job runs"""
+            """the job's Python runs (its log has begun): a requeue in the instant its batch step is
+            still being launched gets the restarted job killed ("Job credential revoked", FAILED)"""
             jid = slurm.Record(tmp_path / "logs").job_id(specs[0])
-            return jid if jid and slurm.states([jid])[jid].state == "RUNNING" else None
+            logs = list((tmp_path / "logs").glob(f"{jid}_*_log.*")) if jid else []
+            started = any(p.stat().st_size for p in logs)
+            return jid if started and slurm.states([jid])[jid].state == "RUNNING" else None
         jid = _wait_until(running, timeout=180, every=0.2)
-        _sh("scontrol", "requeue", jid)                  # while it starts up (imports take seconds)
+        _sh("scontrol", "requeue", jid)                  # while it imports (seconds) or trains
         t.join(timeout=300)
     assert not t.is_alive() and "out" in box        # the requeued job's report holds what its last run did
     runs = _sh("sacct", "--noheader", "--parsable2", "--allocations", "--duplicates", "--format=JobID,State",

@@ -60,6 +60,10 @@ class JobsSubmitted(JobError):
 
 
 ACCOUNTING_LAG_S = 60.0                 # slurm: how long a job may be in neither squeue nor sacct
+# slurm: how long a job that left the queue without a result must stay out before it counts as ended:
+# a requeue (`scontrol requeue`, preemption) kills the run and puts the job back, and in between squeue
+# may not list it while sacct reports the killed run FAILED (seen in a clean-clone test run)
+REQUEUE_GRACE_S = 15.0
 MAX_REQUEUES = 3                        # slurm: requeues of a job after time limits (preemptions do not count)
 
 
@@ -506,11 +510,14 @@ def _wait_slurm(entries: list[tuple], counter: UnitCounter, bar: Progress, poll:
                       "after its last finished epoch")
             seen[jid] = st.restarts
             if st.queued:
+                seen.pop(f"{jid}/gone", None)
                 continue
             result = getattr(getattr(job, "paths", None), "result_pickle", None)
-            if st.state == "UNKNOWN" and not (result and result.exists()) and \
-                    time.monotonic() - seen.setdefault(f"{jid}/unknown", time.monotonic()) < ACCOUNTING_LAG_S:
-                continue                                   # accounting (slurmdbd) may lag the queue
+            if not (result and result.exists()):
+                # accounting (slurmdbd) may lag the queue; a requeued job may be briefly out of it
+                wait = ACCOUNTING_LAG_S if st.state == "UNKNOWN" else REQUEUE_GRACE_S
+                if time.monotonic() - seen.setdefault(f"{jid}/gone", time.monotonic()) < wait:
+                    continue
             entries.remove(entry)
             reports.append(_job_report(spec, job) if result and result.exists() else _ended_report(spec, jid, st))
         note = _pending_note([(s, found[j]) for s, j, _ in entries])
