@@ -167,6 +167,14 @@ def test_slurm_helpers_without_a_scheduler(world, tmp_path, monkeypatch):
     record = slurm.Record(tmp_path / "logs")
     record.add([(specs[0], "41_0"), (specs[1], "41_1")])
     assert record.job_id(specs[1]) == "41_1" and len(record.read()) == 2
+    shown = ("JobId=40 ArrayJobId=39 ArrayTaskId=0 JobName=wrap JobState=CANCELLED Reason=None\n"   # scontrol's
+             "JobId=39 ArrayJobId=39 ArrayTaskId=1 JobName=wrap JobState=PENDING Reason=Resources\n")  # lines
+    with monkeypatch.context() as m:
+        m.setattr(slurm, "_run", lambda cmd, timeout=30.0: shown)
+        assert [slurm._controller_state(j) for j in ("39_0", "39_1", "39_2", "40")] == \
+            ["CANCELLED", "PENDING", None, "CANCELLED"]
+    gone = jobs._ended_report(specs[1], "41_1", slurm.JobState("41_1", "UNKNOWN"))
+    assert "neither squeue, sacct nor scontrol knows it" in next(iter(gone["failed"].values()))
     monkeypatch.setenv("PATH", str(tmp_path))                 # no Slurm commands here
     assert slurm.available().startswith("scontrol is not installed here")
     assert jobs.array_size(1000) == 1000                       # nobody to ask: max_array as given

@@ -290,11 +290,13 @@ def test_cancelled_job_is_listed_with_its_retry_while_the_other_finishes(slurm_r
     t = threading.Thread(target=go)
     t.start()
 
-    def recorded():
-        """both jobs submitted"""
-        return len(slurm.Record(tmp_path / "logs").read()) == 2 or None
-    _wait_until(recorded)
-    victim = slurm.Record(tmp_path / "logs").job_id(specs[1])
+    def running():
+        """both jobs submitted and the victim running (a pending array task, once cancelled, is known
+        to no Slurm command: its line reads UNKNOWN, see below)"""
+        record = slurm.Record(tmp_path / "logs")
+        victim = record.job_id(specs[1]) if len(record.read()) == 2 else None
+        return victim if victim and slurm.states([victim])[victim].state == "RUNNING" else None
+    victim = _wait_until(running, timeout=180, every=0.2)
     _sh("scancel", victim)
     t.join(timeout=300)
     line = str(box["error"])

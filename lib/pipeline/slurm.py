@@ -192,8 +192,29 @@ def states(job_ids: list[str]) -> dict[str, JobState]:
                 if one in wanted and one not in found:
                     found[one] = JobState(one, state.strip(), queued=state.split()[0] in QUEUED if state else False)
         for one in rest:
-            found.setdefault(one, JobState(one, "UNKNOWN"))
+            if one not in found:            # accounting has no record (yet): ask the controller, which
+                state = _controller_state(one)   # keeps a finished job for MinJobAge (300 s by default)
+                found[one] = JobState(one, state or "UNKNOWN",
+                                      queued=bool(state) and state.split()[0] in QUEUED)
     return found
+
+
+def _controller_state(job_id: str) -> str | None:
+    """``JobState`` of ``job_id`` (``123`` or ``123_4``) from ``scontrol show job``, or None. An array
+    task cancelled while it pended may stay out of sacct for minutes (seen: over 60 s) while the
+    controller already says CANCELLED."""
+    try:
+        out = _run(["scontrol", "show", "job", "--oneliner", job_id], timeout=15)
+    except SchedulerDown:
+        return None
+    array, _, task = job_id.partition("_")
+    for line in out.splitlines():
+        mine = (f"ArrayJobId={array} " in line and f"ArrayTaskId={task} " in line) if task else \
+            f"JobId={job_id} " in line
+        m = re.search(r"\bJobState=(\S+)", line)
+        if mine and m:
+            return m.group(1)
+    return None
 
 
 # --------------------------------------------------------------------------- what was submitted
