@@ -298,8 +298,8 @@ def main() -> int:
         result["floor"] = floor(args.run, result["shares"], result["peak_gflops"])
     if args.compile:
         result["compile"] = compiled(args.steps, args.reps)
-    elif RESULTS.exists() and "compile" in json.loads(RESULTS.read_text()):
-        result["compile"] = json.loads(RESULTS.read_text())["compile"]      # kept from the last run with it
+    elif RESULTS.exists() and "compile" in (last := json.loads(RESULTS.read_text())):
+        result["compile"] = last["compile"]                                  # kept from the last run with it
     result["load_after"] = os.getloadavg()
     atomic_write_json(RESULTS, result)
     print(f"written {RESULTS.relative_to(ROOT)}; load average {load[0]:.1f} -> {result['load_after'][0]:.1f}")

@@ -546,10 +546,11 @@ def _ended_report(spec: JobSpec, jid: str, st) -> dict:
     """The report of a job that left the queue without a result of its own (cancelled, killed at
     its time limit, node failure): what it finished is in the store, the rest failed."""
     what = {"CANCELLED": "was cancelled", "TIMEOUT": "reached its time limit too often to be requeued",
-            "NODE_FAIL": "lost its node", "OUT_OF_MEMORY": "ran out of memory", "PREEMPTED": "was preempted"}
+            "NODE_FAIL": "lost its node", "OUT_OF_MEMORY": "ran out of memory", "PREEMPTED": "was preempted",
+            "UNKNOWN": "left the queue and neither squeue, sacct nor scontrol knows it (an array task "
+                       "cancelled while it pended leaves no record)"}
     word = st.state.split()[0] if st.state else "UNKNOWN"
-    why = what.get(word, "left the queue and neither squeue, sacct nor scontrol knows it (an array task "
-                         "cancelled while it pended leaves no record)" if word == "UNKNOWN" else "ended")
+    why = what.get(word, "ended")
     failed = {}
     for bench in spec.pending():
         failed[bench] = f"job {jid} {why} ({st.state}) before finishing it"

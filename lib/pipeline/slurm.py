@@ -200,9 +200,9 @@ def states(job_ids: list[str]) -> dict[str, JobState]:
 
 
 def _controller_state(job_id: str) -> str | None:
-    """``JobState`` of ``job_id`` (``123`` or ``123_4``) from ``scontrol show job``, or None. An array
-    task cancelled while it pended may stay out of sacct for minutes (seen: over 60 s) while the
-    controller already says CANCELLED."""
+    """``JobState`` of ``job_id`` (``123`` or ``123_4``) from ``scontrol show job``, or None: the
+    controller keeps a finished job for MinJobAge, also where accounting lags or is off. (An array
+    task cancelled while it pended is known to neither: scontrol answers "Job 39_2 not found".)"""
     try:
         out = _run(["scontrol", "show", "job", "--oneliner", job_id], timeout=15)
     except SchedulerDown:
