@@ -292,7 +292,7 @@ def test_cancelled_job_is_listed_with_its_retry_while_the_other_finishes(slurm_r
 
     def running():
         """both jobs submitted and the victim running (a pending array task, once cancelled, is known
-        to no Slurm command: its line reads UNKNOWN, see below)"""
+        to no Slurm command: its line reads UNKNOWN, docs/cluster.md's fault table)"""
         record = slurm.Record(tmp_path / "logs")
         victim = record.job_id(specs[1]) if len(record.read()) == 2 else None
         return victim if victim and slurm.states([victim])[victim].state == "RUNNING" else None
