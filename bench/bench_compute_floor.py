@@ -29,6 +29,15 @@ and so how far faster code could take `make all` on this machine:
   passes after every epoch) is reported beside it, not counted as training.
 - With ``--compile`` (the default): the step time of the largest llama under ``torch.compile`` (inductor, which
   fuses the element-wise kernels) against eager, after its compilation; needs a C++ compiler.
+- With ``--make-all-s`` (that run's measured ``make all`` seconds): what ``make all`` would take with
+  its training at the floor, and at 1.3x the floor, everything else at its measured seconds.
+- With ``--levers`` (the default; ``--levers-only`` times just these, kept beside the last results):
+  the levers left once the rates are stacked, each on the step it would change: the vocabulary
+  projection and loss only at the answer positions (eager, one run; not the model's own
+  arithmetic), AdamW's multi-tensor ``foreach`` form on 4 stacked runs (and whether it is
+  bit-identical to the per-parameter loop torch uses on a CPU), two runs of a shape stacked at the
+  pre-training shape (what stacking a trunk's twins in their last phase could buy), and, with
+  ``--compile``, ``torch.compile`` of the stacked llama-l network.
 
 Writes bench/results/compute_floor.json and prints the numbers.
 """
@@ -276,6 +285,139 @@ def compiled(n_steps: int, reps: int) -> dict:
     return out
 
 
+def _answer_only_stepper(model, ids, labels):
+    """The fine-tuning step with the vocabulary projection and loss computed only where the loss
+    falls (the last positions), not on every position: the "logits only at the answers" lever.
+    Its arithmetic is not the model's own loss (another reduction over fewer rows)."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    model.train()
+    scored = int((labels[0] != -100).sum())
+    head = model.get_output_embeddings()
+
+    def step():
+        hidden = model.base_model(input_ids=ids, use_cache=False)[0]
+        logits = head(hidden[:, -scored - 1:-1])                     # position t predicts token t+1
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 labels[:, -scored:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def _foreach_identical(model, ids, labels, n_steps: int) -> tuple[bool, float, float]:
+    """AdamW's multi-tensor (``foreach``) implementation against the per-parameter loop torch uses
+    on a CPU by default, on ``K`` stacked runs: (every weight bit-identical after ``n_steps``,
+    seconds per step loop, seconds per step foreach)."""
+    import torch
+
+    from lib.pipeline.stacked import Stack
+
+    out, seconds = [], []
+    for foreach in (False, True):
+        models = [copy.deepcopy(model) for _ in range(K)]
+        opts = [torch.optim.AdamW(m.parameters(), lr=1e-4 * (i + 1), weight_decay=0.01, foreach=foreach)
+                for i, m in enumerate(models)]
+        for m in models:
+            m.train()
+        stack = Stack(models)
+        t0 = 0.0
+        for s in range(n_steps + 2):
+            if s == 2:
+                t0 = time.process_time()
+            stack.backward(stack.losses(ids, labels))
+            for m, opt in zip(models, opts):
+                torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        seconds.append((time.process_time() - t0) / n_steps)
+        stack.unstack()
+        out.append([torch.cat([p.detach().flatten() for p in m.parameters()]) for m in models])
+    return all(torch.equal(a, b) for a, b in zip(*out)), seconds[0], seconds[1]
+
+
+def levers(n_steps: int, reps: int, compile_stacked: bool) -> dict:
+    """What the remaining candidate levers buy on the fine-tuning shape, per (family, size) of llama
+    and the largest of each family: logits only at the answers (eager, one run), AdamW ``foreach``
+    (stacked, and whether it is bit-identical), and ``torch.compile`` of the stacked network
+    (llama-l only: it compiles for about a minute)."""
+    import torch
+
+    from lib.pipeline.device import setup_torch
+
+    setup_torch()
+    out = {}
+    for name in ("llama-xs", "llama-s", "llama-m", "llama-l", "gpt2-l", "gpt_neox-l"):
+        family, size = name.split("-")
+        tok, model = _model(family, size)
+        ids, labels = _batch(tok, "finetune")
+        full = _best_cpu(_stepper(copy.deepcopy(model), ids, labels), n_steps, reps)
+        answers = _best_cpu(_answer_only_stepper(copy.deepcopy(model), ids, labels), n_steps, reps)
+        same, loop_s, foreach_s = _foreach_identical(model, ids, labels, n_steps)
+        out[name] = {"step_cpu_s": full, "answer_only_step_cpu_s": answers, "answer_only_speed_up": full / answers,
+                     "stacked_adamw_loop_s": loop_s, "stacked_adamw_foreach_s": foreach_s,
+                     "foreach_speed_up": loop_s / foreach_s, "foreach_bit_identical": same}
+        print(f"{name}: logits only at the answers {full * 1e3:.1f} -> {answers * 1e3:.1f} ms "
+              f"({full / answers:.2f}x); {K} stacked, AdamW foreach {loop_s * 1e3:.1f} -> {foreach_s * 1e3:.1f} ms "
+              f"({loop_s / foreach_s:.2f}x, bit-identical: {same})", flush=True)
+    for name in ("llama-m", "llama-l", "gpt_neox-l"):
+        family, size = name.split("-")
+        tok, model = _model(family, size)
+        alone = _best_cpu(_stepper(copy.deepcopy(model), *_batch(tok, "pretrain")), n_steps, reps)
+        pair = _best_cpu(_stacked_stepper(model, *_batch(tok, "pretrain"), 2), n_steps, reps) / 2
+        out[name].update(pretrain_step_cpu_s=alone, pretrain_stacked2_step_cpu_s=pair,
+                         pretrain_stacked2_speed_up=alone / pair)
+        print(f"{name}: a pre-training step alone {alone * 1e3:.1f} ms, a run's share of 2 stacked (a trunk's twins "
+              f"in their last phase) {pair * 1e3:.1f} ms ({alone / pair:.2f}x)", flush=True)
+    if compile_stacked:
+        from lib.pipeline.stacked import Stack
+
+        tok, model = _model("llama", "l")
+        ids, labels = _batch(tok, "finetune")
+        row = {}
+        for mode in ("eager", "compile"):
+            models = [copy.deepcopy(model) for _ in range(K)]
+            opts = [torch.optim.AdamW(m.parameters(), lr=1e-4 * (i + 1)) for i, m in enumerate(models)]
+            for m in models:
+                m.train()
+            stack = Stack(models)
+            if mode == "compile":
+                stack.net = torch.compile(stack.net)
+
+            def step(stack=stack, models=models, opts=opts):
+                stack.backward(stack.losses(ids, labels))
+                for m, opt in zip(models, opts):
+                    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+            t0 = time.time()
+            step()
+            row[f"{mode}_first_step_s"] = time.time() - t0
+            row[f"{mode}_step_cpu_s"] = _best_cpu(step, n_steps, reps)
+        row["compile_speed_up"] = row["eager_step_cpu_s"] / row["compile_step_cpu_s"]
+        out["compile_stacked_llama-l"] = row
+        print(f"llama-l, {K} runs stacked: eager {row['eager_step_cpu_s'] * 1e3:.1f} ms, torch.compile "
+              f"{row['compile_step_cpu_s'] * 1e3:.1f} ms ({row['compile_speed_up']:.2f}x; compiling took "
+              f"{row['compile_first_step_s']:.0f} s)", flush=True)
+    return out
+
+
+def make_all_at_floor(make_all_s: float, training: dict) -> dict:
+    """``make all``'s measured seconds with its training replaced by the floor, and by 1.3x the floor
+    (the issue's target): everything that is not training kept at its measured seconds."""
+    rest = make_all_s - training["wall_s"]
+    out = {"make_all_s": make_all_s, "not_training_s": rest,
+           "at_floor_s": rest + training["floor_wall_s"], "at_1.3x_floor_s": rest + 1.3 * training["floor_wall_s"]}
+    print(f"make all took {make_all_s:,.0f} s, {rest:,.0f} s of it not training: with the training at its floor "
+          f"{out['at_floor_s']:,.0f} s ({out['at_floor_s'] / 60:.1f} min), at 1.3x the floor "
+          f"{out['at_1.3x_floor_s']:,.0f} s ({out['at_1.3x_floor_s'] / 60:.1f} min)")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -284,8 +426,26 @@ def main() -> int:
                     help="a finished run's output folder (default outputs/mini; skipped if it has no 02 units)")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                     help="also time torch.compile (about 30 s; needs a C++ compiler)")
+    ap.add_argument("--levers", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time the remaining levers: logits only at the answers, AdamW foreach, and (with "
+                         "--compile) torch.compile of the stacked llama-l step (about 2 min more)")
+    ap.add_argument("--make-all-s", type=float, default=None,
+                    help="the run's measured `make all` seconds: also say what it would take with the training "
+                         "at its floor")
+    ap.add_argument("--levers-only", action="store_true",
+                    help="time only the levers (and with --compile the stacked compile), kept beside the last results")
     args = ap.parse_args()
     load = os.getloadavg()
+    if args.levers_only:
+        result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        last_compile = result.get("levers", {}).get("compile_stacked_llama-l")
+        result["levers"] = levers(args.steps, args.reps, args.compile)
+        if not args.compile and last_compile:
+            result["levers"]["compile_stacked_llama-l"] = last_compile
+        result["levers"]["load_before"] = load
+        atomic_write_json(RESULTS, result)
+        print(f"written {RESULTS.relative_to(ROOT)} (levers only)")
+        return 0
     result = {"machine": platform.platform(), "cpus": os.cpu_count(), "load_before": load, "torch_threads": 1,
               "shapes": {k: {"rows": r, "tokens": t, "tokens_without_loss": u} for k, (r, t, u) in SHAPES.items()},
               "peak_gflops": peak_gflops(args.reps)}
@@ -296,10 +456,19 @@ def main() -> int:
     else:
         result["run"] = str(args.run)
         result["floor"] = floor(args.run, result["shares"], result["peak_gflops"])
+        if args.make_all_s:
+            result["make_all"] = make_all_at_floor(args.make_all_s, result["floor"]["all training"])
     if args.compile:
         result["compile"] = compiled(args.steps, args.reps)
-    elif RESULTS.exists() and "compile" in (last := json.loads(RESULTS.read_text())):
+    last = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    if not args.compile and "compile" in last:
         result["compile"] = last["compile"]                                  # kept from the last run with it
+    if args.levers:
+        result["levers"] = levers(args.steps, args.reps, args.compile)
+        if not args.compile and "compile_stacked_llama-l" in last.get("levers", {}):
+            result["levers"]["compile_stacked_llama-l"] = last["levers"]["compile_stacked_llama-l"]
+    elif "levers" in last:
+        result["levers"] = last["levers"]
     result["load_after"] = os.getloadavg()
     atomic_write_json(RESULTS, result)
     print(f"written {RESULTS.relative_to(ROOT)}; load average {load[0]:.1f} -> {result['load_after'][0]:.1f}")
