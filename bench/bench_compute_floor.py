@@ -126,9 +126,11 @@ def _gemm_cpu(step, n_steps: int, reps: int = 2) -> tuple[float, float]:
     return best, flops
 
 
-def _stacked_stepper(model, ids, labels, k: int):
+def _stacked_stepper(model, ids, labels, k: int, foreach: bool | None = None, compiled: bool = False):
     """One step of ``k`` runs of ``model`` stacked as 02 trains a unit's learning rates
-    (:class:`lib.pipeline.stacked.Stack`, then each run's clipped AdamW step)."""
+    (:class:`lib.pipeline.stacked.Stack`, then each run's clipped AdamW step; ``foreach`` chooses
+    AdamW's implementation, ``compiled`` runs the stacked network under ``torch.compile``).
+    Returns (step, the stack)."""
     import torch
 
     from lib.pipeline.stacked import Stack
@@ -138,17 +140,19 @@ def _stacked_stepper(model, ids, labels, k: int):
     opts, scheds = [], []
     for i, m in enumerate(models):
         m.train()
-        opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4 * (i + 1))
+        opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4 * (i + 1), foreach=foreach)
         opts.append(opt)
         scheds.append(torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0))
     stack = Stack(models)
+    if compiled:
+        stack.net = torch.compile(stack.net)
 
     def step():
         per_run = stack.losses(ids, labels)
         stack.backward(per_run)
         for j, (m, opt, sched) in enumerate(zip(models, opts, scheds)):
             optimizer_step(float(per_run[j].detach()), list(m.parameters()), opt, sched)
-    return step
+    return step, stack
 
 
 def peak_gflops(reps: int) -> float:
@@ -186,7 +190,7 @@ def shares(n_steps: int, reps: int) -> dict:
                 gemm, flops = _gemm_cpu(step, n_steps, reps)
                 row[shape] = {"step_cpu_s": seconds, "gemm_cpu_s": gemm, "gemm_share": min(1.0, gemm / seconds),
                               "gemm_gflops": flops / gemm / 1e9}
-            step = _stacked_stepper(model, *_batch(tok, "finetune"), K)
+            step, _ = _stacked_stepper(model, *_batch(tok, "finetune"), K)
             seconds = _best_cpu(step, n_steps, reps) / K                 # per run
             gemm = _gemm_cpu(step, n_steps, reps)[0] / K
             floor_s = min(gemm, row["finetune"]["gemm_cpu_s"])
@@ -263,26 +267,33 @@ def floor(run: Path, share: dict, peak: float) -> dict:
     return out
 
 
+def _eager_and_compiled(make_step, what: str, n_steps: int, reps: int) -> dict:
+    """``make_step(compiled)`` eager and under ``torch.compile``: the first step (which compiles)
+    and the best CPU seconds of a step after it, each way."""
+    out = {}
+    for mode in ("eager", "compile"):
+        step = make_step(mode == "compile")
+        t0 = time.time()
+        step()                                     # compiles, under torch.compile
+        out[f"{mode}_first_step_s"] = time.time() - t0
+        out[f"{mode}_step_cpu_s"] = _best_cpu(step, n_steps, reps)
+    out["compile_speed_up"] = out["eager_step_cpu_s"] / out["compile_step_cpu_s"]
+    print(f"{what}: eager {out['eager_step_cpu_s'] * 1e3:.1f} ms, torch.compile "
+          f"{out['compile_step_cpu_s'] * 1e3:.1f} ms ({out['compile_speed_up']:.2f}x; compiling took "
+          f"{out['compile_first_step_s']:.0f} s)", flush=True)
+    return out
+
+
 def compiled(n_steps: int, reps: int) -> dict:
     import torch
 
     from lib.pipeline.device import setup_torch
 
     setup_torch()
-    out = {}
-    for mode in ("eager", "compile"):
-        tok, model = _model("llama", "l")
-        ids, labels = _batch(tok, "finetune")
-        step = _stepper(torch.compile(model) if mode == "compile" else model, ids, labels)
-        t0 = time.time()
-        step()                                     # compiles, under torch.compile
-        out[f"{mode}_first_step_s"] = time.time() - t0
-        out[f"{mode}_step_cpu_s"] = _best_cpu(step, n_steps, reps)
-    out["compile_speed_up"] = out["eager_step_cpu_s"] / out["compile_step_cpu_s"]
-    print(f"llama-l fine-tuning step: eager {out['eager_step_cpu_s'] * 1e3:.1f} ms, torch.compile "
-          f"{out['compile_step_cpu_s'] * 1e3:.1f} ms ({out['compile_speed_up']:.2f}x; compiling took "
-          f"{out['compile_first_step_s']:.0f} s)")
-    return out
+    tok, model = _model("llama", "l")
+    ids, labels = _batch(tok, "finetune")
+    return _eager_and_compiled(lambda on: _stepper(torch.compile(model) if on else copy.deepcopy(model), ids, labels),
+                               "llama-l fine-tuning step", n_steps, reps)
 
 
 def _answer_only_stepper(model, ids, labels):
@@ -315,28 +326,16 @@ def _foreach_identical(model, ids, labels, n_steps: int) -> tuple[bool, float, f
     seconds per step loop, seconds per step foreach)."""
     import torch
 
-    from lib.pipeline.stacked import Stack
-
     out, seconds = [], []
     for foreach in (False, True):
-        models = [copy.deepcopy(model) for _ in range(K)]
-        opts = [torch.optim.AdamW(m.parameters(), lr=1e-4 * (i + 1), weight_decay=0.01, foreach=foreach)
-                for i, m in enumerate(models)]
-        for m in models:
-            m.train()
-        stack = Stack(models)
-        t0 = 0.0
-        for s in range(n_steps + 2):
-            if s == 2:
-                t0 = time.process_time()
-            stack.backward(stack.losses(ids, labels))
-            for m, opt in zip(models, opts):
-                torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+        step, stack = _stacked_stepper(model, ids, labels, K, foreach=foreach)
+        for _ in range(2):
+            step()
+        t0 = time.process_time()
+        for _ in range(n_steps):
+            step()
         seconds.append((time.process_time() - t0) / n_steps)
-        stack.unstack()
-        out.append([torch.cat([p.detach().flatten() for p in m.parameters()]) for m in models])
+        out.append([torch.cat([p.detach().flatten() for p in m.parameters()]) for m in stack.unstack()])
     return all(torch.equal(a, b) for a, b in zip(*out)), seconds[0], seconds[1]
 
 
@@ -345,8 +344,6 @@ def levers(n_steps: int, reps: int, compile_stacked: bool) -> dict:
     and the largest of each family: logits only at the answers (eager, one run), AdamW ``foreach``
     (stacked, and whether it is bit-identical), and ``torch.compile`` of the stacked network
     (llama-l only: it compiles for about a minute)."""
-    import torch
-
     from lib.pipeline.device import setup_torch
 
     setup_torch()
@@ -368,41 +365,17 @@ def levers(n_steps: int, reps: int, compile_stacked: bool) -> dict:
         family, size = name.split("-")
         tok, model = _model(family, size)
         alone = _best_cpu(_stepper(copy.deepcopy(model), *_batch(tok, "pretrain")), n_steps, reps)
-        pair = _best_cpu(_stacked_stepper(model, *_batch(tok, "pretrain"), 2), n_steps, reps) / 2
+        pair = _best_cpu(_stacked_stepper(model, *_batch(tok, "pretrain"), 2)[0], n_steps, reps) / 2
         out[name].update(pretrain_step_cpu_s=alone, pretrain_stacked2_step_cpu_s=pair,
                          pretrain_stacked2_speed_up=alone / pair)
         print(f"{name}: a pre-training step alone {alone * 1e3:.1f} ms, a run's share of 2 stacked (a trunk's twins "
               f"in their last phase) {pair * 1e3:.1f} ms ({alone / pair:.2f}x)", flush=True)
     if compile_stacked:
-        from lib.pipeline.stacked import Stack
-
         tok, model = _model("llama", "l")
         ids, labels = _batch(tok, "finetune")
-        row = {}
-        for mode in ("eager", "compile"):
-            models = [copy.deepcopy(model) for _ in range(K)]
-            opts = [torch.optim.AdamW(m.parameters(), lr=1e-4 * (i + 1)) for i, m in enumerate(models)]
-            for m in models:
-                m.train()
-            stack = Stack(models)
-            if mode == "compile":
-                stack.net = torch.compile(stack.net)
-
-            def step(stack=stack, models=models, opts=opts):
-                stack.backward(stack.losses(ids, labels))
-                for m, opt in zip(models, opts):
-                    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-            t0 = time.time()
-            step()
-            row[f"{mode}_first_step_s"] = time.time() - t0
-            row[f"{mode}_step_cpu_s"] = _best_cpu(step, n_steps, reps)
-        row["compile_speed_up"] = row["eager_step_cpu_s"] / row["compile_step_cpu_s"]
-        out["compile_stacked_llama-l"] = row
-        print(f"llama-l, {K} runs stacked: eager {row['eager_step_cpu_s'] * 1e3:.1f} ms, torch.compile "
-              f"{row['compile_step_cpu_s'] * 1e3:.1f} ms ({row['compile_speed_up']:.2f}x; compiling took "
-              f"{row['compile_first_step_s']:.0f} s)", flush=True)
+        out["compile_stacked_llama-l"] = _eager_and_compiled(
+            lambda on: _stacked_stepper(model, ids, labels, K, compiled=on)[0], f"llama-l, {K} runs stacked",
+            n_steps, reps)
     return out
 
 
@@ -436,42 +409,38 @@ def main() -> int:
                     help="time only the levers (and with --compile the stacked compile), kept beside the last results")
     args = ap.parse_args()
     load = os.getloadavg()
-    if args.levers_only:
-        result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        last_compile = result.get("levers", {}).get("compile_stacked_llama-l")
-        result["levers"] = levers(args.steps, args.reps, args.compile)
-        if not args.compile and last_compile:
-            result["levers"]["compile_stacked_llama-l"] = last_compile
-        result["levers"]["load_before"] = load
-        atomic_write_json(RESULTS, result)
-        print(f"written {RESULTS.relative_to(ROOT)} (levers only)")
-        return 0
-    result = {"machine": platform.platform(), "cpus": os.cpu_count(), "load_before": load, "torch_threads": 1,
-              "shapes": {k: {"rows": r, "tokens": t, "tokens_without_loss": u} for k, (r, t, u) in SHAPES.items()},
-              "peak_gflops": peak_gflops(args.reps)}
-    print(f"one large matrix product (1024^3): {result['peak_gflops']:.0f} GFLOP/s", flush=True)
-    result["shares"] = shares(args.steps, args.reps)
-    if not list((args.run / "work" / "train_before_test").glob("*/*/lr=*/unit.json")):
-        print(f"no floor: {args.run} has no finished 02 units (`make all` makes them)")
-    else:
-        result["run"] = str(args.run)
-        result["floor"] = floor(args.run, result["shares"], result["peak_gflops"])
-        if args.make_all_s:
-            result["make_all"] = make_all_at_floor(args.make_all_s, result["floor"]["all training"])
-    if args.compile:
-        result["compile"] = compiled(args.steps, args.reps)
     last = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    if not args.compile and "compile" in last:
-        result["compile"] = last["compile"]                                  # kept from the last run with it
-    if args.levers:
+    if args.levers_only:
+        result = last                                                        # everything else as it was
+    else:
+        result = {"machine": platform.platform(), "cpus": os.cpu_count(), "load_before": load, "torch_threads": 1,
+                  "shapes": {k: {"rows": r, "tokens": t, "tokens_without_loss": u} for k, (r, t, u) in SHAPES.items()},
+                  "peak_gflops": peak_gflops(args.reps)}
+        print(f"one large matrix product (1024^3): {result['peak_gflops']:.0f} GFLOP/s", flush=True)
+        result["shares"] = shares(args.steps, args.reps)
+        if not list((args.run / "work" / "train_before_test").glob("*/*/lr=*/unit.json")):
+            print(f"no floor: {args.run} has no finished 02 units (`make all` makes them)")
+        else:
+            result["run"] = str(args.run)
+            result["floor"] = floor(args.run, result["shares"], result["peak_gflops"])
+            if args.make_all_s:
+                result["make_all"] = make_all_at_floor(args.make_all_s, result["floor"]["all training"])
+        if args.compile:
+            result["compile"] = compiled(args.steps, args.reps)
+        elif "compile" in last:
+            result["compile"] = last["compile"]                              # kept from the last run with it
+    if args.levers or args.levers_only:
+        kept = last.get("levers", {}).get("compile_stacked_llama-l")      # before `result` (maybe `last`) changes
         result["levers"] = levers(args.steps, args.reps, args.compile)
-        if not args.compile and "compile_stacked_llama-l" in last.get("levers", {}):
-            result["levers"]["compile_stacked_llama-l"] = last["levers"]["compile_stacked_llama-l"]
+        result["levers"]["load_before"] = load
+        if not args.compile and kept:
+            result["levers"]["compile_stacked_llama-l"] = kept               # kept from the last run with it
     elif "levers" in last:
         result["levers"] = last["levers"]
-    result["load_after"] = os.getloadavg()
+    (result["levers"] if args.levers_only else result)["load_after"] = os.getloadavg()
     atomic_write_json(RESULTS, result)
-    print(f"written {RESULTS.relative_to(ROOT)}; load average {load[0]:.1f} -> {result['load_after'][0]:.1f}")
+    after = (result["levers"] if args.levers_only else result)["load_after"]
+    print(f"written {RESULTS.relative_to(ROOT)}; load average {load[0]:.1f} -> {after[0]:.1f}")
     return 0
 
 
