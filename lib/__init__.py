@@ -6,7 +6,8 @@ it, lazy imports inside functions included, and no modules import each other in 
 
     ground floor     util (atomic files, digests, stamps), paths, progress, params (profiles), store
                      (results store), layout (the work folder), metadata, figreview (figure checks), plots,
-                     report, data (`make data`), published (importer of the published results)
+                     report, doctables (the docs' results tables: registry, formats, summaries), data
+                     (`make data`), published (importer of the published results)
     lib.pipeline     tasks (lm-eval registry, selection, split plans, rendering), finetune, training,
                      evaluate, the two protocols, job specs and grid, locks, cluster, tiny test models
     lib.analysis     rank agreement, noise and uncertainty, perplexity agreement, PCA structure, budget;
@@ -23,7 +24,7 @@ __version__ = "0.1.0"
 
 LAYERS = (
     ("lib.util", "lib.paths", "lib.progress", "lib.params", "lib.store", "lib.layout", "lib.metadata",
-     "lib.figreview", "lib.plots", "lib.report", "lib.data", "lib.published"),
+     "lib.figreview", "lib.plots", "lib.report", "lib.doctables", "lib.data", "lib.published"),
     ("lib.pipeline",),
     ("lib.analysis", "lib.placement"),
     ("lib.benchalign",),

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from lib import docblocks, paths
+from lib import docblocks, doctables, paths
 
 
 # --------------------------------------------------------------------------- a tiny profile to render from
@@ -26,10 +26,10 @@ def toy(tmp_path, monkeypatch):
 
     def toy_table(s):
         x = s("01_x")
-        return [*docblocks.header("", "value"), docblocks.row("a", docblocks.est(x["tau"]["a"], x["ci"])),
-                docblocks.row("b", docblocks.f(x["tau"]["b"]))]
+        return [*doctables.header("", "value"), doctables.row("a", doctables.est(x["tau"]["a"], x["ci"])),
+                doctables.row("b", doctables.f(x["tau"]["b"]))]
 
-    monkeypatch.setitem(docblocks.TABLES, "toy-table", toy_table)
+    monkeypatch.setitem(doctables.TABLES, "toy-table", toy_table)
     doc = tmp_path / "doc.md"
     doc.write_text("# A doc\n\nSome text.\n\n<!-- results:toy/toy-table -->\n| old |\n<!-- /results -->\n\nAfter.\n")
     return doc
@@ -100,12 +100,61 @@ def test_warn_is_one_line_naming_make_docs_and_never_fails(toy, monkeypatch, cap
     assert "quoted 0.70, measured 0.76" in out.out and "run `make docs`" in out.err
 
 
+def test_a_table_that_fails_on_written_outputs_is_a_bug_not_missing_outputs(toy, monkeypatch, capsys):
+    """A renamed summary key (KeyError), a wrong index or a plain bug in a table names the block, the
+    table's function and the exception, and fails `make check-docs` with exit 2; `make all`'s check
+    warns in one line."""
+    def renamed_key(s):
+        return [doctables.row(s("01_x")["tau_renamed"])]
+
+    monkeypatch.setitem(doctables.TABLES, "toy-table", renamed_key)
+    with pytest.raises(docblocks.TableBug, match=r"doc.md:5: table 'toy-table' \(.*renamed_key\) failed on "
+                                                 r"outputs/toy: KeyError: 'tau_renamed'"):
+        docblocks.check(files=[toy])
+    monkeypatch.setattr(docblocks, "doc_files", lambda root=None: [toy])
+    assert docblocks.main(["check", "toy"]) == 2
+    assert "error: " in capsys.readouterr().err
+    assert docblocks.main(["check", "--warn", "toy"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: ") and "KeyError" in err[0]
+
+
+# The profile each docs block names -> the profile the test suite builds whose summaries have the same
+# keys (smoke runs every stage of the mini world's design, place_smoke is place_mini's, real_cpu's
+# stages 01-03 are smoke's); test_smoke_profile, test_placement and the published test below render
+# every block's table against these.
+STAND_INS = {"mini": "smoke", "real_cpu": "smoke", "place_mini": "place_smoke", "published": "published"}
+
+
+def test_every_table_is_quoted_and_every_quoted_profile_has_a_stand_in_the_suite_builds():
+    found = [b for path in docblocks.doc_files() for b in docblocks.blocks(path)]
+    assert {b.table for b in found} == set(doctables.TABLES), "a table no docs block names, or the reverse"
+    assert {b.profile for b in found} <= set(STAND_INS), {b.profile for b in found} - set(STAND_INS)
+    for name, fn in doctables.TABLES.items():
+        assert fn.__module__ in docblocks.TABLE_MODULES, f"{name}: {fn.__module__} is not in TABLE_MODULES"
+
+
+def rendered_against_stand_ins(stand_in: str) -> dict[str, list[str]]:
+    """Every docs block whose profile's stand-in is ``stand_in``, rendered from that profile's
+    summaries (``file:line table`` -> lines); raises what the table raises."""
+    import dataclasses
+
+    cache: dict = {}
+    out = {}
+    for path in docblocks.doc_files():
+        for b in docblocks.blocks(path):
+            if STAND_INS[b.profile] == stand_in:
+                out[f"{docblocks._rel(path)}:{b.line} {b.table}"] = docblocks.render(
+                    dataclasses.replace(b, profile=stand_in), cache)
+    return out
+
+
 def test_number_formats():
-    assert docblocks.f(-0.001) == "0.00" and docblocks.f(0.004, sign=True) == "0.00"
-    assert docblocks.f(-0.0251, sign=True) == "-0.03" and docblocks.f(float("nan")) == "n/a"
-    assert docblocks.gain(0.2379, [0.1995, 0.2870]) == "+0.24 [0.20, 0.29]"
-    assert docblocks.est(-0.24, [-0.61, 0.16], sign=True) == "-0.24 [-0.61, +0.16]"
-    assert docblocks.pct(0.6202) == "62 %"
+    assert doctables.f(-0.001) == "0.00" and doctables.f(0.004, sign=True) == "0.00"
+    assert doctables.f(-0.0251, sign=True) == "-0.03" and doctables.f(float("nan")) == "n/a"
+    assert doctables.gain(0.2379, [0.1995, 0.2870]) == "+0.24 [0.20, 0.29]"
+    assert doctables.est(-0.24, [-0.61, 0.16], sign=True) == "-0.24 [-0.61, +0.16]"
+    assert doctables.pct(0.6202) == "62 %"
 
 
 # --------------------------------------------------------------------------- links

@@ -300,6 +300,12 @@ def test_place_smoke_trains_only_new_and_calibration_models_and_reproduces_smoke
     step_through("08_placement", profile="place_smoke")
     assert report.read_summary("place_smoke", "08_placement") == s
     assert (paths.stage_dir("place_smoke", "08_placement") / paths.STAGE_STAMP).exists()
+    # the place_mini block of the docs renders from place_smoke's summary (the same keys)
+    from test_docs import rendered_against_stand_ins
+
+    (lines,) = rendered_against_stand_ins("place_smoke").values()
+    assert lines[0].startswith("Calibration (mw-gpt2-s): ") and "comparable" in lines[0]
+    assert [line.split(" | ")[0] for line in lines[4:]] == [f"| {m}" for m in s["new_models"]]
 
 
 @pytest.mark.slow

@@ -100,3 +100,22 @@ def test_benchalign_runs_on_pipeline_items(full_smoke):
     assert "main" in summary
     items = paths.work_dir("smoke") / "items" / "direct_eval"
     assert sorted(p.name for p in items.iterdir()) == sorted(full_smoke["selection"]["benchmarks"])
+
+
+def test_every_docs_table_of_the_mini_world_renders_from_the_smoke_summaries(full_smoke):
+    """The tables that docs/ quotes for `mini` (and `real_cpu`'s 01-03) read the keys the smoke
+    profile's reports write: each renders a header and at least one row of numbers, so a renamed key
+    or a bug in a table fails here, not in a `make check-docs` an hour into `make all`."""
+    from test_docs import rendered_against_stand_ins
+
+    tables = rendered_against_stand_ins("smoke")
+    assert {k.split(" ")[1] for k in tables} == {"agreement", "quality", "p1", "subsets", "compositions", "leads",
+                                                 "budget", "scores", "benchalign-pipeline"}, sorted(tables)
+    for where, lines in tables.items():
+        assert lines and all(isinstance(line, str) for line in lines), where
+        if where.endswith(" benchalign-pipeline") and not report.read_summary("smoke", "07_benchalign")["main"]:
+            assert lines == [lines[0]] and lines[0].startswith("(no test group large enough: "), lines
+            continue                            # smoke's 4 models leave no test group (its summary says so)
+        data = [line for line in lines if line.startswith("| ") and not line.startswith("| ---")][1:]
+        assert data and any(any(ch.isdigit() for ch in line) for line in data), (where, lines)
+

@@ -13,4 +13,5 @@ ranking; trained on small (source) models, tested on unseen larger ones (noteboo
                  ablation, data needs, the cross-paper experiment
     experiments  notebook 07 in one call: its summary, tables and numbers
     figures      the notebook's figures
+    tables       the docs tables of stage 07 (registered in lib.doctables)
 """

@@ -7,4 +7,5 @@
   (:func:`lib.miniworld.zoo.prepare`)
 - :mod:`lib.miniworld.overview`: the tables and figure of notebook 00_world
 - :mod:`lib.miniworld.analysis`: the prepared-vs-unprepared comparison at the end of notebooks 04-06
+- :mod:`lib.miniworld.tables`: the docs tables of that comparison (registered in :mod:`lib.doctables`)
 """

@@ -13,6 +13,7 @@
     jobs        the (model, benchmark, lr) grid: resumable units, locks, local or submitit launcher,
                 every outcome collected, progress
     reports     the tables and summaries of notebooks 02 and 03
+    tables      the docs tables of stages 01-03 (registered in lib.doctables)
     locks       one lock file per unit, so two jobs never work on (or delete) the same unit
     cluster     memory / time estimates, hub access and downloads (`make models`), published comparison
     tiny        tiny causal LMs built offline: tokenizer and model primitives

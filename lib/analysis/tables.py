@@ -1,0 +1,145 @@
+"""The results tables of stages 04-06 that README.md and docs/ quote (registered in
+:mod:`lib.doctables`; they read the keys of :func:`lib.analysis.agreement.agreement_report`,
+:func:`lib.analysis.perplexity.perplexity_report` and :func:`lib.analysis.structure.pca_report`)."""
+
+from __future__ import annotations
+
+from ..doctables import D, Summaries, T, ci, est, f, gain, header, pair, pct, row, table
+from ..plots import display
+
+
+@table("agreement")
+def agreement_table(s: Summaries) -> list[str]:
+    """The three results of the paper (04, 05, 06) under both protocols, with paired gains."""
+    a, p, c = s("04_rank_agreement"), s("05_perplexity"), s("06_pca")
+    n_pairs = a["n_pairs_compared"]
+    out = header("", "direct evaluation", "train-before-test")
+    out.append(row(f"mean Kendall tau over {n_pairs} benchmark pairs, {a['n_models'][D]} models (04)",
+                   est(a["mean_tau"][D], a["mean_tau_ci"][D]), est(a["mean_tau"][T], a["mean_tau_ci"][T])))
+    out.append(row("gain in mean tau, paired (04)", "", gain(a["mean_tau_gain"], a["mean_tau_gain_ci"])))
+    lo, hi = a["pairs_improved_ci"]
+    out.append(row("pairs whose tau improves (04)", "", f"{a['pairs_improved']} of {n_pairs} [{lo:.0f}, {hi:.0f}]"))
+    ceil = a["noise_ceiling"]
+    out.append(row("mean tau / mean noise ceiling (04)",
+                   *(f"{f(ceil[k]['mean_tau'])} / {f(ceil[k]['mean_ceiling'])} ({pct(ceil[k]['ratio'])})"
+                     for k in (D, T))))
+    out.append(row("PC1 share of variance, standardised columns (06)",
+                   *(pair(c["pc1_explained"], c["pc1_explained_ci"], k) for k in (D, T))))
+    out.append(row("gain in PC1 share, paired (06)", "", gain(c["pc1_gain"], c["pc1_gain_ci"])))
+    comp = c["pc1_vs_log_compute"]
+    out.append(row(f"Pearson r(PC1, log pre-training compute), {comp[D]['all']['n_models']} models (06)",
+                   *(est(comp[k]["all"]["pearson_r"], c["pc1_vs_log_compute_r_ci"][k]["all"]) for k in (D, T))))
+    tau, tci, n = p["tau_average"], p["tau_average_ci"], p["n_models"]["direct"]["all"]
+    out.append(row(f"tau(mean bits-per-byte, mean downstream), {n} models (05)",
+                   est(tau["direct"]["all"], tci["direct"]["all"]),
+                   est(tau["train_before_test"]["all"], tci["train_before_test"]["all"])))
+    return out
+
+
+# The paper's own numbers, for the published profile's comparison column (Zhang et al.; quoted, not measured).
+PAPER = {"mean_tau": "0.52 -> 0.76", "nq_open": "outlier -> in line", "perplexity": "re-aligned",
+         "pc1": "nearly rank one"}
+
+
+@table("headline")
+def headline_table(s: Summaries) -> list[str]:
+    """README's table of the published profile: 04, 05, 06 next to what the paper reports."""
+    a, p, c = s("04_rank_agreement"), s("05_perplexity"), s("06_pca")
+    n_pairs, low = a["n_pairs_compared"], a["lowest_benchmark"][D]
+    bt, bci = a["benchmark_mean_tau"][low], a["benchmark_mean_tau_ci"][low]
+    tau, tci = p["tau_average"], p["tau_average_ci"]
+    out = header("", "direct evaluation", "train-before-test", "paper")
+    out.append(row(f"mean Kendall tau over {n_pairs} benchmark pairs (04)", est(a["mean_tau"][D], a["mean_tau_ci"][D]),
+                   est(a["mean_tau"][T], a["mean_tau_ci"][T]), PAPER["mean_tau"]))
+    out.append(row("gain in mean tau, paired (04)", "", gain(a["mean_tau_gain"], a["mean_tau_gain_ci"]), ""))
+    lo, hi = a["pairs_improved_ci"]
+    out.append(row("pairs whose tau improves (04)", "", f"{a['pairs_improved']} of {n_pairs} [{lo:.0f}, {hi:.0f}]", ""))
+    out.append(row(f"{display(low)}'s mean tau against the other {a['n_benchmarks'] - 1} (04)", est(bt[D], bci[D]),
+                   est(bt[T], bci[T]), PAPER["nq_open"]))
+    out.append(row("within-category mean tau (04)",
+                   *(pair(a["category_within_mean_tau"], a["category_within_mean_tau_ci"], k) for k in (D, T)), ""))
+    out.append(row(f"tau(mean bits-per-byte, mean downstream), {p['n_models']['direct']['all']} models (05)",
+                   est(tau["direct"]["all"], tci["direct"]["all"]),
+                   est(tau["train_before_test"]["all"], tci["train_before_test"]["all"]), PAPER["perplexity"]))
+    out.append(row("... base / instruct models only (05)",
+                   *(f"{est(tau[k]['base'], tci[k]['base'])} / {est(tau[k]['instruct'], tci[k]['instruct'])}"
+                     for k in ("direct", "train_before_test")), ""))
+    share = {k: f"{pct(c['pc1_explained'][k], 1)} {ci([100 * v for v in c['pc1_explained_ci'][k]], 0)}" for k in (D, T)}
+    out.append(row("PC1 share of variance, standardised columns (06)", share[D], share[T], PAPER["pc1"]))
+    out.append(row("gain in PC1 share, paired (06)", "",
+                   f"{f(100 * c['pc1_gain'], 1, sign=True)} points {ci([100 * v for v in c['pc1_gain_ci']], 0)}", ""))
+    comp = c["pc1_vs_log_compute"]
+    out.append(row(f"Pearson r(PC1, log10 pre-training FLOPs), {comp[D]['all']['n_models']} models (06)",
+                   *(est(comp[k]["all"]["pearson_r"], c["pc1_vs_log_compute_r_ci"][k]["all"]) for k in (D, T)), ""))
+    return out
+
+
+@table("noise")
+def noise_table(s: Summaries) -> list[str]:
+    """04's noise ceiling: how much of the agreement measurement noise alone would allow is reached."""
+    a = s("04_rank_agreement")
+    ceil, low = a["noise_ceiling"], a["lowest_benchmark"][D]
+    bench = ceil["benchmark"][low]
+    out = header("", "direct evaluation", "train-before-test")
+    out.append(row(f"mean tau / mean noise ceiling over {ceil[D]['n_pairs']} pairs",
+                   *(f"{f(ceil[k]['mean_tau'])} / {f(ceil[k]['mean_ceiling'])}" for k in (D, T))))
+    out.append(row("ratio (share of the ceiling reached)", *(f(ceil[k]["ratio"]) for k in (D, T))))
+    out.append(row(f"{display(low)}: mean tau / mean ceiling against the others",
+                   *(f"{f(bench[k]['mean_tau'])} / {f(bench[k]['mean_ceiling'])}" for k in (D, T))))
+    out.append(row(f"{display(low)}: reliability of its ranking", *(f(bench[k]["reliability"]) for k in (D, T))))
+    return out
+
+
+@table("robustness")
+def robustness_table(s: Summaries) -> list[str]:
+    """04 and 06: the paired gains on subsets of the models (a family left out, base or instruct only)."""
+    a, c = s("04_rank_agreement")["robustness"], s("06_pca")["robustness"]
+    out = header("models", "n", "gain in mean tau (04)", "gain in PC1 share (06)")
+    for subset, rec in a.items():
+        pc = c.get(subset)
+        out.append(row(subset, rec["n_models"], gain(rec["gain"], rec["gain_ci"]),
+                       gain(pc["gain"], pc["gain_ci"]) if pc else "n/a"))
+    return out
+
+
+@table("perplexity")
+def perplexity_table(s: Summaries) -> list[str]:
+    """05: Kendall tau between the mean bits-per-byte ranking and the mean downstream ranking."""
+    p = s("05_perplexity")
+    tau, tci, n = p["tau_average"], p["tau_average_ci"], p["n_models"]
+    out = header("models", "direct evaluation", "train-before-test", "perplexity before fine-tuning -> ranking after")
+    for group in ("all", "base", "instruct"):
+        settings = ("direct", "train_before_test", "pre_ft_ppl_vs_tbt")
+        out.append(row(f"{group} ({n['direct'][group]})", *(est(tau[k][group], tci[k][group]) for k in settings)))
+    return out
+
+
+@table("families")
+def families_table(s: Summaries) -> list[str]:
+    """06: PC1's share of variance within each model family."""
+    c = s("06_pca")
+    fam, fci = c["family_pc1"], c["family_pc1_ci"]
+    out = header("family", "direct evaluation", "train-before-test")
+    for name in fam[D]:
+        out.append(row(name, est(fam[D][name], fci[D][name]), est(fam[T][name], fci[T][name])))
+    return out
+
+
+
+@table("quality")
+def quality_table(s: Summaries) -> list[str]:
+    """04's measurement quality: can each benchmark rank these models under each protocol?"""
+    q = s("04_rank_agreement")["measurement_quality"]
+
+    def cell(r: dict) -> str:
+        text = f"{f(r['mean'])} / {f(r['reliability'])}"
+        if r.get("cannot_rank"):
+            why = "floor" if r["mean"] < r["chance"] + 0.1 else "ceiling" if r["mean"] > 0.9 else "noisy"
+            text += f", **{why}**"
+        return text
+
+    out = header("benchmark (chance)", "direct evaluation: mean / reliability", "train-before-test: mean / reliability")
+    for bench, r in q[D].items():
+        r2 = q[T].get(bench, {})
+        out.append(row(f"{bench} ({r['chance']:.2g})", cell(r), cell(r2) if r2 else "n/a"))
+    return out
