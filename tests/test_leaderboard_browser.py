@@ -20,23 +20,26 @@ import pytest
 
 from lib import leaderboard, metadata, paths, published, run, store
 
-pytestmark = pytest.mark.slow
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1500,1000")
 FIRST = 5                       # rows read back after each step
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
 
 
-def _binaries() -> tuple[str, str]:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
+def _missing() -> str | None:
+    """Why the browser test cannot run here (decided before any profile is built), or None."""
     try:
         import selenium  # noqa: F401
     except ImportError:
-        pytest.skip("browser test: selenium is not installed (`make venv` installs the test extras)")
-    if not (chromium and driver):
-        pytest.skip("browser test: no headless Chromium here (Debian's chromium and chromium-driver; .ci/run "
-                    "installs them: apt-get install chromium chromium-driver)")
-    return chromium, driver
+        return "browser test: selenium is not installed (`make venv` installs the test extras)"
+    if not (CHROMIUM and CHROMEDRIVER):
+        return ("browser test: no headless Chromium here (Debian's chromium and chromium-driver; .ci/run installs "
+                "them: apt-get install chromium chromium-driver)")
+    return None
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_missing() is not None, reason=str(_missing()))]
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +48,14 @@ def browser():
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    chromium, driver_path = _binaries()
     options = webdriver.ChromeOptions()
-    options.binary_location = chromium
+    options.binary_location = CHROMIUM
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     profile_dir = tempfile.mkdtemp(prefix="chromium-")
     options.add_argument(f"--user-data-dir={profile_dir}")
     options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     driver.execute_cdp_cmd("Network.enable", {})
     driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, "latency": 0,
                                                                "downloadThroughput": 0, "uploadThroughput": 0})
