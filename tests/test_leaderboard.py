@@ -85,7 +85,7 @@ def tiny(tmp_path, monkeypatch):
         "description: a tiny profile for the leaderboard's table </script><b>not markup</b>\n"
         "stages:\n  04_rank_agreement:\n")
     monkeypatch.setattr(paths, "PARAMS", params_dir)
-    shutil.rmtree(paths.profile_dir(PROFILE), ignore_errors=True)
+    monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "outputs")        # each test its own (tests run in parallel)
     root = paths.store_dir(PROFILE)
     store.write_meta(root, "models", {m: {"family": f, "params_b": size, "instruct": i}
                                       for m, (f, size, i) in MODELS.items()})

@@ -64,12 +64,18 @@ def browser():
     shutil.rmtree(profile_dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def pages(published_analyses, smoke):
-    """The two pages as `make all` writes them: at the end of a run of each profile (04 cached where an
-    earlier module ran it)."""
-    run.run_profile("smoke", stages=["04"])
-    return {p: paths.profile_dir(p) / leaderboard.PAGE for p in ("published", "smoke")}
+@pytest.fixture
+def page(request):
+    """The page of profile ``request.param`` as `make all` writes it, at the end of a run of the profile
+    (published: its analyses; smoke: 01-03 of the shared smoke run, then 04, cached where an earlier
+    module ran it)."""
+    profile = request.param
+    if profile == "published":
+        request.getfixturevalue("published_analyses")
+    else:
+        request.getfixturevalue("smoke")
+        run.run_profile(profile, stages=["04"])
+    return profile, paths.profile_dir(profile) / leaderboard.PAGE
 
 
 # --------------------------------------------------------------------------- what the CSVs say
@@ -134,9 +140,9 @@ def _requests(driver) -> list[str]:
     return [e["params"]["request"]["url"] for e in events if e["method"] == "Network.requestWillBeSent"]
 
 
-@pytest.mark.parametrize("profile", ["published", "smoke"])
-def test_the_page_sorts_filters_and_shows_the_csvs_numbers_offline(browser, pages, profile):
-    page = pages[profile]
+@pytest.mark.parametrize("page", ["published", "smoke"], indirect=True)
+def test_the_page_sorts_filters_and_shows_the_csvs_numbers_offline(browser, page):
+    profile, page = page
     _open(browser, page)
     browser.save_screenshot(str(page.with_suffix(".png")))          # as it opens: for review
     n_models = len(pd.read_csv(paths.stage_dir(profile, "04_rank_agreement") / leaderboard.RANKS)
