@@ -128,6 +128,10 @@ test-fast: $(STAMP) lint ## the linter and the unit tests only: no notebook kern
 check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, overlap, labels) and write outputs/PROFILE/figures.html
 	$(PY) -m lib.figreview $(PROFILE)
 
+.PHONY: leaderboard
+leaderboard: $(STAMP) ## write outputs/PROFILE/leaderboard.html from PROFILE's outputs (make all writes it after each run)
+	$(PY) -m lib.leaderboard $(PROFILE)
+
 docs: $(STAMP) ## rewrite the results tables of README.md and docs/ from outputs/ (and the headline figure)
 	$(PY) -m lib.docblocks write
 

@@ -15,7 +15,8 @@ it, lazy imports inside functions included, and no modules import each other in 
     lib.benchalign   item weights learned from pairwise preferences
     lib.miniworld    generated world + zoo of tiny pre-trained models
     lib.plan, lib.run  what a run will do and for about how long; executes the notebooks of a profile
-                     through papermill
+                     through papermill; lib.docblocks (the docs' results tables), lib.leaderboard (a
+                     profile's leaderboard page)
 
 So the analyses (04-06) never import the pipeline: editing the launcher re-runs no analysis.
 """
@@ -29,5 +30,5 @@ LAYERS = (
     ("lib.analysis", "lib.placement"),
     ("lib.benchalign",),
     ("lib.miniworld",),
-    ("lib.plan", "lib.run", "lib.docblocks"),
+    ("lib.plan", "lib.run", "lib.docblocks", "lib.leaderboard"),
 )

@@ -245,8 +245,7 @@ def mean_rank_draws(ref: pd.DataFrame, new: pd.DataFrame, model: str, n_boot: in
     ranks = rank_table(ref, new).loc[model].to_numpy(float)
     keep = np.isfinite(ranks)
     ranks, cols = ranks[keep], [c for c, k in zip(new.columns, keep) if k]
-    weights = uncertainty.draws(len(ranks), n_boot, seed)          # (draws, benchmarks): how often each is drawn
-    over_benchmarks = weights @ ranks / len(ranks)
+    over_benchmarks = uncertainty.mean_draws(ranks, n_boot, seed)
     r = ref[cols].to_numpy(float)                                    # reference models x benchmarks
     others = new.drop(index=model)[cols].to_numpy(float)
     mine = new.loc[model, cols].to_numpy(float)
@@ -284,7 +283,8 @@ def placement_report(reference: pd.DataFrame, ours: pd.DataFrame, new_models: li
     ``calibration`` (:func:`calibration_check`), ``comparable``, ``placement`` (one row per new model:
     mean rank and intervals, shift, change in mean tau, PC1), ``ranks`` (per benchmark), ``reference``
     (mean rank and PC1 of the reference models among themselves: unchanged by the new models),
-    ``tau`` (mean tau of the reference alone and with each new model), ``figure`` data, ``summary``
+    ``tau`` (mean tau of the reference alone and with each new model), ``mean_ranks`` (every model's
+    mean rank, in the long form of notebook 04's: :func:`_mean_ranks`), ``figure`` data, ``summary``
     and ``lines``. When not comparable, every placement table is None.
     """
     flops = dict(flops or {})
@@ -301,15 +301,16 @@ def placement_report(reference: pd.DataFrame, ours: pd.DataFrame, new_models: li
                "comparable": bool(check["comparable"]),
                "calibration": {k: check[k] for k in ("n_checks", "n_failed", "n_identical", "n_results", "bounds")}}
     out = {"calibration": check, "comparable": check["comparable"], "placement": None, "ranks": None,
-           "reference": None, "tau": None, "figure": None, "summary": summary, "lines": list(check["lines"])}
+           "reference": None, "tau": None, "mean_ranks": None, "figure": None, "summary": summary,
+           "lines": list(check["lines"])}
     if not check["comparable"]:
         summary["placement"] = None
         return out
     ref_models = sorted(set(reference["model"]))
     new_frame = ours[ours["model"].isin(new_models)]
-    rows, per_bench, figure, taus, ref_tables = [], [], {}, [], {}
+    rows, per_bench, figure, taus, ref_tables, ref_mats = [], [], {}, [], {}, {}
     for protocol in store.PROTOCOLS:
-        ref_mat = _oriented(reference[reference["model"].isin(ref_models)], protocol, benchmarks)
+        ref_mat = ref_mats[protocol] = _oriented(reference[reference["model"].isin(ref_models)], protocol, benchmarks)
         new_mat = _oriented(pd.concat([new_frame, reference]), protocol, benchmarks).loc[new_models]
         ranks = rank_table(ref_mat, new_mat)
         raw = store.matrix(new_frame, protocol).reindex(index=new_models, columns=benchmarks)
@@ -351,13 +352,33 @@ def placement_report(reference: pd.DataFrame, ours: pd.DataFrame, new_models: li
         ref_frame = None
     compute = _compute(ref_tables, table, ref_frame)
     out.update(placement=table, ranks=pd.DataFrame(per_bench), reference=ref_tables, tau=pd.DataFrame(taus),
-               figure={"ranks": figure, "compute": compute})
+               figure={"ranks": figure, "compute": compute},
+               mean_ranks=_mean_ranks(ref_mats, long, table, n_boot, seed))
     summary["placement"] = {m: {k: _plain(v) for k, v in table.loc[m].items()} for m in table.index}
     summary["reference_mean_tau"] = {p: next(t["mean_tau"] for t in taus if t["protocol"] == p
                                              and t["models"] == "reference") for p in store.PROTOCOLS}
     summary["n_boot"], summary["seed"] = n_boot, seed
+    summary["mean_ranks"] = {"unit": "benchmarks", "n_boot": n_boot, "seed": seed, "level": uncertainty.LEVEL,
+                             "baseline": store.DIRECT, "n_benchmarks": len(benchmarks)}
     out["lines"] += [placement_line(m, table.loc[m]) for m in new_models]
     return out
+
+
+def _mean_ranks(ref_mats: dict[str, pd.DataFrame], long: pd.DataFrame, table: pd.DataFrame, n_boot: int,
+                seed: int) -> pd.DataFrame:
+    """Every model's mean rank in the long form of :func:`lib.analysis.agreement.mean_ranks` (what the
+    leaderboard page reads): the reference models among themselves (the same draws over benchmarks as
+    the new models'), then the new models (``placed``) among the reference and the new models, their
+    intervals over benchmarks and their shift as the placement table has them."""
+    ref = agreement.mean_ranks(ref_mats, n_boot, seed).assign(placed=False)
+    new = long.assign(placed=True, mean_rank_lo=[ci[0] for ci in long["ci_benchmarks"]],
+                      mean_rank_hi=[ci[1] for ci in long["ci_benchmarks"]])
+    shifted = new["protocol"] != store.DIRECT
+    moved = table.loc[new.loc[shifted, "model"]]
+    new.loc[shifted, "rank_shift"] = moved["rank_shift"].to_numpy()
+    new.loc[shifted, "rank_shift_lo"] = [ci[0] for ci in moved["rank_shift_ci"]]
+    new.loc[shifted, "rank_shift_hi"] = [ci[1] for ci in moved["rank_shift_ci"]]
+    return pd.concat([ref, new.reindex(columns=ref.columns)], ignore_index=True)
 
 
 def _meta_flops(model: str, store_root) -> float:

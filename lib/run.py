@@ -499,6 +499,8 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
         atomic_write_json(paths.profile_dir(name) / "run_log.json", {"stages": log, "total_seconds": total})
         from .figreview import review
         print(review(name), flush=True)          # the figures' checks and outputs/<profile>/figures.html
+        from .leaderboard import review as leaderboard
+        print(leaderboard(name), flush=True)     # outputs/<profile>/leaderboard.html
     print(f"[{name}] all stages finished in {total:.1f}s", flush=True)
     return log
 

@@ -32,7 +32,7 @@ import pytest  # noqa: E402
 # build). Every other test goes wherever a worker is free. (xdist's own `--dist loadgroup` marks
 # do not reach its scheduler under pytest 9, whose node ids are no longer plain strings.)
 SERIAL = {"smoke": ("test_analysis_notebooks.py", "test_lab.py", "test_pipeline_smoke.py", "test_smoke_profile.py",
-                   "test_placement.py", "test_slurm.py"),
+                   "test_placement.py", "test_slurm.py", "test_leaderboard_browser.py"),
           "miniworld-test": ("test_miniworld_notebook.py", "test_miniworld_zoo.py")}
 _SERIAL_GROUP = {module: group for group, modules in SERIAL.items() for module in modules}
 

@@ -240,6 +240,18 @@ def test_placement_report_on_new_models_written_into_the_store(paper, tmp_path):
         pd.testing.assert_frame_equal(rep["reference"][p], alone["reference"][p])
     assert rep["figure"]["compute"] is not None and "me/like-qwen7b" in rep["figure"]["compute"]["new"].index
     assert np.isfinite(table.at["me/like-qwen7b", "tbt_pc1_vs_compute"])
+    # the leaderboard's long table: the placement table's numbers, the reference's own mean ranks
+    long = rep["mean_ranks"].set_index(["model", "protocol"])
+    assert len(long) == 2 * 63 and long["placed"].sum() == 4
+    row = long.loc[("me/like-qwen7b", store.TBT)]
+    assert (row["mean_rank"], [row["mean_rank_lo"], row["mean_rank_hi"]], row["rank_shift"],
+            [row["rank_shift_lo"], row["rank_shift_hi"]], row["of"]) == \
+        (table.at["me/like-qwen7b", "tbt_mean_rank"], table.at["me/like-qwen7b", "tbt_ci_benchmarks"],
+         table.at["me/like-qwen7b", "rank_shift"], table.at["me/like-qwen7b", "rank_shift_ci"], 63)
+    for p in store.PROTOCOLS:
+        own = long.xs(p, level="protocol").loc[rep["reference"][p].index]
+        assert own["mean_rank"].to_numpy() == pytest.approx(rep["reference"][p]["mean_rank"].to_numpy())
+        assert (own["of"] == 61).all()
 
 
 def test_notebook_08_places_models_among_the_published_results(harmony_data, params_dir, tmp_path, monkeypatch):
@@ -306,6 +318,19 @@ def test_place_smoke_trains_only_new_and_calibration_models_and_reproduces_smoke
     (lines,) = rendered_against_stand_ins("place_smoke").values()
     assert lines[0].startswith("Calibration (mw-gpt2-s): ") and "comparable" in lines[0]
     assert [line.split(" | ")[0] for line in lines[4:]] == [f"| {m}" for m in s["new_models"]]
+    # the leaderboard page: smoke's four and the two placed models, each marked, ranked as 08 ranked them
+    from lib import leaderboard
+
+    data = leaderboard.page_data(leaderboard.board("place_smoke"))
+    rows = {m["id"]: m for m in data["models"]}
+    assert len(rows) == 6 and {m for m, r in rows.items() if r["role"] == "placed"} == set(models[:2])
+    assert rows[cal_model]["role"] == "calibration" and data["placement"]["comparable"]
+    assert data["rank"]["source"] == "08_placement/mean_ranks.csv"
+    for m in models[:2]:
+        assert rows[m]["rank"][store.TBT]["mean"] == pytest.approx(s["placement"][m]["tbt_mean_rank"], rel=1e-5)
+        assert rows[m]["rank"][store.TBT]["of"] == 6
+    assert {f["name"] for f in data["figures"]} >= {"placement", "placement_compute"}      # FIGURES_OF's names
+    assert (paths.profile_dir("place_smoke") / leaderboard.PAGE).exists()
 
 
 @pytest.mark.slow

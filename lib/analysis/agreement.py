@@ -142,6 +142,49 @@ def ranks(scores: pd.Series) -> pd.Series:
     return scores.rank(ascending=False, method="average")
 
 
+MEAN_RANK_COLUMNS = ["model", "protocol", "mean_rank", "mean_rank_lo", "mean_rank_hi", "n_benchmarks", "of",
+                     "rank_shift", "rank_shift_lo", "rank_shift_hi"]
+
+
+def mean_ranks(oriented: Mapping[str, pd.DataFrame], n_boot: int = uncertainty.N_BOOT, seed: int = 0,
+               level: float = uncertainty.LEVEL, baseline: str = store.DIRECT) -> pd.DataFrame:
+    """Each model's mean rank over benchmarks under each protocol, with a bootstrap interval over
+    benchmarks, and its shift from the ``baseline`` protocol: one row per (model, protocol), the
+    columns of :data:`MEAN_RANK_COLUMNS`.
+
+    ``oriented``: {protocol: oriented model x benchmark matrix}. On each benchmark a model is ranked
+    among the models scored there (:func:`ranks`: 1 = best, ties share); ``mean_rank`` averages the
+    ``n_benchmarks`` it is scored on, among ``of`` models. Its interval (``level``, ``n_boot`` draws
+    of those benchmarks with replacement, :func:`lib.analysis.uncertainty.mean_draws`, as notebook 08
+    draws them for a placed model) says how much the mean rank owes to which benchmarks are in the
+    set. ``rank_shift`` = mean rank under the protocol - under ``baseline`` (negative: the model moves
+    up), its interval paired: the same draws of the benchmarks both protocols ranked it on (NaN on
+    the baseline's own rows).
+    """
+    ranked = {p: m.apply(ranks) for p, m in oriented.items()}
+    base = ranked.get(baseline)
+    rows = []
+    for protocol, table in ranked.items():
+        for model in table.index:
+            own = table.loc[model].dropna()
+            if own.empty:
+                continue
+            lo, hi = uncertainty.interval(uncertainty.mean_draws(own.to_numpy(float), n_boot, seed), level)
+            row = {"model": model, "protocol": protocol, "mean_rank": float(own.mean()), "mean_rank_lo": lo,
+                   "mean_rank_hi": hi, "n_benchmarks": len(own), "of": len(table),
+                   "rank_shift": np.nan, "rank_shift_lo": np.nan, "rank_shift_hi": np.nan}
+            theirs = base.loc[model].dropna() if protocol != baseline and base is not None and model in base.index \
+                else pd.Series(dtype=float)
+            common = [b for b in own.index if b in theirs.index]
+            if common:
+                shift = (uncertainty.mean_draws(own[common].to_numpy(float), n_boot, seed)
+                         - uncertainty.mean_draws(theirs[common].to_numpy(float), n_boot, seed))
+                row["rank_shift"] = row["mean_rank"] - float(theirs.mean())
+                row["rank_shift_lo"], row["rank_shift_hi"] = uncertainty.interval(shift, level)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=MEAN_RANK_COLUMNS)
+
+
 def rank_plot_data(matrix: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     """Models scored on both ``a`` and ``b`` with their rank (1 = best) on each: model, rank_a, rank_b."""
     both = matrix[[a, b]].dropna()
@@ -231,7 +274,9 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     the pair whose tau improves most), ``quality`` (:func:`lib.analysis.noise.quality_table`),
     ``ceiling`` ({pairs, per_benchmark, summary, missing}: :mod:`lib.analysis.noise`), ``robustness``
     (:func:`lib.analysis.robustness.tau_gain`), ``budget`` (:func:`lib.analysis.budget.budget_table`,
-    ``None`` without validation curves under ``work``), ``summary`` (plain numbers; every interval
+    ``None`` without validation curves under ``work``), ``mean_ranks`` (each model's mean rank over the
+    benchmarks per protocol and its shift, with intervals over benchmarks: :func:`mean_ranks`; how
+    they were drawn under ``summary["mean_ranks"]``), ``summary`` (plain numbers; every interval
     under its number's name + ``_ci``) and ``notes`` (why some numbers are NaN).
 
     ``n_boot`` draws of models with ``seed`` give the ``level`` percentile intervals; ``work`` (the
@@ -259,6 +304,10 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
                                n_boot, seed, level, min_models, protocols, rank_pair=pair)
     _add_intervals(summary, boot, len(models), boot_cfg, notes)
     plot = _rank_plot(oriented, pair, boot, min_models, summary)
+    # each model's mean rank over the benchmarks (the leaderboard's), intervals over benchmarks
+    ranks_table = mean_ranks({p: oriented[p][benchmarks] for p in protocols}, n_boot, seed, level, protocols[0])
+    summary["mean_ranks"] = {"unit": "benchmarks", "n_boot": n_boot, "seed": seed, "level": level,
+                             "baseline": protocols[0], "n_benchmarks": len(benchmarks)}
     per_benchmark_ci = {p: pd.DataFrame({b: boot["benchmark_mean_tau_ci"][b][p] for b in benchmarks},
                                         index=["lo", "hi"]).T.reindex(points["per_benchmark"].index)
                         for p in protocols}
@@ -276,7 +325,7 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     return {"benchmarks": points["bench_order"], "pairs": points["pairs"], "per_benchmark": points["per_benchmark"],
             "per_benchmark_ci": per_benchmark_ci, "tau": points["tau"], "categories": points["categories"],
             "category": points["category"], "rank_plot": plot, "quality": quality, "ceiling": ceiling,
-            "robustness": robust, "budget": budget_tab, "summary": summary, "notes": notes}
+            "robustness": robust, "budget": budget_tab, "mean_ranks": ranks_table, "summary": summary, "notes": notes}
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,13 @@ def draws(n: int, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
     return np.bincount(picks.ravel(), minlength=n_boot * n).reshape(n_boot, n).astype(np.float32)
 
 
+def mean_draws(values, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
+    """(n_boot,) means of ``values`` over draws of its entries with replacement (:func:`draws`): the
+    bootstrap of a mean over the units it averages (a model's mean rank over benchmarks)."""
+    v = np.asarray(values, float)
+    return draws(len(v), n_boot, seed) @ v / len(v)
+
+
 def interval(values, level: float = LEVEL) -> list[float]:
     """``[low, high]`` percentile interval of the finite ``values`` (NaN, NaN when none is finite)."""
     v = np.asarray(values, float).ravel()
