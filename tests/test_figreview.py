@@ -161,6 +161,12 @@ def test_contact_sheet_shows_every_figure_with_caption_and_notebook(tmp_path, mo
     assert "04_rank_agreement/figures/clean.png" in text and "05_perplexity/figures/bad.png" in text
     assert "A clean figure." in text and "04_rank_agreement.ipynb" in text
     assert "1 with problems" in text and "overlaps" in text
+    plots.savefig(_clean(), tmp_path / "prof" / "04_rank_agreement", "aaa_made_later", close=True)
+    for name, cell in (("clean", 3), ("aaa_made_later", 9)):          # as the notebook's cells made them
+        rec = tmp_path / "prof" / "04_rank_agreement" / "figures" / f"{name}.json"
+        rec.write_text(json.dumps({**json.loads(rec.read_text()), "cell": cell}))
+    text = figreview.contact_sheet("prof").read_text()
+    assert text.index("figures/clean.png") < text.index("figures/aaa_made_later.png")   # made first, shown first
     assert figreview.main(["prof", "--no-sheet"]) == 1
     assert "1 with problems" in figreview.review("prof")
 
