@@ -429,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{c['bounds']['train_before_test']:.2f} reference standard errors)")
         for line in c["lines"][1:]:
             say(f"[gpu_check]   {line.strip()}")
+        if c["documents_differ"]:
+            say(f"[gpu_check]   the documents differ (the bundle's tasks are not the reference's): "
+                f"{', '.join(c['documents_differ'])}")
     out = RUNS / args.device / "report.json"
     out.write_text(json.dumps(report, indent=1, default=str) + "\n")
     if os.environ.get("OUT"):

@@ -56,6 +56,21 @@ def test_the_papers_configs_are_lm_eval_048s_and_name_their_source():
     assert moved["mnli"] == ("glue", "nyu-mll/glue")
 
 
+def test_the_configs_file_is_read_from_a_wheel_with_lm_evals_loader(tmp_path):
+    import zipfile
+
+    wheel = tmp_path / "lm_eval-0.4.8-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("lm_eval/tasks/x/_base.yaml", "dataset_path: old/repo\noutput_type: multiple_choice\n")
+        zf.writestr("lm_eval/tasks/x/x.yaml", "include: _base.yaml\ntask: x\ndataset_name: cfg\n")
+        zf.writestr("lm_eval/tasks/y/y.yaml", "task: y\ndataset_path: y_repo\n")
+    out = ds.paper_configs_from_wheel(wheel, ["x"])
+    assert out["tasks"] == {"x": {"dataset_path": "old/repo", "dataset_name": "cfg", "yaml": "x/x.yaml"}}
+    assert out["source"].startswith("lm_eval-0.4.8-py3-none-any.whl (sha256 ")
+    with pytest.raises(ds.DatasetError, match=r"no task YAML for \['z'\]"):
+        ds.paper_configs_from_wheel(wheel, ["x", "z"])
+
+
 def test_a_copy_with_its_rows_reordered_chooses_the_same_positions_but_other_documents(tmp_path):
     plan, rec = _task(tmp_path / "a", "t", _rows(60))
     same_plan, same = _task(tmp_path / "b", "t", _rows(60))               # the same rows elsewhere
@@ -100,7 +115,7 @@ def test_a_pinned_revision_reaches_the_loader_and_the_record(tmp_path, monkeypat
 @pytest.mark.slow
 def test_make_models_prints_the_dataset_table_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    lines = ds.profile_lines("paper_slice", ["arc_easy", "rte", "medmcqa"],
+    lines = tk.dataset_lines("paper_slice", ["arc_easy", "rte", "medmcqa"],
                              {"include_paths": [], "include_defaults": True, "dataset_revisions": {"rte": "v1"}})
     table = "\n".join(lines)
     assert lines[0] == "[paper_slice] datasets of 3 task(s):"

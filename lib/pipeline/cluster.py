@@ -579,7 +579,7 @@ def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_rep
               f"and tasks: `make all PROFILE={profile}`)", flush=True)
         return
     models, task_names = profile_needs(profile)
-    for line in datasets.profile_lines(profile, task_names, prof.params("01_select_benchmarks")):
+    for line in tk.dataset_lines(profile, task_names, prof.params("01_select_benchmarks")):
         print(line, flush=True)                    # what the task configs say, known offline
     cache = hub_cache()
     hub_models = [m for m in models if not Path(m).expanduser().is_dir()]

@@ -24,7 +24,8 @@ every chosen document while the positions stay the same. So every unit records
   (:func:`differences`; the placement calibration names them, :mod:`lib.placement`).
 
 ``make models`` prints the table of a profile's tasks (:func:`config_lines`: what the YAML says,
-offline) and, once the datasets are loaded, their records (:func:`record_lines`).
+offline, :func:`lib.pipeline.tasks.dataset_lines`) and, once the datasets are loaded, their records
+(:func:`record_lines`). This module imports nothing of the pipeline: :mod:`lib.pipeline.tasks` uses it.
 """
 
 from __future__ import annotations
@@ -280,26 +281,3 @@ def record_lines(profile: str, rows: list[dict]) -> list[str]:
                      f"documents {_short(rec['documents']['all'])}")
     return lines
 
-
-def profile_lines(profile: str, names: list[str], s1: dict) -> list[str]:
-    """What ``make models`` can say about a profile's datasets before loading any (notebook 01's
-    parameters ``s1``): :func:`config_lines`, and when the hub cannot be asked (``HF_HUB_OFFLINE``, or
-    it does not answer) one :func:`unknown_line` for what needs the data itself."""
-    from .. import paths
-    from . import hub
-    from . import tasks as tk
-
-    if not names:
-        return []
-    include = tk.resolve_include_paths(s1.get("include_paths", []), paths.work_dir(profile))
-    try:
-        manager = tk.task_manager(include, s1.get("include_defaults", True))
-        tk.check_names(manager, names)
-    except tk.TaskError as exc:
-        raise DatasetError(str(exc)) from None
-    pinned = check_revisions(s1.get("dataset_revisions") or {}, names)
-    lines = config_lines(profile, {n: task_source(manager, n) for n in names}, pinned)
-    why = "HF_HUB_OFFLINE is set" if hub.offline() else hub.unreachable()
-    if why:
-        lines.append(unknown_line(profile, why if hub.offline() else f"the hub does not answer: {why}"))
-    return lines
