@@ -325,9 +325,18 @@ def _stage_order(profile_dir: Path) -> list[str]:
     return sorted(p.name for p in profile_dir.glob("[0-9][0-9]_*") if (p / "figures").is_dir())
 
 
+def _made_order(png: Path) -> tuple[int, str]:
+    """A figure's place in its stage: the notebook cell that made it (its record), then its name."""
+    rec = png.with_suffix(".json")
+    cell = json.loads(rec.read_text()).get("cell") if rec.exists() else None
+    return (cell if isinstance(cell, int) else 10 ** 6, png.stem)
+
+
 def contact_sheet(profile: str, out: str | Path | None = None) -> Path:
     """Write ``outputs/<profile>/figures.html``: every figure of the profile at its print size (3.4 in
-    is a column) with its title, caption, the notebook and cell that made it, its size and its checks."""
+    is a column) with its title, caption, the notebook and cell that made it, its size and its checks,
+    stage by stage in the order the notebooks make them, the order the README and docs/ read them in
+    (04's heat maps of every benchmark pair, the README's headline figure, first)."""
     root = paths.profile_dir(profile)
     target = Path(out) if out else root / SHEET
     results = check(root)
@@ -343,7 +352,7 @@ def contact_sheet(profile: str, out: str | Path | None = None) -> Path:
                  f"{datetime.datetime.now():%Y-%m-%d %H:%M}.</p>")
     number = 0
     for stage in _stage_order(root):
-        pngs = figures(root / stage)
+        pngs = sorted(figures(root / stage), key=_made_order)
         if not pngs:
             continue
         nb = f"{stage}/{stage}.ipynb"

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from . import data, paths
@@ -337,8 +338,9 @@ def require_compute(ids: Iterable[str]) -> None:
 
 def models_frame(ids: Iterable[str], store: str | Path | None = None, need_compute: bool = False) -> pd.DataFrame:
     """One row per model (index ``model``): family, params_b, instruct, pretrain_tokens_t, flops_1e21,
-    plus ``series``, ``base_model`` and ``compute_source`` from ``extra`` where known. With
-    ``need_compute``, missing published compute data is an error (:func:`require_compute`)."""
+    plus ``series``, ``base_model`` and ``compute_source`` from ``extra`` where known, and ``prepared``
+    (a mini-world model prepared for its test tasks, recorded as instruct). With ``need_compute``,
+    missing published compute data is an error (:func:`require_compute`)."""
     ids = list(ids)
     if need_compute:
         require_compute(ids)
@@ -349,13 +351,23 @@ def models_frame(ids: Iterable[str], store: str | Path | None = None, need_compu
         row = {f.name: getattr(info, f.name) for f in fields(ModelInfo) if f.name != "extra"}
         for key in ("series", "base_model", "compute_source"):
             row[key] = info.extra.get(key)
+        row["prepared"] = bool(info.extra.get("prepared"))
         rows.append(row)
-    cols = [f.name for f in fields(ModelInfo) if f.name != "extra"] + ["series", "base_model", "compute_source"]
+    cols = [f.name for f in fields(ModelInfo) if f.name != "extra"] + ["series", "base_model", "compute_source",
+                                                                         "prepared"]
     df = pd.DataFrame(rows, columns=cols).set_index("model")
     for col in ("params_b", "pretrain_tokens_t", "flops_1e21"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     df["instruct"] = df["instruct"].astype(bool)
+    df["prepared"] = df["prepared"].astype(bool)
     return df
+
+
+def model_types(frame: pd.DataFrame) -> pd.Series:
+    """Per model of a :func:`models_frame`: ``"base"``, ``"instruct"`` (instruction-tuned) or
+    ``"prepared"`` (a mini-world model prepared for the test tasks), as figures tell them apart."""
+    return pd.Series(np.where(frame["prepared"], "prepared", np.where(frame["instruct"], "instruct", "base")),
+                     index=frame.index)
 
 
 def perplexity_benchmarks(names: Iterable[str], store: str | Path | None = None) -> list[str]:

@@ -49,7 +49,9 @@ ALPHA = 0.05                # family-wise error of the train-before-test checks
 CAUSES = ("precision (dtype: the paper ran float32; half precision changes log-likelihoods and so answers)",
           "lm-eval version (task configs, prompts and metrics change between releases)",
           "evaluation batch size (padding changes the arithmetic; the paper scored one document at a time)",
-          "prompt format (chat template, BOS token, few-shot count, generation cap)")
+          "prompt format (chat template, BOS token, few-shot count, generation cap)",
+          "dataset (a re-homed repository or another revision orders its rows otherwise, and documents are chosen "
+          "by position: the provenance's document hash says)")
 PROVENANCE_KEYS = ("dtype", "eval_batch_size", "add_bos_token", "chat_template", "max_gen_toks")
 
 
@@ -166,14 +168,20 @@ def calibration_lines(check: dict, failed: pd.DataFrame, ours: pd.DataFrame, ref
                       models: list[str]) -> list[str]:
     """What a person reads about the calibration: one verdict line; when it fails, one line per
     failed (protocol, model, benchmark) with both scores and the gap, the benchmarks it concerns,
-    and the likely causes (with the settings that differ, where the provenance says)."""
+    and the likely causes (with the benchmarks whose chosen documents differ and the settings that
+    differ, where the provenance says); a comparable run whose documents differ says so too."""
     b = check["bounds"]
     rule = f"direct |z| <= {b[store.DIRECT]:g}, train-before-test |z| <= {b[store.TBT]:.2f} reference standard errors"
+    documents = document_differences(ours, reference, models)
     if check["comparable"]:
         same = (f"; {check['n_identical']} of {check['n_results']} identical to the last digit"
                 if check["n_identical"] else "")
-        return [f"comparable: the {len(models)} calibration model(s) reproduce the reference on all "
-                f"{check['n_checks']} checked scores ({rule}){same}"]
+        lines = [f"comparable: the {len(models)} calibration model(s) reproduce the reference on all "
+                 f"{check['n_checks']} checked scores ({rule}){same}"]
+        if documents:
+            lines.append("  but the documents differ from the reference's (the chosen documents' hash), so the "
+                         "scores are not of the same items: " + "; ".join(documents))
+        return lines
     lines = [f"NOT COMPARABLE: {check['n_failed']} of {check['n_checks']} calibration scores lie outside the "
              f"reference's ({rule}); no model is ranked"]
     for r in failed.itertuples():
@@ -185,9 +193,29 @@ def calibration_lines(check: dict, failed: pd.DataFrame, ours: pd.DataFrame, ref
     lines.append(f"  benchmarks concerned: {', '.join(sorted(failed['benchmark'].unique()))}")
     differ = setting_differences(ours, reference, models)
     lines.append("  likely causes: " + "; ".join(CAUSES))
+    if documents:
+        lines.append("  documents that differ from the reference's (the chosen documents' hash; a re-homed or "
+                     "re-ordered dataset): " + "; ".join(documents))
     if differ:
         lines.append("  settings that differ from the reference's: " + "; ".join(differ))
     return lines
+
+
+def document_differences(ours: pd.DataFrame, reference: pd.DataFrame, models: list[str]) -> list[str]:
+    """``benchmark (what differs)`` where the documents the calibration models were scored on here differ
+    from the reference's (:func:`lib.pipeline.datasets.differences` of the ``dataset`` records in their
+    provenance; a reference that recorded none, such as the published file, is not compared)."""
+    from .pipeline import datasets
+
+    def records(frame: pd.DataFrame) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for bench, prov in frame[frame["model"].isin(models)][["benchmark", "provenance"]].itertuples(index=False):
+            rec = (prov or {}).get("dataset")
+            if rec and bench not in out:
+                out[bench] = rec
+        return out
+
+    return datasets.differences(records(ours), records(reference))
 
 
 def setting_differences(ours: pd.DataFrame, reference: pd.DataFrame, models: list[str]) -> list[str]:

@@ -70,3 +70,43 @@ def test_tables_per_benchmark_category_and_rank_plot():
     assert data.set_index("model")[["rank_a", "rank_b"]].to_dict("index") == {
         "a": {"rank_a": 1.0, "rank_b": 3.0}, "b": {"rank_a": 2.0, "rank_b": 1.0}, "c": {"rank_a": 3.0, "rank_b": 2.0}}
     assert agreement.most_improved_pair(pairs.assign(delta=[0.1, 0.5, -0.2])) == ("p", "r")
+    counts = agreement.category_counts(pairs, {"p": "A", "q": "A", "r": "B"})
+    assert counts.to_dict("index") == {"A": {"A": 1, "B": 2}, "B": {"A": 2, "B": 0}}
+    cells = agreement.category_cells({"x": cats}, counts)
+    assert cells["cells"] == [["A", "A"], ["B", "B"], ["A", "B"]] and cells["n_pairs"] == [1, 0, 2]
+    assert cells["tau"]["x"][0] == pytest.approx(0.2) and math.isnan(cells["tau"]["x"][1])
+
+
+def test_the_rank_plot_is_the_papers_figure_1_where_its_benchmarks_are():
+    pairs = pd.DataFrame({"a": ["arc_challenge", "nq_open"], "b": ["nq_open", "wic"], "delta": [0.3, 0.6]})
+    names = ["arc_challenge", "nq_open", "wic"]
+    models = ["google/gemma-2-9b", "openai-community/gpt2"]
+    assert agreement.choose_rank_pair([], pairs, names, models=models) == (("nq_open", "arc_challenge"),
+                                                                           ["google/gemma-2-9b"])
+    assert agreement.choose_rank_pair(["most_improved"], pairs, names, models=models) == (("nq_open", "wic"), [])
+    assert agreement.choose_rank_pair([], pairs, ["nq_open", "wic"], models=models) == (("nq_open", "wic"), [])
+    assert agreement.choose_rank_pair(["wic", "nq_open"], pairs, names, ["openai-community/gpt2"], models) == (
+        ("wic", "nq_open"), ["openai-community/gpt2"])
+    with pytest.raises(ValueError, match=r"rank_plot_pair: 'wik' is not a downstream benchmark here \(did you mean"):
+        agreement.choose_rank_pair(["wik", "nq_open"], pairs, names, models=models)
+    with pytest.raises(ValueError, match=r"rank_plot_highlight: 'gpt3' is not a model here"):
+        agreement.choose_rank_pair([], pairs, names, ["gpt3"], models)
+
+
+def test_within_checks_compute_a_category_other_ways():
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=12)
+    mat = pd.DataFrame({b: base + rng.normal(scale=s, size=12) for b, s in (("p", 0.3), ("q", 0.5), ("r", 2.0),
+                                                                             ("s", 0.1))},
+                       index=[f"m{i}" for i in range(12)])
+    mat["q"] = mat["q"].round(0)                                         # ties: tau-a, -b and -c differ
+    checks = agreement.within_checks({"d": mat, "t": mat}, {"p": "A", "q": "A", "r": "A", "s": "B"},
+                                     {"first half": list(mat.index[:6])}, protocols=("d", "t"))
+    assert list(checks) == ["A"]                                         # B has one benchmark
+    rows = {r["check"]: r["d"] for r in checks["A"]}
+    taus = [stats.kendalltau(mat[a], mat[b]).statistic for a, b in (("p", "q"), ("p", "r"), ("q", "r"))]
+    assert rows["tau-b, mean over its pairs (the tables')"] == pytest.approx(np.mean(taus))
+    assert rows["median over its pairs"] == pytest.approx(np.median(taus))
+    assert rows["tau-a"] < rows["tau-b, mean over its pairs (the tables')"]          # ties count as neither
+    assert rows["without r (highest)"] == pytest.approx(taus[0])         # the noisy benchmark left out
+    assert rows["first half (6 models) (lowest)"] == rows["first half (6 models) (highest)"]

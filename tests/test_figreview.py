@@ -161,6 +161,12 @@ def test_contact_sheet_shows_every_figure_with_caption_and_notebook(tmp_path, mo
     assert "04_rank_agreement/figures/clean.png" in text and "05_perplexity/figures/bad.png" in text
     assert "A clean figure." in text and "04_rank_agreement.ipynb" in text
     assert "1 with problems" in text and "overlaps" in text
+    plots.savefig(_clean(), tmp_path / "prof" / "04_rank_agreement", "aaa_made_later", close=True)
+    for name, cell in (("clean", 3), ("aaa_made_later", 9)):          # as the notebook's cells made them
+        rec = tmp_path / "prof" / "04_rank_agreement" / "figures" / f"{name}.json"
+        rec.write_text(json.dumps({**json.loads(rec.read_text()), "cell": cell}))
+    text = figreview.contact_sheet("prof").read_text()
+    assert text.index("figures/clean.png") < text.index("figures/aaa_made_later.png")   # made first, shown first
     assert figreview.main(["prof", "--no-sheet"]) == 1
     assert "1 with problems" in figreview.review("prof")
 
@@ -286,3 +292,36 @@ def test_weights_by_benchmark_with_many_benchmarks(tmp_path):
     fig = figures.weight_hist(item_benchmark, weights)
     _assert_clean(fig, tmp_path, "weights")
     assert any("MATH-hard" in t.get_text() for t in fig.axes[0].get_yticklabels())
+
+
+def _texts(fig) -> str:
+    return " | ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
+
+
+def test_analysis_figures_say_what_they_show(tmp_path):
+    """Legends name instruction-tuned models so (mini-world 'prepared' only where the models are), a
+    family's bar carries its size and floor, the ceiling plot counts the pairs above its line, the
+    rank plot names its marked model, and captions name the statistic the panels give."""
+    from lib.analysis import figures as af
+
+    models = ["openai-community/gpt2", "Qwen/Qwen2-7B", "Qwen/Qwen2-7B-Instruct"]
+    frame = pd.DataFrame({"model": models, "x": [1.0, 2.0, 3.0], "y": [0.2, 0.5, 0.6],
+                          "type": ["base", "base", "instruct"]})
+    fig = af.scatter_grid({"direct_eval": frame}, "x", "y", hue="type", statistic="Pearson r", suptitle="S")
+    assert "instruction-tuned" in _texts(fig) and "prepared" not in _texts(fig)
+    assert "Pearson r" in plots.caption(fig) and "prepared" not in plots.caption(fig)
+    prepared = af.scatter_grid({"d": frame.assign(type=["base", "base", "prepared"])}, "x", "y", hue="type")
+    assert "prepared for the test tasks" in _texts(prepared)
+    family = pd.DataFrame({"group": ["GPT-2", "Qwen"] * 2, "n_models": [4, 26] * 2, "pc1": [0.7, 0.8, 0.8, 0.9],
+                           "lo": [0.6] * 4, "hi": [0.9] * 4, "protocol": [store.DIRECT] * 2 + [store.TBT] * 2})
+    bars = af.family_pc1_bars(family, 24)
+    assert {"GPT-2 (4)", "Qwen (26)"} <= {t.get_text() for t in bars.axes[0].get_yticklabels()}
+    floor = [line for line in bars.axes[0].get_lines() if line.get_label() == "lowest possible"][0]
+    assert list(floor.get_xdata()) == pytest.approx([1 / 3, 1 / 24])
+    pairs = pd.DataFrame({"a": ["p", "p"], "b": ["q", "r"], "tau_d": [0.9, 0.3], "ceiling_d": [0.8, 0.9]})
+    per = pd.DataFrame({"tau_d": [0.6, 0.9, 0.3], "ceiling_d": [0.85, 0.8, 0.9]}, index=["p", "q", "r"])
+    assert "(1 of 2 pairs above the line)" in _texts(af.ceiling_plot(pairs, per, ("d",)))
+    ranks = {"d": pd.DataFrame({"model": models, "rank_a": [1.0, 2.0, 3.0], "rank_b": [2.0, 1.0, 3.0]})}
+    marked = af.rank_plot(ranks, "nq_open", "arc_challenge", highlight=["Qwen/Qwen2-7B"])
+    assert "Qwen2-7B" in _texts(marked) and "Thick: Qwen2-7B." in plots.caption(marked)
+    plt.close("all")

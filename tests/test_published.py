@@ -187,3 +187,58 @@ def test_published_profile_reproduces_the_paper(harmony_data, published_analyses
         assert s06["pc1_vs_log_compute"][protocol]["base"]["n_models"] == 22
     assert s06["pc1_explained"]["train_before_test"] > s06["pc1_explained"]["direct_eval"] + 0.1
     assert not math.isnan(s06["pc1_vs_log_compute"]["train_before_test"]["all"]["pearson_r"])
+
+
+@pytest.mark.slow
+@pytest.mark.published
+def test_the_papers_own_metrics_come_out_as_the_paper_reports(harmony_data, published_analyses):
+    """Each paper row of the README's table, as the paper defines it, against the paper's value (two
+    digits) and against scipy on the raw file; language understanding's direct value is the one gap
+    (0.539 for the paper's 0.52), and none of the ways of computing it that docs/results.md lists
+    gives the paper's pair of values."""
+    from lib.analysis.tables import PAPER
+
+    raw = _raw(harmony_data)
+    s04, s05 = published_analyses["04_rank_agreement"], published_analyses["05_perplexity"]
+    corpora = ["arxiv_2025", "stackexchange_2025", "wiki_2025"]
+    downstream = sorted(b for b in raw["direct_eval"] if b not in corpora)
+    with_ppl = sorted(raw["direct_eval"]["wiki_2025"])
+    instruct = {m for m in with_ppl if m.endswith(("-Instruct", "-Chat", "-it"))}
+
+    def tau(p, a, q, b, models):
+        return stats.kendalltau([raw[p][a][m] for m in models], [raw[q][b][m] for m in models]).statistic
+
+    def pairwise(ppl_p, ds_p, models):      # perplexity ranking (lower is better) against each benchmark's
+        return np.mean([-tau(ppl_p, c, ds_p, b, models) for c in corpora for b in downstream])
+
+    mp = s05["mean_tau_pairs"]
+    for setting, ppl_p, ds_p in [("direct", "direct_eval", "direct_eval"),
+                                 ("train_before_test", "train_before_test", "train_before_test")]:
+        assert mp[setting]["all"] == pytest.approx(pairwise(ppl_p, ds_p, with_ppl), abs=1e-9)
+    assert (round(mp["direct"]["all"], 2), round(mp["train_before_test"]["all"], 2)) == PAPER["ppl_pairs"]
+    for group, models in (("base", [m for m in with_ppl if m not in instruct]), ("instruct", sorted(instruct))):
+        value = mp["pre_ft_ppl_vs_tbt"][group]
+        assert value == pytest.approx(pairwise("direct_eval", "train_before_test", models), abs=1e-9)
+        assert round(value, 2) == PAPER["ppl_before_after"][group]
+        assert s05["tau_average"]["pre_ft_ppl_vs_tbt"][group] > value        # the tau of averages is another number
+
+    cells = s04["category_cells"]
+    models = sorted(raw["direct_eval"]["mnli"])
+    for category, paper in PAPER["within"].items():
+        names = [b for b in downstream if metadata.benchmark_info(b).category == category]
+        k = cells["cells"].index([category, category])
+        assert cells["n_pairs"][k] == len(names) * (len(names) - 1) // 2
+        for protocol, expected in zip(store.PROTOCOLS, paper):
+            value = cells["tau"][protocol][k]
+            pairs = [tau(protocol, a, protocol, b, models) for i, a in enumerate(names) for b in names[i + 1:]]
+            assert value == pytest.approx(np.mean(pairs), abs=1e-9)
+            if (category, protocol) == ("Language Understanding", "direct_eval"):
+                assert round(value, 3) == 0.539 and expected == 0.52          # the documented, unexplained gap
+            else:
+                assert round(value, 2) == expected, (category, protocol)
+    assert cells["n_pairs"][cells["cells"].index(["Math", "Math"])] == 1
+    checks = s04["within_checks"]["Language Understanding"]
+    assert len(checks) == 8 and not any((round(c["direct_eval"], 2), round(c["train_before_test"], 2))
+                                        == PAPER["within"]["Language Understanding"] for c in checks)
+    assert s04["rank_plot"]["a"] == "nq_open" and s04["rank_plot"]["b"] == "arc_challenge"
+    assert s04["rank_plot"]["highlight"] == ["google/gemma-2-9b"]

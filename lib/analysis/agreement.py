@@ -24,6 +24,7 @@ import pandas as pd
 from scipy import stats
 
 from .. import layout, metadata, store
+from ..util import did_you_mean
 from . import uncertainty
 
 MIN_MODELS = 3   # below this a tau is reported as NaN
@@ -118,6 +119,24 @@ def category_matrix(pairs: pd.DataFrame, categories: Mapping[str, str], column: 
     a single benchmark (no pair).
     """
     cats = order or sorted(set(categories[b] for b in set(pairs["a"]) | set(pairs["b"])))
+    sums, counts = _category_sums(pairs, categories, column, cats)
+    with np.errstate(invalid="ignore"):
+        return pd.DataFrame(np.where(counts > 0, sums / np.where(counts > 0, counts, 1), np.nan), index=cats,
+                            columns=cats)
+
+
+def category_counts(pairs: pd.DataFrame, categories: Mapping[str, str], column: str = "tau",
+                    order: list[str] | None = None) -> pd.DataFrame:
+    """The number of benchmark pairs behind each cell of :func:`category_matrix` (pairs whose tau is
+    defined): n (n - 1) / 2 inside a category of n benchmarks, n_a n_b between two categories, so a
+    category of two benchmarks has a single pair on the diagonal."""
+    cats = order or sorted(set(categories[b] for b in set(pairs["a"]) | set(pairs["b"])))
+    return pd.DataFrame(_category_sums(pairs, categories, column, cats)[1].astype(int), index=cats, columns=cats)
+
+
+def _category_sums(pairs: pd.DataFrame, categories: Mapping[str, str], column: str,
+                   cats: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(sum of tau, number of pairs) per category x category cell, symmetric."""
     pos = {c: k for k, c in enumerate(cats)}
     sums = np.zeros((len(cats), len(cats)))
     counts = np.zeros((len(cats), len(cats)))
@@ -132,9 +151,77 @@ def category_matrix(pairs: pd.DataFrame, categories: Mapping[str, str], column: 
         if ca != cb:
             sums[pos[cb], pos[ca]] += tau
             counts[pos[cb], pos[ca]] += 1
-    with np.errstate(invalid="ignore"):
-        return pd.DataFrame(np.where(counts > 0, sums / np.where(counts > 0, counts, 1), np.nan), index=cats,
-                            columns=cats)
+    return sums, counts
+
+
+def category_cells(mats: Mapping[str, pd.DataFrame], counts: pd.DataFrame) -> dict:
+    """The upper triangle of the category matrices, diagonal first, as plain values: ``{"cells": [[a, b],
+    ...], "n_pairs": [...], "tau": {protocol: [...]}}`` (a summary's form of :func:`category_matrix`)."""
+    cats = list(counts.index)
+    cells = [(a, a) for a in cats] + [(a, b) for i, a in enumerate(cats) for b in cats[i + 1:]]
+    return {"cells": [list(c) for c in cells], "n_pairs": [int(counts.loc[a, b]) for a, b in cells],
+            "tau": {p: [float(m.loc[a, b]) for a, b in cells] for p, m in mats.items()}}
+
+
+def tau_variant(x, y, variant: str = "b", min_models: int = MIN_MODELS) -> float:
+    """Kendall tau of two aligned arrays (finite positions only) in another variant: ``"b"`` (the one
+    used everywhere, :func:`tau_arrays`), ``"c"`` (Stuart's) or ``"a"`` (concordant minus discordant
+    model pairs over all pairs: a tie counts as neither)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) < max(2, min_models) or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    if variant == "a":
+        i, j = np.triu_indices(len(x), 1)
+        return float(np.mean(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j])))
+    return float(stats.kendalltau(x, y, variant=variant).statistic)
+
+
+WITHIN_MIN_BENCHMARKS = 3    # a category needs this many benchmarks for :func:`within_checks` (one left out: a pair)
+
+
+def within_checks(matrices: Mapping[str, pd.DataFrame], categories: Mapping[str, str],
+                  subsets: Mapping[str, list[str]] | None = None, min_models: int = MIN_MODELS,
+                  protocols: tuple[str, str] = store.PROTOCOLS) -> dict:
+    """The within-category mean tau of each category of at least :data:`WITHIN_MIN_BENCHMARKS`
+    benchmarks computed other ways, to see which choice a published value could rest on:
+    ``{category: [{"check", <protocol>: value, ...}]}``, rows: the tables' definition (tau-b, mean over
+    the category's pairs), tau-c, tau-a, the median over the pairs, the benchmark whose omission gives
+    the lowest and the highest value under the first protocol, and likewise the subset of models
+    (``subsets``: {label: models}, e.g. :func:`lib.analysis.robustness.model_subsets`' families left out).
+    ``matrices``: {protocol: oriented model x benchmark matrix}."""
+    first = protocols[0]
+    cols = list(matrices[first].columns)
+    out: dict[str, list[dict]] = {}
+
+    def mean_tau_of(names: list[str], models=None, variant: str = "b", agg=np.nanmean) -> dict:
+        vals = {}
+        for p in protocols:
+            mat = matrices[p].reindex(columns=names)
+            mat = mat if models is None else mat.reindex(models)
+            taus = [tau_variant(mat[a], mat[b], variant, min_models) for a, b in itertools.combinations(names, 2)]
+            vals[p] = float(agg(taus)) if np.isfinite(taus).any() else float("nan")
+        return vals
+
+    def extremes(label: str, options: dict[str, dict]) -> list[dict]:
+        ranked = sorted(options.items(), key=lambda kv: kv[1][first])
+        return [{"check": f"{label(ranked[0][0])} (lowest)", **ranked[0][1]},
+                {"check": f"{label(ranked[-1][0])} (highest)", **ranked[-1][1]}] if ranked else []
+
+    for cat in dict.fromkeys(categories[b] for b in cols):
+        names = [b for b in cols if categories[b] == cat]
+        if len(names) < WITHIN_MIN_BENCHMARKS:
+            continue
+        rows = [{"check": "tau-b, mean over its pairs (the tables')", **mean_tau_of(names)},
+                {"check": "tau-c", **mean_tau_of(names, variant="c")},
+                {"check": "tau-a", **mean_tau_of(names, variant="a")},
+                {"check": "median over its pairs", **mean_tau_of(names, agg=np.nanmedian)}]
+        rows += extremes(lambda b: f"without {b}", {b: mean_tau_of([n for n in names if n != b]) for b in names})
+        subs = {f"{k} ({len(v)} models)": v for k, v in (subsets or {}).items() if len(v) >= min_models}
+        rows += extremes(str, {k: mean_tau_of(names, v) for k, v in subs.items()})
+        out[cat] = rows
+    return out
 
 
 def ranks(scores: pd.Series) -> pd.Series:
@@ -192,6 +279,40 @@ def rank_plot_data(matrix: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
                          "rank_b": ranks(both[b]).to_numpy()}).sort_values("rank_a", ignore_index=True)
 
 
+PAPER_RANK_PAIR = ("nq_open", "arc_challenge")    # the paper's Figure 1: NQ-Open against ARC-Challenge ...
+PAPER_HIGHLIGHT = ("google/gemma-2-9b",)            # ... with Gemma-2-9B marked
+MOST_IMPROVED = "most_improved"
+
+
+def choose_rank_pair(asked: list[str] | tuple[str, ...], pairs: pd.DataFrame, benchmarks: list[str],
+                     highlight: list[str] | tuple[str, ...] = (), models: Iterable[str] = ()
+                     ) -> tuple[tuple[str, str] | None, list[str]]:
+    """(the rank plot's two benchmarks, the models it marks). ``asked``: two benchmarks, or
+    ``[MOST_IMPROVED]`` (the pair whose tau improves most, :func:`most_improved_pair`); empty: the
+    paper's Figure 1 pair (:data:`PAPER_RANK_PAIR`) where both are benchmarks here, else the most
+    improved pair. ``highlight``: models to mark; empty: the paper's (:data:`PAPER_HIGHLIGHT`) that are
+    among ``models`` when the pair is the paper's. An unknown benchmark or model is a ValueError."""
+    asked = list(asked)
+    if asked == [MOST_IMPROVED]:
+        pair = most_improved_pair(pairs)
+    elif asked:
+        if len(asked) != 2 or asked[0] == asked[1]:
+            raise ValueError(f"rank_plot_pair must name two benchmarks or be [{MOST_IMPROVED!r}], got {asked}")
+        unknown = [b for b in asked if b not in benchmarks]
+        if unknown:
+            raise ValueError(f"rank_plot_pair: {unknown[0]!r} is not a downstream benchmark here"
+                             f"{did_you_mean(unknown[0], benchmarks)}")
+        pair = (asked[0], asked[1])
+    else:
+        pair = PAPER_RANK_PAIR if set(PAPER_RANK_PAIR) <= set(benchmarks) else most_improved_pair(pairs)
+    models = set(models)
+    unknown = [m for m in highlight if m not in models]
+    if unknown:
+        raise ValueError(f"rank_plot_highlight: {unknown[0]!r} is not a model here{did_you_mean(unknown[0], models)}")
+    marked = list(highlight) or ([m for m in PAPER_HIGHLIGHT if m in models] if pair == PAPER_RANK_PAIR else [])
+    return pair, marked
+
+
 def most_improved_pair(pairs: pd.DataFrame, column: str = "delta") -> tuple[str, str] | None:
     """The benchmark pair whose tau improves most (the paper-style opening figure), or None."""
     valid = pairs.dropna(subset=[column])
@@ -204,12 +325,13 @@ def most_improved_pair(pairs: pd.DataFrame, column: str = "delta") -> tuple[str,
 def bootstrap_agreement(matrices: Mapping[str, pd.DataFrame], benchmarks: list[str], categories: Mapping[str, str],
                         n_boot: int = uncertainty.N_BOOT, seed: int = 0, level: float = uncertainty.LEVEL,
                         min_models: int = MIN_MODELS, protocols: tuple[str, str] = store.PROTOCOLS,
-                        rank_pair: tuple[str, str] | None = None) -> dict:
+                        rank_pair: tuple[str, str] | None = None, cells: list | None = None) -> dict:
     """Bootstrap over models (the same draws for both protocols) of the numbers of
     :func:`agreement_report`'s summary; returns their intervals under the summary's names + ``_ci``:
     ``mean_tau_ci`` {protocol}, ``mean_tau_gain_ci``, ``pairs_improved_ci``, ``benchmark_mean_tau_ci``
-    {benchmark: {protocol}}, ``category_within_mean_tau_ci`` {protocol}, ``rank_plot_tau_ci`` {protocol}
-    and ``defined`` (share of draws in which each mean tau is defined).
+    {benchmark: {protocol}}, ``category_within_mean_tau_ci`` {protocol}, ``rank_plot_tau_ci`` {protocol},
+    ``category_cells_ci`` {protocol: [[lo, hi] per cell of ``cells``, (category, category) pairs]} and
+    ``defined`` (share of draws in which each mean tau is defined).
 
     ``matrices``: {protocol: oriented model x benchmark matrix}. Models are the union over protocols.
     """
@@ -250,6 +372,13 @@ def bootstrap_agreement(matrices: Mapping[str, pd.DataFrame], benchmarks: list[s
     cat = {p: uncertainty.nanmean_rows(group_mean(per[p], within)) if cats else np.full(n_boot, np.nan)
            for p in protocols}
     out["category_within_mean_tau_ci"] = {p: ci(cat[p]) for p in protocols}
+    if cells:
+        index = {tuple(c): k for k, c in enumerate(cells)}
+        in_cell = np.zeros((m, len(cells)))
+        for row, (a, b) in enumerate(pairs):
+            ca, cb = categories[benchmarks[a]], categories[benchmarks[b]]
+            in_cell[row, index.get((ca, cb), index.get((cb, ca)))] = 1
+        out["category_cells_ci"] = {p: [ci(v) for v in group_mean(per[p], in_cell).T] for p in protocols}
     if rank_pair is not None:
         a, b = rank_pair
         out["rank_plot_tau_ci"] = {}
@@ -261,7 +390,7 @@ def bootstrap_agreement(matrices: Mapping[str, pd.DataFrame], benchmarks: list[s
 
 @uncertainty.one_blas_thread
 def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS,
-                     rank_plot_pair: list[str] | tuple[str, str] = (),
+                     rank_plot_pair: list[str] | tuple[str, str] = (), rank_plot_highlight: list[str] | tuple = (),
                      protocols: tuple[str, str] = store.PROTOCOLS, n_boot: int = uncertainty.N_BOOT,
                      seed: int = 0, level: float = uncertainty.LEVEL, work=None, halvings: int | None = None) -> dict:
     """Everything notebook 04 shows, from a tidy store frame (downstream benchmarks only).
@@ -269,9 +398,11 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     Returns a dict with ``benchmarks`` (list), ``pairs`` (:func:`compare_protocols`),
     ``per_benchmark`` (benchmark x protocol mean tau), ``per_benchmark_ci`` ({protocol: benchmark x
     [lo, hi]}), ``tau`` ({protocol: square matrix}), ``categories`` ({benchmark: category}),
-    ``category`` ({protocol: category matrix}), ``rank_plot`` (``None`` or {a, b, data: {protocol:
-    ranks}, tau: {protocol}, ci: {protocol}}: the two-ranking figure for ``rank_plot_pair``, by default
-    the pair whose tau improves most), ``quality`` (:func:`lib.analysis.noise.quality_table`),
+    ``category`` ({protocol: category matrix}), ``category_counts`` (the benchmark pairs behind each
+    cell, :func:`category_counts`), ``rank_plot`` (``None`` or {a, b, data: {protocol:
+    ranks}, tau: {protocol}, ci: {protocol}, highlight: [models]}: the two-ranking figure for the pair
+    and marked models :func:`choose_rank_pair` makes of ``rank_plot_pair`` and ``rank_plot_highlight``,
+    by default the paper's Figure 1), ``quality`` (:func:`lib.analysis.noise.quality_table`),
     ``ceiling`` ({pairs, per_benchmark, summary, missing}: :mod:`lib.analysis.noise`), ``robustness``
     (:func:`lib.analysis.robustness.tau_gain`), ``budget`` (:func:`lib.analysis.budget.budget_table`,
     ``None`` without validation curves under ``work``), ``mean_ranks`` (each model's mean rank over the
@@ -284,7 +415,7 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     else the store's standard errors) and validation curves; ``halvings`` random half-splits per
     benchmark estimate its reliability.
     """
-    from . import noise
+    from . import noise, robustness
 
     halvings = noise.HALVINGS if halvings is None else halvings
     boot_cfg = _Boot(n_boot, seed, level, min_models, protocols)
@@ -299,11 +430,12 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     dirs = store.directions(df)
     oriented = {p: store.orient(store.matrix(df, p), dirs) for p in protocols}
     models = sorted(set().union(*(oriented[p].index for p in protocols)))
-    pair = tuple(rank_plot_pair) if rank_plot_pair else most_improved_pair(points["pairs"])
+    pair, marked = choose_rank_pair(rank_plot_pair, points["pairs"], benchmarks, rank_plot_highlight, models)
     boot = bootstrap_agreement({p: oriented[p][benchmarks] for p in protocols}, benchmarks, points["categories"],
-                               n_boot, seed, level, min_models, protocols, rank_pair=pair)
+                               n_boot, seed, level, min_models, protocols, rank_pair=pair,
+                               cells=summary["category_cells"]["cells"])
     _add_intervals(summary, boot, len(models), boot_cfg, notes)
-    plot = _rank_plot(oriented, pair, boot, min_models, summary)
+    plot = _rank_plot(oriented, pair, marked, boot, min_models, summary)
     # each model's mean rank over the benchmarks (the leaderboard's), intervals over benchmarks
     ranks_table = mean_ranks({p: oriented[p][benchmarks] for p in protocols}, n_boot, seed, level, protocols[0])
     summary["mean_ranks"] = {"unit": "benchmarks", "n_boot": n_boot, "seed": seed, "level": level,
@@ -315,8 +447,13 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     # measurement quality and noise ceiling (one estimator: split-half reliability)
     quality, ceiling = _noise_section(df, benchmarks, models, points, work, halvings, boot_cfg, summary, notes)
 
-    # robustness: the gain on subsets of models
+    # robustness: the gain on subsets of models, and the within-category tau computed other ways
     robust = _robustness_section(df, oriented, benchmarks, models, store_root, boot_cfg, summary, notes)
+    subsets = robustness.model_subsets(metadata.models_frame(models, store_root),
+                                       robustness.complete_models(df, protocols), min_models)[0]
+    subsets.pop(robustness.ALL, None)
+    summary["within_checks"] = within_checks({p: oriented[p][benchmarks] for p in protocols}, points["categories"],
+                                             subsets, min_models, protocols)
 
     # fine-tuning budget: agreement along the validation curves
     budget_tab = _budget_section(work, models, benchmarks, boot_cfg, summary, notes)
@@ -324,8 +461,9 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     summary["notes"] = notes
     return {"benchmarks": points["bench_order"], "pairs": points["pairs"], "per_benchmark": points["per_benchmark"],
             "per_benchmark_ci": per_benchmark_ci, "tau": points["tau"], "categories": points["categories"],
-            "category": points["category"], "rank_plot": plot, "quality": quality, "ceiling": ceiling,
-            "robustness": robust, "budget": budget_tab, "mean_ranks": ranks_table, "summary": summary, "notes": notes}
+            "category": points["category"], "category_counts": points["counts"], "rank_plot": plot,
+            "quality": quality, "ceiling": ceiling, "robustness": robust, "budget": budget_tab,
+            "mean_ranks": ranks_table, "summary": summary, "notes": notes}
 
 
 @dataclass(frozen=True)
@@ -365,6 +503,9 @@ def _point_estimates(df: pd.DataFrame, benchmarks: list[str], store_root, min_mo
     bench_order = sorted(benchmarks, key=lambda b: (order.index(categories[b]), b))
     tau = {p: tau_matrix(pairs.rename(columns={f"tau_{p}": "tau"}), bench_order) for p in protocols}
     category = {p: category_matrix(pairs, categories, f"tau_{p}", order) for p in protocols}
+    counts = category_counts(pairs.dropna(subset=[f"tau_{p}" for p in protocols]), categories,
+                             f"tau_{protocols[0]}", order)
+    cells = category_cells(category, counts)
     single = [c for c in order if sum(v == c for v in categories.values()) < 2]
     if single:
         notes.append(f"categories with one benchmark have no within-category pair (NaN): {single}")
@@ -388,17 +529,19 @@ def _point_estimates(df: pd.DataFrame, benchmarks: list[str], store_root, min_mo
                              for p in protocols},
         "category_within_mean_tau": {p: float(np.nanmean(diag[p])) if np.isfinite(diag[p]).any() else float("nan")
                                      for p in protocols},
+        "category_cells": cells,
         "min_models": min_models,
     }
     summary["mean_tau_gain"] = summary["mean_tau"][second] - summary["mean_tau"][first]
     return {"bench_meta": bench_meta, "categories": categories, "pairs": pairs, "per_benchmark": per_benchmark,
-            "bench_order": bench_order, "tau": tau, "category": category, "summary": summary}
+            "bench_order": bench_order, "tau": tau, "category": category, "counts": counts, "summary": summary}
 
 
 def _add_intervals(summary: dict, boot: dict, n_models: int, cfg: _Boot, notes: list[str]) -> None:
     """The bootstrap's intervals into the summary (under each number's name + ``_ci``), whether the
     gain's interval excludes zero, and the bootstrap's settings."""
-    summary.update({k: v for k, v in boot.items() if k not in ("defined", "rank_plot_tau_ci")})
+    summary.update({k: v for k, v in boot.items() if k not in ("defined", "rank_plot_tau_ci", "category_cells_ci")})
+    summary["category_cells"]["tau_ci"] = boot.get("category_cells_ci", {})
     lo, hi = summary["mean_tau_gain_ci"]
     summary["mean_tau_gain_excludes_zero"] = bool(np.isfinite(lo) and (lo > 0 or hi < 0))
     low_n, high_n = summary["pairs_improved_ci"]
@@ -414,16 +557,17 @@ def _add_intervals(summary: dict, boot: dict, n_models: int, cfg: _Boot, notes: 
                      "distinct models): intervals cover only the draws where it is defined")
 
 
-def _rank_plot(oriented: dict[str, pd.DataFrame], pair: tuple[str, str] | None, boot: dict, min_models: int,
-               summary: dict) -> dict | None:
-    """The two rankings of ``pair`` under each protocol, with their tau and its interval."""
+def _rank_plot(oriented: dict[str, pd.DataFrame], pair: tuple[str, str] | None, marked: list[str], boot: dict,
+               min_models: int, summary: dict) -> dict | None:
+    """The two rankings of ``pair`` under each protocol, with their tau and its interval, and the
+    models to mark."""
     if pair is None:
         return None
     a, b = pair
     plot = {"a": a, "b": b, "data": {p: rank_plot_data(m, a, b) for p, m in oriented.items()},
             "tau": {p: kendall_tau(m[a], m[b], min_models)[0] for p, m in oriented.items()},
-            "ci": boot["rank_plot_tau_ci"]}
-    summary["rank_plot"] = {"a": a, "b": b, "tau": plot["tau"], "tau_ci": plot["ci"]}
+            "ci": boot["rank_plot_tau_ci"], "highlight": list(marked)}
+    summary["rank_plot"] = {"a": a, "b": b, "tau": plot["tau"], "tau_ci": plot["ci"], "highlight": list(marked)}
     return plot
 
 

@@ -29,6 +29,7 @@ TAU_CMAP = "viridis"     # Kendall tau, every heat map: one sequential scale fro
 TAU_VMIN = -0.2
 ANNOT = 7                # pt, numbers printed in cells
 CELL_MIN_IN = 0.3        # a cell narrower than this gets no number (it would run into its neighbour)
+MARK_COLORS = ("black", "0.45")   # models a figure marks (the rank plot's highlighted ones), in turn
 
 
 def _label(p: str) -> str:
@@ -155,21 +156,26 @@ def per_benchmark_bars(per_benchmark: pd.DataFrame, cis: Mapping[str, pd.DataFra
         "(whiskers: 95 % bootstrap intervals over models); benchmarks ordered by their direct-evaluation value."))
 
 
-def category_heatmaps(mats: Mapping[str, pd.DataFrame], within: Mapping[str, tuple[float, list]] | None = None):
+def category_heatmaps(mats: Mapping[str, pd.DataFrame], within: Mapping[str, tuple[float, list]] | None = None,
+                      counts: pd.DataFrame | None = None):
     """Category x category mean-tau heatmaps, one per protocol, with one colour bar; ``within``:
-    {protocol: (within-category mean tau, [lo, hi])} for the panel titles. Empty cells (a category
-    with a single benchmark has no pair inside it) are left grey."""
+    {protocol: (within-category mean tau, [lo, hi])} for the panel titles; ``counts``: the number of
+    benchmark pairs behind each cell (:func:`lib.analysis.agreement.category_counts`), printed under
+    its tau, so a cell that rests on a single pair shows it. Empty cells (a category with a single
+    benchmark has no pair inside it) are left grey."""
     first = next(iter(mats.values()))
     n, k = len(first), len(mats)
     names = [_wrap_category(c) for c in first.index]
     lab = _label_width(names) + 0.15
     side = min((WIDTH_DOUBLE - lab - 0.75 - 0.15 * k) / k, max(1.6, 0.45 * n))
     vmin = tau_range([m.to_numpy() for m in mats.values()])
+    annotate = side / max(n, 1) >= CELL_MIN_IN
     titles = {}
-    for p in mats:
+    for p, mat in mats.items():
         title = _label(p)
         if within and p in within and np.isfinite(within[p][0]):
-            title += f"\nwithin categories {within[p][0]:.2f}{ci_text(within[p][1])}"
+            cells = int(np.isfinite(np.diag(mat.to_numpy(float))).sum())
+            title += f"\nmean of the {cells} diagonal cells {within[p][0]:.2f}{ci_text(within[p][1])}"
         titles[p] = plots.wrap(title, side)
     heading = "Mean Kendall τ of benchmark pairs by category"
     width = lab + k * (side + 0.15) + 0.75
@@ -178,8 +184,13 @@ def category_heatmaps(mats: Mapping[str, pd.DataFrame], within: Mapping[str, tup
                              layout="constrained", gridspec_kw={"width_ratios": [1] * k + [0.06]})
     cbar_ax = axes[0][-1]
     for j, (ax, (p, mat)) in enumerate(zip(axes[0][:-1], mats.items())):
-        sns.heatmap(mat, ax=ax, vmin=vmin, vmax=1, cmap=TAU_CMAP, annot=side / max(n, 1) >= CELL_MIN_IN,
-                    fmt=".2f", square=True, cbar=j == 0, cbar_ax=cbar_ax if j == 0 else None,
+        annot = annotate
+        if annotate and counts is not None:
+            n_pairs = counts.reindex(index=mat.index, columns=mat.columns)
+            annot = np.vectorize(lambda t, c: "" if not np.isfinite(t) else f"{t:.2f}\n({c:.0f})")(
+                mat.to_numpy(float), n_pairs.to_numpy(float))
+        sns.heatmap(mat, ax=ax, vmin=vmin, vmax=1, cmap=TAU_CMAP, annot=annot, fmt=".2f" if annot is True else "",
+                    square=True, cbar=j == 0, cbar_ax=cbar_ax if j == 0 else None,
                     cbar_kws={"label": "mean Kendall τ"}, annot_kws={"fontsize": ANNOT},
                     xticklabels=names, yticklabels=names if j == 0 else False)
         ax.set_facecolor("0.9")                      # NaN cells
@@ -192,16 +203,25 @@ def category_heatmaps(mats: Mapping[str, pd.DataFrame], within: Mapping[str, tup
         ax.set_xlabel("category")
         ax.set_ylabel("category" if j == 0 else "")
     _suptitle(fig, heading)
-    return plots.set_caption(fig, (
-        "Mean Kendall τ over the benchmark pairs of each pair of categories, under both protocols; the diagonal "
-        "holds pairs within one category (grey: a category with a single benchmark has none). Panel titles: mean τ "
-        "within categories with its 95 % bootstrap interval over models."))
+    empty = any(np.isnan(m.to_numpy(float)).any() for m in mats.values())
+    single = [c for c in first.index if counts is not None and c in counts.index and counts.loc[c, c] == 1]
+    parts = ["Mean Kendall τ over the benchmark pairs of each pair of categories, under both protocols; the diagonal "
+             "holds pairs within one category"]
+    if empty:
+        parts.append(" (grey: a category with a single benchmark has none)")
+    if counts is not None and annotate:
+        parts.append(". In brackets: the number of benchmark pairs a cell averages")
+        if single:
+            parts.append(f"; {', '.join(single)} {'rests' if len(single) == 1 else 'rest'} on a single pair")
+    parts.append(". Panel titles: the mean of the diagonal cells with its 95 % bootstrap interval over models.")
+    return plots.set_caption(fig, "".join(parts))
 
 
 def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[str, float] | None = None,
-              label_top: int = 0, cis: Mapping[str, list] | None = None):
-    """The paper-style opening figure: each model's rank on ``a`` (left) joined to its rank on ``b``
-    (right), one panel per protocol; crossing lines are disagreements. Ranks run from 1 (best, top)."""
+              label_top: int = 0, cis: Mapping[str, list] | None = None, highlight: list[str] | tuple = ()):
+    """The paper's opening figure: each model's rank on ``a`` (left) joined to its rank on ``b``
+    (right), one panel per protocol; crossing lines are disagreements. Ranks run from 1 (best, top);
+    the ``highlight`` models are drawn thick (:data:`MARK_COLORS`) and named in a legend below."""
     fig, axes = plt.subplots(1, len(data), figsize=(WIDTH_DOUBLE * 0.8, 3.3), squeeze=False, sharey=True,
                              layout="constrained")
     n = max(len(df) for df in data.values())
@@ -218,6 +238,9 @@ def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[st
             for row in df.nsmallest(label_top, "rank_a").itertuples():
                 ax.annotate(plots.display(row.model), (0, row.rank_a), xytext=(-4, 0),
                             textcoords="offset points", ha="right", va="center", fontsize=plots.FONT["small"])
+        for k, row in enumerate(df[df["model"].isin(highlight)].itertuples()):
+            ax.plot([0, 1], [row.rank_a, row.rank_b], color=MARK_COLORS[k % len(MARK_COLORS)], lw=2, marker="o",
+                    ms=3.5, zorder=3)
         ax.set_xticks([0, 1], [da, db])
         ax.set_xlim(-0.35 if label_top else -0.1, 1.1)
         ax.set_xlabel("benchmark")
@@ -231,10 +254,15 @@ def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[st
     axes[0][0].set_ylim(n + 0.5, 0.5)
     axes[0][0].set_ylabel("rank (1 = best)")
     _suptitle(fig, f"Model ranks on {da} and {db} ({n} models)")
+    marked = [plots.display(m) for m in highlight]
+    if marked:
+        plots.legend_below(fig, [Line2D([], [], color=MARK_COLORS[k % len(MARK_COLORS)], lw=2, marker="o", ms=3.5)
+                                 for k in range(len(marked))], marked, ncol=len(marked))
+    mark = f" Thick: {', '.join(marked)}." if marked else ""
     return plots.set_caption(fig, (
         f"Each line joins a model's rank on {da} (left) to its rank on {db} (right), under direct evaluation and "
         "under train-before-test; crossing lines are models the two benchmarks order differently. Titles: Kendall τ "
-        "with its 95 % bootstrap interval over models."))
+        f"with its 95 % bootstrap interval over models.{mark}"))
 
 
 def ceiling_plot(pairs: pd.DataFrame, per_benchmark: pd.DataFrame, protocols: tuple[str, ...]):
@@ -243,13 +271,16 @@ def ceiling_plot(pairs: pd.DataFrame, per_benchmark: pd.DataFrame, protocols: tu
     n = len(per_benchmark)
     fig, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_DOUBLE, max(3.0, 0.16 * n + 1.6)), layout="constrained",
                                       gridspec_kw={"width_ratios": [1, 1]})
+    above = {}
     for p in protocols:
         ok = pairs.dropna(subset=[f"tau_{p}", f"ceiling_{p}"])
+        over = ok[f"tau_{p}"] > ok[f"ceiling_{p}"]
+        above[p] = (int(over.sum()), len(ok))
         left.scatter(ok[f"ceiling_{p}"], ok[f"tau_{p}"], s=9, alpha=0.6, color=PROTOCOL_COLORS.get(p),
                      edgecolors="none")
     lo = float(np.nanmin([0.0] + [pairs[f"tau_{p}"].min() for p in protocols]))
     left.plot([lo, 1], [lo, 1], color="0.3", lw=0.8, ls="--")
-    left.set_xlabel("noise ceiling of the pair")
+    left.set_xlabel("estimated noise ceiling of the pair")
     left.set_ylabel("Kendall τ of the pair")
     left.set_title("Each benchmark pair")
     order = per_benchmark.sort_values(f"tau_{protocols[0]}").index
@@ -268,18 +299,23 @@ def ceiling_plot(pairs: pd.DataFrame, per_benchmark: pd.DataFrame, protocols: tu
     right.set_ylabel("benchmark")
     right.set_title("Each benchmark: mean τ and mean ceiling")
     handles = [Line2D([], [], color=PROTOCOL_COLORS.get(p), marker="o", lw=0, ms=4) for p in protocols]
-    labels = [_label(p) for p in protocols]
+    labels = [f"{_label(p)} ({above[p][0]} of {above[p][1]} pairs above the line)" for p in protocols]
     handles += [Line2D([], [], color="0.3", marker="o", lw=0, ms=4),
                 Line2D([], [], color="0.3", marker="o", mfc="none", lw=0, ms=4),
                 Line2D([], [], color="0.3", ls="--", lw=0.8)]
-    labels += ["mean τ (right)", "mean noise ceiling (right)", "τ = ceiling (left)"]
-    plots.legend_below(fig, handles, labels, ncol=3)
-    _suptitle(fig, "Agreement against its noise ceiling")
+    labels += ["mean τ (right)", "mean estimated ceiling (right)", "τ = estimated ceiling (left)"]
+    plots.legend_below(fig, handles, labels, ncol=2)
+    _suptitle(fig, "Agreement against its estimated noise ceiling")
     return plots.set_caption(fig, (
         "The noise ceiling is the Kendall τ two benchmarks would show if they ranked the models identically and "
-        "differed only by measurement noise. Left: every benchmark pair's τ against its ceiling (on the dashed "
-        "diagonal all disagreement is noise). Right: each benchmark's mean τ against the others (dot) and its mean "
-        "ceiling (ring), both protocols."))
+        "differed only by measurement noise; it is estimated from each benchmark's split-half reliability "
+        "(lib.analysis.noise). Left: every benchmark pair's τ against its estimated ceiling (on the dashed diagonal "
+        "all disagreement is noise). Both τ and ceiling are estimates, so a pair at its ceiling falls above the line "
+        "about half the time; a benchmark whose pairs lie well above it has its reliability underestimated, as "
+        "where halves are drawn from standard errors that treat each model's noise as independent of the others' "
+        "although all models answer the same items, which matters most where models differ by little more than "
+        "that noise (a benchmark near its ceiling). Right: each benchmark's "
+        "mean τ against the others (dot) and its mean estimated ceiling (ring), both protocols."))
 
 
 def forest(table: pd.DataFrame, xlabel: str, title: str, value: str = "gain", lo: str = "gain_lo",
@@ -372,16 +408,18 @@ def _family_styles(models, store):
     return styles["color"].to_dict(), styles["family"].dropna().to_dict()
 
 
-_KIND_LABELS = {"base": "base model", "instruct": "instruct or prepared"}
+_KIND_LABELS = {"base": "base model", "instruct": "instruction-tuned", "prepared": "prepared for the test tasks"}
 
 
 def scatter_grid(frames: Mapping[str, pd.DataFrame], x: str, y: str, hue: str | None = None,
                  xlabel: str | None = None, ylabel: str | None = None, titles: Mapping[str, str] | None = None,
-                 logx: bool = False, suptitle: str | None = None, store=None, xfactor: float = 1.0):
+                 logx: bool = False, suptitle: str | None = None, store=None, xfactor: float = 1.0,
+                 statistic: str = "Kendall τ"):
     """One scatter panel per entry of ``frames`` (e.g. one per protocol), sharing both axes; a point per
     model (column ``model``) in its family's colour (sizes as shades, :func:`lib.plots.model_colors`;
-    ``store`` holds the metadata of self-built models), hollow where ``hue`` (e.g. ``type``) is not
-    its first value (``base``). ``xfactor`` scales x (e.g. 1e21 to show FLOPs from ``flops_1e21``)."""
+    ``store`` holds the metadata of self-built models), hollow where ``hue`` (e.g. ``type``:
+    :func:`lib.metadata.model_types`) is not its first value (``base``). ``xfactor`` scales x (e.g. 1e21
+    to show FLOPs from ``flops_1e21``); ``statistic`` names what the panel titles give, for the caption."""
     k = len(frames)
     fig, axes = plt.subplots(1, k, figsize=(WIDTH_DOUBLE if k > 1 else WIDTH_SINGLE, 2.9), squeeze=False,
                              sharex=True, sharey=True, layout="constrained")
@@ -418,10 +456,11 @@ def scatter_grid(frames: Mapping[str, pd.DataFrame], x: str, y: str, hue: str | 
     if suptitle:
         _suptitle(fig, suptitle)
     shades = " (sizes as shades: darker is larger)" if fams else ""
-    kind_text = f"; filled: {kinds[0]}, hollow: {', '.join(map(str, kinds[1:]))}" if len(kinds) > 1 else ""
+    kind_text = (f"; filled: {_KIND_LABELS.get(kinds[0], kinds[0])}, hollow: "
+                 f"{', '.join(_KIND_LABELS.get(k, str(k)) for k in kinds[1:])}" if len(kinds) > 1 else "")
     return plots.set_caption(fig, (
         f"{suptitle or 'Scatter per setting'}: one point per model, coloured by model family{shades}{kind_text}. "
-        "Panel titles: the setting with its rank correlation and 95 % bootstrap interval over models."))
+        f"Panel titles: the setting with its {statistic} and 95 % bootstrap interval over models."))
 
 
 def _narrow_log_ticks(ax, values) -> None:
@@ -509,9 +548,12 @@ def corpus_benchmark_heatmap(mats: Mapping[str, pd.DataFrame], titles: Mapping[s
 
 
 def group_bars(table: pd.DataFrame, group: str, value: str, hue: str = "protocol", xlabel: str | None = None,
-               lo: str | None = None, hi: str | None = None, title: str | None = None):
+               lo: str | None = None, hi: str | None = None, title: str | None = None, n: str | None = None,
+               floor: Mapping[str, float] | None = None, note: str = ""):
     """Horizontal bars of ``value`` per ``group``, one colour per protocol (NaN groups left empty),
-    with [``lo``, ``hi``] whiskers when given."""
+    with [``lo``, ``hi``] whiskers when given; ``n`` (a column) adds each group's size to its label,
+    ``floor`` ({group: value}) marks the lowest value a group can have by construction, ``note`` ends
+    the caption."""
     groups = list(dict.fromkeys(table[group]))
     values, errors = {}, {} if lo and hi else None
     for p, g in table.groupby(hue, sort=False):
@@ -519,14 +561,37 @@ def group_bars(table: pd.DataFrame, group: str, value: str, hue: str = "protocol
         values[p] = g[value].to_numpy(float)
         if errors is not None:
             errors[p] = g[[lo, hi]].to_numpy(float)
+    labels = plots.displays(groups)
+    if n:
+        size = table.drop_duplicates(group).set_index(group)[n]
+        labels = [f"{label} ({int(size[g])})" for label, g in zip(labels, groups)]
     fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, max(1.9, 0.3 * len(groups) + 1.3)), layout="constrained")
-    handles = _paired_barh(ax, plots.displays(groups), values, errors)
+    handles = _paired_barh(ax, labels, values, errors)
+    if floor:
+        y = [k for k, g in enumerate(groups) if g in floor]
+        handles += ax.plot([floor[groups[k]] for k in y], y, lw=0, marker="|", ms=11, mew=1.6, color="0.15",
+                           label="lowest possible")
     ax.set_xlabel(xlabel or value)
-    ax.set_ylabel(group if group != "group" else "model family")
+    ax.set_ylabel((group if group != "group" else "model family") + (" (models)" if n else ""))
     ax.set_xlim(0, 1)
     plots.legend_above(ax, handles, [h.get_label() for h in handles])
     if title:
         _suptitle(fig, title)
     return plots.set_caption(fig, (
-        f"{title or value}: {xlabel or value} per {group if group != 'group' else 'model family'}, under both "
-        "protocols" + (" (whiskers: 95 % bootstrap intervals)." if errors is not None else ".")))
+        f"{title or value}: {xlabel or value} per {group if group != 'group' else 'model family'}"
+        + (" (number of models in brackets)" if n else "") + ", under both protocols"
+        + (" (whiskers: 95 % bootstrap intervals)." if errors is not None else ".") + (f" {note}" if note else "")))
+
+
+def family_pc1_bars(family: pd.DataFrame, n_benchmarks: int):
+    """06's PC1 share within each model family (:func:`lib.analysis.structure.by_group`'s table with
+    intervals), each family with its number of models and the share its PC1 has by construction: the
+    centred scores of n models on k benchmarks have at most min(n - 1, k) components, so PC1 carries at
+    least 1 / min(n - 1, k) of the variance (GPT-2's 4 models: a third)."""
+    floor = {r["group"]: 1 / max(1, min(int(r["n_models"]) - 1, n_benchmarks))
+             for r in family.drop_duplicates("group").to_dict("records")}
+    return group_bars(family, "group", "pc1", xlabel="PC1 explained variance ratio", lo="lo", hi="hi",
+                      title="PC1 share within each model family (95 % intervals)", n="n_models", floor=floor,
+                      note="A family of n models has at most n − 1 components, so its PC1 share is at least "
+                           "1 / (n − 1) by construction (the black ticks); compare the families with that floor "
+                           "in mind.")

@@ -235,13 +235,15 @@ def ceiling_pairs(pairs: pd.DataFrame, rel: dict[str, pd.Series], protocols=stor
 
 
 def ceiling_summary(table: pd.DataFrame, protocols=store.PROTOCOLS) -> dict:
-    """Per protocol, over the pairs where tau and ceiling are both known: number of pairs, mean tau,
-    mean ceiling, their ratio and the mean corrected tau."""
+    """Per protocol, over the pairs where tau and ceiling are both known: number of pairs, how many of
+    them lie above their estimated ceiling (``n_above``), mean tau, mean ceiling, their ratio and the
+    mean corrected tau."""
     out = {}
     for p in protocols:
         ok = table.dropna(subset=[f"tau_{p}", f"ceiling_{p}"])
         mt, mc = ok[f"tau_{p}"].mean(), ok[f"ceiling_{p}"].mean()
-        out[p] = {"n_pairs": int(len(ok)), "mean_tau": float(mt) if len(ok) else math.nan,
+        out[p] = {"n_pairs": int(len(ok)), "n_above": int((ok[f"tau_{p}"] > ok[f"ceiling_{p}"]).sum()),
+                  "mean_tau": float(mt) if len(ok) else math.nan,
                   "mean_ceiling": float(mc) if len(ok) else math.nan,
                   "ratio": float(mt / mc) if len(ok) and mc > 0 else math.nan,
                   "mean_corrected": float(ok[f"corrected_{p}"].mean()) if len(ok) else math.nan}

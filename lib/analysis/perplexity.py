@@ -117,7 +117,7 @@ def scatter_frame(df: pd.DataFrame, ppl_protocol: str, ds_protocol: str, store_r
     ds = with_average(store.matrix(df, ds_protocol).reindex(columns=downstream))[AVERAGE]
     both = pd.concat({"bits_per_byte": ppl, "downstream": ds}, axis=1, join="inner").dropna()
     meta = metadata.models_frame(list(both.index), store_root)
-    both["type"] = np.where(meta.loc[both.index, "instruct"], "instruct", "base")
+    both["type"] = metadata.model_types(meta).loc[both.index].to_numpy()
     return both.rename_axis("model").reset_index()
 
 

@@ -216,9 +216,12 @@ def _compute_section(fits: dict[str, PCAResult | None], models: pd.DataFrame, bo
     """PC1 scores per model, the scatter frames against pre-training compute, and the correlation of
     PC1 with log compute for all and for base models, with its interval."""
     scores = pd.DataFrame({p: f.scores["PC1"] for p, f in fits.items() if f})
+    from .. import metadata
+
     instruct = models.loc[scores.index, "instruct"]
+    kind = metadata.model_types(models).loc[scores.index]
     frames = {p: pd.DataFrame({"flops_1e21": models.loc[scores.index, "flops_1e21"], "pc1": scores[p],
-                               "type": np.where(instruct, "instruct", "base")}).dropna() for p in scores}
+                               "type": kind}).dropna() for p in scores}
     compute = pd.DataFrame([{"protocol": p, "models": grp,
                              **pc1_vs_compute(scores[p] if grp == "all" else scores[p][~instruct],
                                               models["flops_1e21"], min_models)}

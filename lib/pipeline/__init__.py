@@ -2,6 +2,8 @@
 
     tasks       lm-eval registry (built-ins + include_path folders), selection, split rule and plans,
                 one document rendered as lm-eval scores it
+    datasets    each task's dataset repository and revision, lm-eval 0.4.8's configs (the paper's, kept
+                as data in lm_eval_0.4.8.json), pinned revisions, a unit's record of its documents
     evaluate    model loading/resolution, lm-eval scoring of a preloaded model, per-item files
     finetune    the recipe (the paper's choices, named), tokenised training examples, one
                 learning-rate unit

@@ -25,7 +25,7 @@ import pandas as pd
 
 from .. import paths, store
 from ..util import did_you_mean
-from . import hub, slurm
+from . import datasets, hub, slurm
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # sustained TFLOP/s assumed for the time estimate: an A100/H100-class GPU at about 40 % of peak
@@ -579,6 +579,8 @@ def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_rep
               f"and tasks: `make all PROFILE={profile}`)", flush=True)
         return
     models, task_names = profile_needs(profile)
+    for line in tk.dataset_lines(profile, task_names, prof.params("01_select_benchmarks")):
+        print(line, flush=True)                    # what the task configs say, known offline
     cache = hub_cache()
     hub_models = [m for m in models if not Path(m).expanduser().is_dir()]
     if download and not allow_repo_cache and cache.is_relative_to(paths.ROOT) and hub_models:
@@ -602,9 +604,12 @@ def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_rep
     print(f"[{profile}] models: {len(problems['ok'])} of {len(models)} ready", flush=True)
     s1 = prof.params("01_select_benchmarks")
     include = tk.resolve_include_paths(s1["include_paths"], paths.work_dir(profile))
-    rows = tk.select(task_names, include, s1["include_defaults"], min_train=0, timeout=timeout) if task_names else []
+    rows = tk.select(task_names, include, s1["include_defaults"], min_train=0, timeout=timeout,
+                     rule=tk.SplitRule.from_params(s1)) if task_names else []
     unreachable = [f"{r['task']} ({r['note']})" for r in rows if r.get("count_source") != "dataset"]
     print(f"[{profile}] datasets: {len(rows) - len(unreachable)} of {len(rows)} loaded", flush=True)
+    for line in datasets.record_lines(profile, rows):   # each dataset as loaded: revision, fingerprints, documents
+        print(line, flush=True)
     error = models_error(problems, profile)
     if unreachable:
         error = (error + "\n" if error else "") + f"datasets that cannot be loaded: {'; '.join(unreachable)}"
@@ -670,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "models":
         try:
             fetch(args.profile, download=not args.check_only, allow_repo_cache=args.allow_repo_cache)
-        except HubError as exc:
+        except (HubError, datasets.DatasetError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         print(f"[{args.profile}] every model and dataset is ready", flush=True)

@@ -6,7 +6,7 @@
 fixed recipe (:class:`lib.pipeline.finetune.Recipe`), then scores it on the same test split:
 
 1. plan the splits: train / validation / test document ids under notebook 01's rule (both
-   protocols test on the same documents);
+   protocols test on the same documents), of the dataset revision it pins, and record what they are;
 2. train a LoRA adapter at each learning rate, validating after every epoch (a finished unit of
    the same configuration is reused);
 3. choose the (learning rate, epoch) that is best on validation;
@@ -26,12 +26,17 @@ from pathlib import Path
 from .. import layout
 from ..store import DIRECT, TBT
 from ..util import atomic_write_json
+from . import datasets
 from . import evaluate as ev
 from . import finetune as ft
 from . import tasks as tk
 from .spec import JobSpec
 from .stacked import stackable
 from .training import mean_loss
+
+# where stack_lrs trains a unit's learning rates together: the CPU, where bench/bench_batched.py found
+# the stacked arithmetic identical to one rate after another; bench/gpu_check.py adds "cuda" for its run
+STACK_DEVICES: tuple[str, ...] = ("cpu",)
 
 
 class ProtocolError(RuntimeError):
@@ -41,8 +46,10 @@ class ProtocolError(RuntimeError):
 def run(spec: JobSpec, manager, model, tokenizer, benchmark: str, say=print) -> float | None:
     """One (model, benchmark) of a job: plan the splits, run the spec's protocol, record the result.
     Returns the test score (None for a job of one learning rate, ``spec.only_lr``: it only trains)."""
-    task, info = tk.inspect(manager, benchmark, spec.store_root, spec.task_timeout)
-    plan = tk.plan_splits(task, info, tk.SplitRule.from_dict(spec.splits))
+    rule = tk.SplitRule.from_dict(spec.splits)
+    task, info = tk.inspect(manager, benchmark, spec.store_root, spec.task_timeout, rule.revisions.get(benchmark))
+    plan = tk.plan_splits(task, info, rule)
+    plan.dataset = datasets.record(task, plan)        # what the documents are, for the provenance
     tk.install_splits(task, plan)
     protocol = train_before_test if spec.protocol == TBT else direct_eval
     return protocol(spec, model, tokenizer, task, info, plan, say)
@@ -84,13 +91,12 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
 
     # 2. train each learning rate (a finished unit of the same configuration is reused); with
     #    stack_lrs, the unfinished ones together (ft.train_units: the same units, fewer CPU seconds;
-    #    on a CPU, where bench/bench_batched.py found the stacked arithmetic identical, for a model
-    #    without dropout whose layers all have a stacked form)
+    #    on the devices of STACK_DEVICES, for a model without dropout whose layers all have a stacked form)
     lrs = recipe.lrs if spec.only_lr is None else (spec.only_lr,)
     found = {lr: ft.read_unit(layout.unit_dir(spec.work_root, spec.model, info.name, lr), spec.config(lr))
              for lr in lrs}
     todo = [lr for lr in lrs if found[lr] is None]
-    if recipe.stacks and len(todo) > 1 and model.device.type == "cpu" and stackable(model) is None:
+    if recipe.stacks and len(todo) > 1 and model.device.type in STACK_DEVICES and stackable(model) is None:
         found.update(zip(todo, ft.train_units(
             model, tokenizer, examples("train"), recipe, todo,
             [layout.unit_dir(spec.work_root, spec.model, info.name, lr) for lr in todo], validate,

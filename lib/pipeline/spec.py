@@ -81,8 +81,9 @@ class JobSpec:
     def provenance(self, plan: tk.SplitPlan, **extra) -> dict:
         """The provenance of a result of this job (the one place it is put together). The recipe is
         in it once, as part of ``config`` (what determines the result: its fields, the learning
-        rates, splits, model source, evaluation settings); how a unit ran (micro-batch,
-        gradient checkpointing, seconds) comes in ``extra``."""
+        rates, splits, model source, evaluation settings); what its documents are in ``dataset``
+        (:func:`lib.pipeline.datasets.record`); how a unit ran (micro-batch, gradient checkpointing,
+        seconds) comes in ``extra``."""
         rule = tk.SplitRule.from_dict(self.splits)
         return {"source": paths.portable(self.source) if Path(self.source).is_absolute() else self.source,
                 "seed": self.seed, "split_seed": rule.seed,
@@ -91,7 +92,7 @@ class JobSpec:
                 "validation_in_test": plan.validation_in_test, "split_procedure": rule.procedure,
                 "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
                 "max_gen_toks": self.max_gen_toks, "eval_batch_size": self.eval_batch_size, "caps": plan.caps,
-                "config": self.config(), **extra}
+                "dataset": plan.dataset, "config": self.config(), **extra}
 
     @property
     def seed(self) -> int:

@@ -33,6 +33,7 @@ from typing import Any
 from .. import paths
 from ..metadata import Benchmark
 from ..util import did_you_mean, note_read
+from . import datasets
 
 # Training-split sizes the paper counted (the README's Data section): the fallback when a dataset cannot be
 # reached (offline, hub down). Used for selection only, never for training.
@@ -130,18 +131,20 @@ def check_names(manager, names: Iterable[str]) -> None:
                             f"{where}include_path {manager.include_path}")
 
 
-def load_task(manager, name: str, timeout: float | None = 300.0):
-    """The lm-eval ``Task`` ``name`` with its dataset loaded.
+def load_task(manager, name: str, timeout: float | None = 300.0, revision: str | None = None):
+    """The lm-eval ``Task`` ``name`` with its dataset loaded (at ``revision`` of its repository when
+    given: :func:`lib.pipeline.datasets.pinned_config`).
 
     Dataset access runs in a daemon thread bounded by ``timeout`` seconds, so an unreachable hub
     gives a :class:`TaskError` naming the task instead of a hang.
     """
     check_names(manager, [name])
+    spec = name if revision is None else datasets.pinned_config(manager, name, revision)
     box: dict[str, Any] = {}
 
     def work():
         try:
-            box["task"] = manager.load([name])["tasks"][name]
+            box["task"] = manager.load([spec])["tasks"][name]
         except BaseException as exc:  # noqa: BLE001 - reported below with the task's name
             box["error"] = exc
 
@@ -257,9 +260,10 @@ def validate_for_training(info: TaskInfo) -> None:
 
 
 def inspect(manager, name: str, store: str | Path | None = None, timeout: float | None = 300.0,
-            ) -> tuple[Any, TaskInfo]:
-    """Load ``name`` and describe it, counting documents; raises :class:`TaskError`."""
-    task = load_task(manager, name, timeout)
+            revision: str | None = None) -> tuple[Any, TaskInfo]:
+    """Load ``name`` (at ``revision`` of its dataset when given) and describe it, counting documents;
+    raises :class:`TaskError`."""
+    task = load_task(manager, name, timeout, revision)
     info = describe(task, name, store)
     return task, dataclasses.replace(info, counts=count_docs(task, info))
 
@@ -303,12 +307,16 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
     manager = task_manager(include_paths, include_defaults)
     corpora = list(corpora)
     check_names(manager, list(names) + corpora)
+    try:
+        datasets.check_revisions(rule.revisions, list(names) + corpora)
+    except datasets.DatasetError as exc:
+        raise TaskError(str(exc)) from None
     rows = []
     for name in list(names) + corpora:
         is_corpus = name in corpora
         row: dict[str, Any] = {"task": name, "role": "corpus" if is_corpus else "benchmark"}
         try:
-            task, info = inspect(manager, name, store, timeout)
+            task, info = inspect(manager, name, store, timeout, rule.revisions.get(name))
         except TaskError as exc:
             cached = CACHED_TRAIN_COUNTS.get(name)
             row.update(_known_metadata(name, store))
@@ -332,7 +340,7 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
             continue
         row.update(plan_train=plan.sizes["train"], plan_validation=plan.sizes["validation"],
                    plan_test=plan.sizes["test"], carved=plan.carved, validation_in_test=plan.validation_in_test,
-                   chars_per_example=_chars_per_example(task, info, plan))
+                   dataset=datasets.record(task, plan), chars_per_example=_chars_per_example(task, info, plan))
         if not is_corpus and info.counts["train"] < min_train:
             row.update(selected=False, reason=f"{info.counts['train']} training documents < min_train {min_train}")
         elif plan.validation_in_test:
@@ -345,6 +353,29 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
             row.update(selected=True, reason="ok")
         rows.append(row)
     return rows
+
+
+def dataset_lines(profile: str, names: list[str], s1: dict) -> list[str]:
+    """What ``make models`` can say about a profile's datasets before loading any (notebook 01's
+    parameters ``s1``): :func:`lib.pipeline.datasets.config_lines` from the tasks' YAML, and when the
+    hub cannot be asked (``HF_HUB_OFFLINE``, or it does not answer) one line for what needs the data
+    itself (:func:`lib.pipeline.datasets.unknown_line`). Raises :class:`lib.pipeline.datasets.DatasetError`."""
+    from . import hub
+
+    if not names:
+        return []
+    try:
+        manager = task_manager(resolve_include_paths(s1.get("include_paths", []), paths.work_dir(profile)),
+                               s1.get("include_defaults", True))
+        check_names(manager, names)
+    except TaskError as exc:
+        raise datasets.DatasetError(str(exc)) from None
+    pinned = datasets.check_revisions(s1.get("dataset_revisions") or {}, names)
+    lines = datasets.config_lines(profile, {n: datasets.task_source(manager, n) for n in names}, pinned)
+    why = "HF_HUB_OFFLINE is set" if hub.offline() else hub.unreachable()
+    if why:
+        lines.append(datasets.unknown_line(profile, why if hub.offline() else f"the hub does not answer: {why}"))
+    return lines
 
 
 def preview_selection(names: list[str], rule: SplitRule, include_paths: Iterable[str | Path] = (),
@@ -426,13 +457,16 @@ class SplitRule:
       means none.
 
     Document ids are indices into the task's own splits (sorted), so per-item results of
-    different models line up.
+    different models line up. They are positions, so they choose the same documents only from the
+    same rows: ``revisions`` ({task: revision of its dataset repository}) pins the data a task is
+    loaded from (:mod:`lib.pipeline.datasets`).
     """
     caps: dict
     seed: int = 0
     procedure: str = "paper"
     val_fraction: float = 0.2
     shared_test: str = "share"
+    revisions: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.procedure not in SPLIT_PROCEDURES:
@@ -446,14 +480,30 @@ class SplitRule:
         unknown = sorted(set(self.caps) - set(SPLITS))
         if unknown:
             raise TaskError(f"caps: unknown split(s) {unknown}; expected {list(SPLITS)}")
+        try:
+            datasets.check_revisions(self.revisions)
+        except datasets.DatasetError as exc:
+            raise TaskError(str(exc)) from None
 
     def to_dict(self) -> dict:
-        return {"caps": dict(self.caps), "seed": self.seed, "procedure": self.procedure,
-                "val_fraction": self.val_fraction, "shared_test": self.shared_test}
+        """Plain values (what a result's configuration records); ``revisions`` only when some are pinned,
+        so a rule without them keeps the configuration results made before pins existed."""
+        out = {"caps": dict(self.caps), "seed": self.seed, "procedure": self.procedure,
+               "val_fraction": self.val_fraction, "shared_test": self.shared_test}
+        return {**out, "revisions": dict(self.revisions)} if self.revisions else out
 
     @classmethod
     def from_dict(cls, d: dict) -> SplitRule:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    @classmethod
+    def from_params(cls, params: dict) -> SplitRule:
+        """The rule of notebook 01's parameters (caps, seed, procedure, fraction, shared test, pinned
+        dataset revisions)."""
+        return cls(caps={"train": params["cap_train"], "validation": params["cap_validation"],
+                         "test": params["cap_test"]}, seed=params["split_seed"], procedure=params["split_procedure"],
+                   val_fraction=params["val_fraction"], shared_test=params["shared_test"],
+                   revisions=dict(params.get("dataset_revisions") or {}))
 
     @classmethod
     def from_selection(cls, selection: dict) -> SplitRule:
@@ -464,12 +514,14 @@ class SplitRule:
 
 @dataclass
 class SplitPlan:
-    """Document ids (indices into the task's own splits) used for train / validation / test."""
+    """Document ids (indices into the task's own splits) used for train / validation / test, and what
+    they chose (``dataset``: :func:`lib.pipeline.datasets.record`, set by whoever loaded the task)."""
     source: dict[str, str]                 # role -> the task's own split the ids index into
     ids: dict[str, list[int]]
     carved: bool                           # validation carved out of train
     caps: dict[str, int]
     validation_in_test: bool = False       # validation documents are also test documents (medmcqa, "share")
+    dataset: dict = field(default_factory=dict)
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -594,14 +646,15 @@ def selection_summary(rows: list[dict], include_paths: Iterable[str | Path], inc
 
     Keys: ``selected`` (benchmarks then corpora, in the order asked), ``benchmarks``, ``corpora``,
     ``rejected`` ({task: reason}), ``tasks`` ({task: kind, metric, filter, category, splits,
-    counts, test_on, count_source, role, planned sizes, chars_per_example}), ``include_paths``
+    counts, test_on, count_source, role, planned sizes, dataset (:func:`lib.pipeline.datasets.record`
+    of the plan), chars_per_example}), ``include_paths``
     (:func:`lib.paths.portable` names; :func:`selected_include_paths` reads them back),
     ``include_defaults``, ``min_train``, ``split_rule`` (:class:`SplitRule`), ``caps`` and
     ``split_seed`` (its caps and seed), ``task_timeout`` (seconds a job waits for a dataset).
     """
     selected = [r["task"] for r in rows if r["selected"]]
     keys = list(TaskInfo.__dataclass_fields__) + ["role", "plan_train", "plan_validation", "plan_test", "carved",
-                                                  "validation_in_test", "chars_per_example"]
+                                                  "validation_in_test", "dataset", "chars_per_example"]
     return {
         "selected": selected,
         "benchmarks": [r["task"] for r in rows if r["selected"] and r["role"] == "benchmark"],
