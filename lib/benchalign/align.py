@@ -596,8 +596,8 @@ def noise_figure(study: dict, group: str):
         y = np.array([summ[n]["spearman"] for n in names], dtype=float)
         ci = np.array([summ[n]["spearman_ci"] or [np.nan, np.nan] for n in names], dtype=float)
         ax.errorbar(x, y, yerr=[y - ci[:, 0], ci[:, 1] - y], marker=marker, ls=dash, ms=3.5, capsize=2, color=grey,
-                    lw=1, label=f"BenchAlign, {ppm or 'all'} pairs per model")
-    for name, ls, label in (("no_alignment", ":", "plain accuracy"), ("random", (0, (1, 4)), "random weights")):
+                    lw=1, label=f"BenchAlign, {f'{ppm} pairs per model' if ppm else 'all pairs'}")
+    for name, ls, label in (("no_alignment", ":", "plain accuracy"), ("random", (0, (6, 3)), "random weights")):
         if name in summ and summ[name]["spearman"] is not None:
             ax.axhline(summ[name]["spearman"], color="0.55", lw=1, ls=ls, label=label)
     ax.set_xlabel("preference pairs flipped (%)")
