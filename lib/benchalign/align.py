@@ -471,8 +471,8 @@ def example(data: ItemData, split, cfg, prefs_path, *, pairs_per_model: float = 
     try:
         bench = align(items, read_preferences(prefs_path), seed=seed, folds=cfg.folds, lr=cfg.lr,
                       max_steps=cfg.max_steps, patience=cfg.patience, eval_every=cfg.eval_every, floor=cfg.floor)
-    except AlignError as exc:
-        return {"skipped": str(exc)}
+    except AlignError as exc:                   # the file's name only: the summary is the same in every clone
+        return {"skipped": str(exc).replace(str(prefs_path), Path(prefs_path).name)}
     scores = score(bench, items)
     by_model = scores.set_index("model").loc[data.models]
     ours = evaluate(by_model.aligned_score.to_numpy(), data.target, split.groups)
