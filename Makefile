@@ -132,6 +132,13 @@ check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, o
 leaderboard: $(STAMP) ## write outputs/PROFILE/leaderboard.html from PROFILE's outputs (make all writes it after each run)
 	$(PY) -m lib.leaderboard $(PROFILE)
 
+.PHONY: align score
+align: $(STAMP) ## align a benchmark to your preferences: ITEMS="a.npz b.npz" PREFS=prefs.csv OUT=bench.json (docs/align.md)
+	$(PY) -m lib.benchalign.align align --items $(ITEMS) --prefs $(PREFS) --out $(OUT) $(ALIGN_ARGS)
+
+score: $(STAMP) ## aligned scores and ranks of new models: BENCH=bench.json ITEMS="c.npz" [OUT=scores.csv]
+	$(PY) -m lib.benchalign.align score --bench $(BENCH) --items $(ITEMS) $(if $(OUT),--out $(OUT),) $(ALIGN_ARGS)
+
 docs: $(STAMP) ## rewrite the results tables of README.md and docs/ from outputs/ (and the headline figure)
 	$(PY) -m lib.docblocks write
 

@@ -49,7 +49,7 @@ def doc_files(root: Path | None = None) -> list[Path]:
 # ----------------------------------------------------------------------------- the tables
 # The modules whose tables the blocks name (each registers its own in lib.doctables.TABLES).
 TABLE_MODULES = ("lib.analysis.tables", "lib.miniworld.tables", "lib.pipeline.tables", "lib.benchalign.tables",
-                 "lib.placement")
+                 "lib.benchalign.align", "lib.placement")
 for _module in TABLE_MODULES:
     importlib.import_module(_module)
 

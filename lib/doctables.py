@@ -11,6 +11,7 @@ sits beside the report that writes the keys it reads:
     lib.pipeline.tables      stages 01-03 (budget, scores)
     lib.benchalign.tables    stage 07 (benchalign, benchalign-short, -gains, -ablation, -data,
                              -cross-paper, -pipeline)
+    lib.benchalign.align     stage 07's align.example and align.noise (align-example, align-noise)
     lib.placement            stage 08 (placement)
 
 A table reads a summary through ``s(stage)``; a summary that was never written raises

@@ -191,6 +191,27 @@ class Pairs:
                 c[lo:] += A.sum(dim=0)
         return total, c, norm
 
+    def step(self, S: torch.Tensor, loss: str, value: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per column the training loss of the scores ``S`` (K x C, row order; NaN without pairs;
+        zeros for the pairwise losses unless ``value``) and, for the pairwise losses, its gradient
+        w.r.t. ``S`` without autograd (else None: the loss carries an autograd graph)."""
+        if loss not in PAIRWISE:
+            return batch_loss(S, self, loss), None
+        order = self.target.order
+        with torch.no_grad():
+            total, c_sorted, norm = self.pairwise(S[order], loss, value=value)
+            norm = norm.clamp_min(_EPS)
+            grad_S = torch.empty_like(c_sorted)
+            grad_S[order] = c_sorted / norm
+            return torch.where(self.n_pairs > 0, total / norm, torch.nan), grad_S
+
+    def value(self, S: torch.Tensor, loss: str) -> np.ndarray:
+        """Loss of each column (NaN without pairs), without the gradient pass of the pairwise losses."""
+        if loss not in PAIRWISE:
+            return batch_loss(S, self, loss).double().numpy()
+        total, _, norm = self.pairwise(S[self.target.order], loss, value=True, grad=False)
+        return torch.where(self.n_pairs > 0, total / norm.clamp_min(_EPS), torch.nan).double().numpy()
+
     def _ranknet(self, S_sorted: torch.Tensor, value: bool, grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """RankNet without a pass over pair indicators: a model outside a column gets score +inf
         where it would be preferred and -inf where it would be the other model, so every one of its
@@ -213,6 +234,46 @@ class Pairs:
             c[lo:hi] -= A.sum(dim=1)
             c[lo:] += A.sum(dim=0)
         return total, c
+
+
+class PairList:
+    """Explicit preferences as the linear RankNet's objective of many columns: entry e says that row
+    ``winner[e]`` beats row ``loser[e]`` in column ``column[e]`` with weight ``weight[e] > 0``. Per
+    column the loss is ``Σ_e weight_e softplus(s_loser - s_winner) / Σ_e weight_e`` (the same
+    softplus of :meth:`Pairs.pairwise`; repeated and contradicting entries simply add), and its
+    gradient w.r.t. the scores is summed per (row, column) with ``bincount``: O(entries) per step,
+    deterministic. The same interface as :class:`Pairs` (``n_pairs``, :meth:`step`, :meth:`value`)."""
+
+    def __init__(self, winner, loser, column, weight, K: int, C: int, dtype=torch.float32):
+        self.winner, self.loser, self.column = (torch.as_tensor(np.asarray(a, dtype=np.int64))
+                                                for a in (winner, loser, column))
+        self.weight = torch.as_tensor(np.asarray(weight, dtype=np.float64), dtype=dtype)
+        self.K, self.C = K, C
+        self.n_pairs = torch.bincount(self.column, self.weight.double(), minlength=C).to(dtype)
+        self._w_flat, self._l_flat = self.winner * C + self.column, self.loser * C + self.column
+
+    def _terms(self, S: torch.Tensor) -> torch.Tensor:
+        flat = S.reshape(-1)
+        return flat[self._l_flat] - flat[self._w_flat]                        # -(s_winner - s_loser)
+
+    def _mean(self, per_entry: torch.Tensor) -> torch.Tensor:
+        total = torch.bincount(self.column, per_entry, minlength=self.C)
+        return torch.where(self.n_pairs > 0, total / self.n_pairs.clamp_min(_EPS), torch.nan)
+
+    def step(self, S: torch.Tensor, loss: str, value: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        if loss != "ranknet":
+            raise RankError(f"explicit preference pairs are fitted with the ranknet loss, not {loss!r}")
+        with torch.no_grad():
+            A = self._terms(S)
+            per_column = self._mean(F.softplus(A) * self.weight) if value else S.new_zeros(self.C)
+            g = A.sigmoid_() * self.weight / self.n_pairs.clamp_min(_EPS)[self.column]   # -dL/dD
+            n = self.K * self.C
+            grad = torch.bincount(self._l_flat, g, minlength=n) - torch.bincount(self._w_flat, g, minlength=n)
+            return per_column.to(S.dtype), grad.to(S.dtype).view(self.K, self.C)
+
+    def value(self, S: torch.Tensor, loss: str) -> np.ndarray:
+        with torch.no_grad():
+            return self._mean(F.softplus(self._terms(S)) * self.weight).double().numpy()
 
 
 class _Pairwise(torch.autograd.Function):
@@ -318,11 +379,21 @@ def descend(X, y, train_mask, val_mask=None, *, item_mask=None, init=None, loss:
     """
     if loss not in LOSSES:
         raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+    train = torch.as_tensor(np.asarray(train_mask, dtype=bool))
+    val = None if val_mask is None else torch.as_tensor(np.asarray(val_mask, dtype=bool))
+    target = Target(y, dtype)
+    return _descend(X, Pairs(target, train, dtype), None if val is None else Pairs(target, val, dtype),
+                    train.shape[1], item_mask, init, loss, lr, floor, eval_every, dtype)
+
+
+def _descend(X, train_obj, val_obj, C: int, item_mask, init, loss: str, lr: float, floor: float,
+             eval_every: int, dtype) -> Iterator[Checkpoint]:
+    """The optimiser of every fit: full-batch Adam on C weight columns whose training and validation
+    losses are the objectives ``train_obj`` / ``val_obj`` (:class:`Pairs` of a score target or a
+    :class:`PairList` of explicit preferences: ``step`` gives the loss and, for pairwise losses,
+    its gradient w.r.t. the scores; ``value`` the loss alone)."""
     Xt = torch.as_tensor(np.asarray(X), dtype=dtype)
     K, M = Xt.shape
-    train = torch.as_tensor(np.asarray(train_mask, dtype=bool))
-    C = train.shape[1]
-    val = None if val_mask is None else torch.as_tensor(np.asarray(val_mask, dtype=bool))
     items = (torch.ones(C, M, dtype=dtype) if item_mask is None
              else torch.as_tensor(np.asarray(item_mask, dtype=bool)).to(dtype))
     w0 = (np.ones((C, M)) if init is None else np.broadcast_to(np.asarray(init, dtype=np.float64), (C, M)))
@@ -331,42 +402,23 @@ def descend(X, y, train_mask, val_mask=None, *, item_mask=None, init=None, loss:
     if (l1 == 0).any():
         raise RankError("a column starts with all weights 0 (empty item set or zero init)")
     W = torch.tensor(w0 / l1, dtype=dtype, requires_grad=True)
-    target = Target(y, dtype)
-    train_pairs = Pairs(target, train, dtype)
-    val_pairs = None if val is None else Pairs(target, val, dtype)
     opt = torch.optim.Adam([W], lr=lr, weight_decay=0.0)
     step = 0
     while True:
         opt.zero_grad(set_to_none=True)
         S = Xt @ normalise(W * items, floor).T                            # K x C
         checkpoint = step % eval_every == 0
-        if loss in PAIRWISE:        # the gradient c of the summed column means, no autograd graph
-            with torch.no_grad():
-                total, c_sorted, norm = train_pairs.pairwise(S[target.order], loss, value=checkpoint)
-                norm = norm.clamp_min(_EPS)
-                grad_S = torch.empty_like(c_sorted)
-                grad_S[target.order] = c_sorted / norm
-                per_column = torch.where(train_pairs.n_pairs > 0, total / norm, torch.nan)
-        else:
-            per_column = batch_loss(S, train_pairs, loss)
+        per_column, grad_S = train_obj.step(S, loss, checkpoint)
         if checkpoint:
             with torch.no_grad():
-                v = np.full(C, np.nan) if val_pairs is None else _value(S.detach(), val_pairs, loss)
+                v = np.full(C, np.nan) if val_obj is None else val_obj.value(S.detach(), loss)
             yield Checkpoint(step, per_column.detach().double().numpy(), v, (W * items).detach(), floor)
-        if loss in PAIRWISE:
+        if grad_S is not None:      # the gradient c of the summed column means, no autograd graph
             S.backward(grad_S)
         else:
             torch.nan_to_num(per_column, nan=0.0).sum().backward()
         opt.step()
         step += 1
-
-
-def _value(S: torch.Tensor, pairs: Pairs, loss: str) -> np.ndarray:
-    """Loss of each column (NaN without pairs), without the gradient pass of the pairwise losses."""
-    if loss not in PAIRWISE:
-        return batch_loss(S, pairs, loss).double().numpy()
-    total, _, norm = pairs.pairwise(S[pairs.target.order], loss, value=True, grad=False)
-    return torch.where(pairs.n_pairs > 0, total / norm.clamp_min(_EPS), torch.nan).double().numpy()
 
 
 def kfold(y, k: int, seed: int) -> np.ndarray:
@@ -409,9 +461,21 @@ class Fit:
     curve: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))   # step, mean train, mean val
     fold_val: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # val loss per step and fold
     note: str = ""
+    fold_ids: np.ndarray | None = None       # fold validating each row of X (-1: none)
+    fold_weights: np.ndarray | None = None   # folds x M: each fold's weights at the chosen step
 
     def scores(self, X) -> np.ndarray:
         return np.asarray(X, dtype=np.float64) @ self.weights
+
+    def oof_scores(self, X) -> np.ndarray:
+        """Out-of-fold scores: each row of ``X`` scored by the weights of the fold that held it
+        out, at the chosen step (NaN for rows no fold validates)."""
+        X = np.asarray(X, dtype=np.float64)
+        out = np.full(len(X), np.nan)
+        for j in range(self.folds):
+            rows = self.fold_ids == j
+            out[rows] = X[rows] @ self.fold_weights[j]
+        return out
 
 
 def fit_many(X, y, tasks: Sequence[Task], *, folds: int = 5, loss: str = "ranknet", lr: float = 1e-4,
@@ -438,6 +502,84 @@ def fit_many(X, y, tasks: Sequence[Task], *, folds: int = 5, loss: str = "rankne
     return [p.fit(loss, steps_run) for p in plans]
 
 
+@dataclass
+class PairTask:
+    """One cross-validated fit to explicit preferences: row ``winner[e]`` of ``X`` beats row
+    ``loser[e]`` with weight ``weight[e]`` (1 by default); ``strata`` (one score per row of ``X``,
+    optional) stratifies the folds like a target does (:func:`kfold`), else they are random."""
+    winner: np.ndarray
+    loser: np.ndarray
+    weight: np.ndarray | None = None
+    seed: int = 0
+    strata: np.ndarray | None = None
+
+
+def fit_pairs_many(X, tasks: Sequence[PairTask], *, folds: int = 5, lr: float = 1e-4, max_steps: int = 3000,
+                   patience: int = 200, eval_every: int = 10, floor: float = FLOOR,
+                   dtype=torch.float32) -> list[Fit]:
+    """The protocol of :func:`fit_many` on explicit preferences (linear RankNet, :class:`PairList`),
+    in the same run of the same optimiser. The folds split the models that appear in a task's pairs
+    (``min(folds, n // 2)``, at least 2 models each); a fold's fit trains on the pairs of two models
+    outside it and is validated on the pairs that touch it (a held-out model against any other),
+    so every pair validates some fold even when the preferences are sparse."""
+    X = np.asarray(X)
+    if not np.isfinite(X).all():
+        raise RankError("features contain NaN or infinite values")
+    if not tasks:
+        return []
+    columns = _Columns(*X.shape)
+    plans = [_plan_pairs(t, columns, folds) for t in tasks]
+    K, C = X.shape[0], len(columns.train)
+    _, _, items, init = columns.arrays(masks=False)
+    run = _descend(X, _pair_list(columns.train, K, dtype), _pair_list(columns.val, K, dtype), C, items, init,
+                   "ranknet", lr, floor, eval_every, dtype)
+    steps_run = _follow(run, plans, max_steps, patience)
+    return [p.fit("ranknet", steps_run) for p in plans]
+
+
+def fit_pairs(X, winner, loser, weight=None, *, seed: int = 0, strata=None, **kwargs) -> Fit:
+    """:func:`fit_pairs_many` for one set of preferences (see there for the settings)."""
+    return fit_pairs_many(X, [PairTask(winner, loser, weight, seed, strata)], **kwargs)[0]
+
+
+def _pair_list(cols: list[np.ndarray], K: int, dtype) -> PairList:
+    """One :class:`PairList` of every column's (3 x n: winner, loser, weight) pairs."""
+    col = np.concatenate([np.full(a.shape[1], c) for c, a in enumerate(cols)])
+    a = np.concatenate(cols, axis=1)
+    return PairList(a[0], a[1], col, a[2], K, len(cols), dtype)
+
+
+def _plan_pairs(t: PairTask, columns: _Columns, folds: int) -> _Plan:
+    """Check a task of explicit pairs and add its fold columns and its refit column to the run."""
+    K, M = columns.K, columns.M
+    win, lose = np.asarray(t.winner, dtype=np.int64), np.asarray(t.loser, dtype=np.int64)
+    wt = np.ones(len(win)) if t.weight is None else np.asarray(t.weight, dtype=np.float64)
+    if not (len(win) == len(lose) == len(wt)):
+        raise RankError(f"{len(win)} winners, {len(lose)} losers and {len(wt)} weights")
+    if not len(win):
+        raise RankError("no preference pairs to learn from")
+    if min(win.min(), lose.min()) < 0 or max(win.max(), lose.max()) >= K:
+        raise RankError(f"a pair names a row outside the {K} rows of X")
+    if (win == lose).any():
+        raise RankError("a pair prefers a model to itself")
+    if not (np.isfinite(wt).all() and (wt > 0).all()):
+        raise RankError("pair weights must be finite and positive")
+    rows = np.unique(np.concatenate([win, lose]))
+    k = min(folds, len(rows) // 2)
+    k = k if k >= 2 else 0
+    strata = np.zeros(len(rows)) if t.strata is None else np.asarray(t.strata, dtype=np.float64)[rows]
+    fold_ids = np.full(K, -1)
+    fold_ids[rows] = kfold(strata, k, t.seed) if k else -1
+    items, init = np.ones(M, dtype=bool), np.ones(M)
+    pairs = np.stack([win, lose, wt]).astype(np.float64)
+    fold_cols = []
+    for j in range(k):
+        touch = (fold_ids[win] == j) | (fold_ids[lose] == j)
+        fold_cols.append(columns.add(pairs[:, ~touch], pairs[:, touch], items, init))
+    refit = columns.add(pairs, pairs[:, :0], items, init)
+    return _Plan(t, fold_cols, refit, k, done=not k, fold_ids=fold_ids, n_models=len(rows))
+
+
 def _check_data(X: np.ndarray, y: np.ndarray, loss: str) -> None:
     if loss not in LOSSES:
         raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
@@ -457,15 +599,17 @@ class _Columns:
         self.train, self.val, self.items, self.init = [], [], [], []
 
     def add(self, train: np.ndarray, val: np.ndarray, items: np.ndarray, init: np.ndarray) -> int:
-        key = b"".join(a.tobytes() for a in (train, val, items, init))
+        key = b"".join(f"{a.shape}".encode() + a.tobytes() for a in (train, val, items, init))
         if key not in self.index:
             self.index[key] = len(self.train)
             self.train.append(train), self.val.append(val), self.items.append(items), self.init.append(init)
         return self.index[key]
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """K x C training and validation masks, C x M item masks and starting weights."""
-        return np.array(self.train).T, np.array(self.val).T, np.array(self.items), np.array(self.init)
+    def arrays(self, masks: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """K x C training and validation masks (None unless ``masks``: the pair path keeps a list of
+        pairs per column), C x M item masks and starting weights."""
+        train, val = (np.array(self.train).T, np.array(self.val).T) if masks else (None, None)
+        return train, val, np.array(self.items), np.array(self.init)
 
 
 @dataclass
@@ -480,14 +624,18 @@ class _Plan:
     curve: list = field(default_factory=list)
     fold_val: list = field(default_factory=list)
     done: bool = False
+    fold_ids: np.ndarray | None = None     # fold validating each row (-1: none)
+    fold_weights: np.ndarray | None = None
+    n_models: int = 0
 
     def fit(self, loss: str, steps_run: int) -> Fit:
-        note = "" if self.k else f"{len(self.task.rows)} models: too few to cross-validate, initial weights kept"
+        note = "" if self.k else f"{self.n_models} models: too few to cross-validate, initial weights kept"
         if self.k and not np.isfinite(self.best[0]):
             note = "no validation fold ranks a pair of models: initial weights kept"
         return Fit(weights=self.weights, loss=loss, step=self.best[1], steps_run=steps_run, folds=self.k,
                    curve=np.array(self.curve).reshape(-1, 3),
-                   fold_val=np.array(self.fold_val).reshape(len(self.fold_val), self.k), note=note)
+                   fold_val=np.array(self.fold_val).reshape(len(self.fold_val), self.k), note=note,
+                   fold_ids=self.fold_ids, fold_weights=self.fold_weights)
 
 
 def _plan(t: Task, y: np.ndarray, columns: _Columns, folds: int) -> _Plan:
@@ -516,7 +664,10 @@ def _plan(t: Task, y: np.ndarray, columns: _Columns, folds: int) -> _Plan:
         fold_cols.append(columns.add(tr, va, items, init))
     full = np.zeros(K, dtype=bool)
     full[rows] = True
-    return _Plan(t, fold_cols, columns.add(full, np.zeros(K, dtype=bool), items, init), k, done=not k)
+    fold_ids = np.full(K, -1)
+    fold_ids[rows] = fold if k else -1
+    return _Plan(t, fold_cols, columns.add(full, np.zeros(K, dtype=bool), items, init), k, done=not k,
+                 fold_ids=fold_ids, n_models=len(rows))
 
 
 def _task_folds(t: Task, rows: np.ndarray, y: np.ndarray, folds: int) -> tuple[np.ndarray, int]:
@@ -544,7 +695,7 @@ def _follow(run: Iterator[Checkpoint], plans: list[_Plan], max_steps: int, patie
         step = cp.step
         for p in plans:
             if p.weights is None:                                        # step 0: the initial weights
-                p.weights = cp.weights(p.refit)
+                p.weights, p.fold_weights = cp.weights(p.refit), cp.weights(p.folds)
             if p.done:
                 continue
             fv = cp.val[p.folds]
@@ -553,7 +704,7 @@ def _follow(run: Iterator[Checkpoint], plans: list[_Plan], max_steps: int, patie
             p.fold_val.append(fv)
             if np.isfinite(mean_val) and mean_val < p.best[0] - 1e-7:
                 p.best = (mean_val, cp.step)
-                p.weights = cp.weights(p.refit)
+                p.weights, p.fold_weights = cp.weights(p.refit), cp.weights(p.folds)
             elif cp.step - p.best[1] >= patience:
                 p.done = True
         if step >= max_steps or all(p.done for p in plans):

@@ -1,0 +1,707 @@
+"""Align a benchmark to your own preferences, and score new models with it.
+
+    python -m lib.benchalign.align align --items A.npz [B.npz ...] --prefs prefs.csv --out bench.json
+    python -m lib.benchalign.align score --bench bench.json --items C.npz [...] [--out scores.csv]
+
+(``make align`` / ``make score``; docs/align.md). ``align`` learns one weight per item with BenchAlign's
+linear RankNet and its cross-validated protocol (:func:`lib.benchalign.rank.fit_pairs` for pairs,
+:func:`lib.benchalign.rank.fit` for a score per model: one optimiser, one step choice) on the models
+the preferences name, and writes the aligned benchmark: item ids, weights, the normaliser, the source
+models, the settings, the cross-validated rho and pair accuracy with 95 % bootstrap intervals (beside
+plain accuracy's), and the sha256 of every input file. ``score`` applies it to new models.
+
+Inputs (:func:`read_items`, :func:`read_preferences`):
+
+- items, per-model item correctness in [0, 1]: an ``.npz`` with ``scores`` (models x items) and
+  ``models`` (and optionally ``items``, the ids; else ``<file stem>/<column>``, e.g. ``musr/17`` for the
+  published leaderboard files); a ``.csv`` / ``.parquet`` table, wide (a ``model`` column, one column per
+  item id) or long (columns ``model``, ``item``, ``correct``); or a folder of lm-eval ``--log_samples``
+  outputs (one sub-folder per model, as lm-eval writes them, ``__`` read as ``/`` in its name; item id
+  ``<task>/<doc_id>``; the first numeric metric of each record unless ``--metric``; the newest file of a
+  task). Several files are joined by model name; duplicated names keep their first row.
+- preferences, a ``.csv`` / ``.parquet`` / ``.jsonl`` table: pairs (``winner``, ``loser``, optional
+  ``weight``; repeated and contradicting pairs are fine) or a score per model (``model``, ``score``).
+
+Every bad input stops with one ``error:`` line and exit status 2 (:class:`AlignError`): a file that does
+not parse, a model in the preferences without items, preferences too few (fewer than
+:data:`MIN_PAIRS` pairs or :data:`MIN_MODELS` models) or too disconnected (no connected component of the
+comparison graph holds half of the models), and item ids that do not match the aligned benchmark's.
+
+Beyond the paper (its stated limitation: noisy preference signals): :func:`bt_pairs` draws pairs from a
+known latent score by Bradley-Terry, flips a share of them and keeps a number per model;
+:func:`noise_study` measures how BenchAlign fitted on such pairs, and the baselines of the methods
+registry that learn nothing from the target, rank unseen test models against the latent
+(notebook 07, docs/align.md); :func:`noise_figure` draws it; the docs tables ``align-example`` and
+``align-noise`` quote it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import uncertainty
+from ..doctables import Missing, Summaries, est, f, header, row, table
+from ..util import atomic_write_text
+from . import rank
+from .data import ItemData, ItemDataError, check_matrix, dedupe
+
+FORMAT = "benchalign-aligned/1"
+MIN_MODELS = 4          # two folds of two models: the least the protocol can cross-validate
+MIN_PAIRS = 10
+NORMALISER = ("score = sum_j weights[j] * correct[j]; weights = w / d with d = sqrt(((sum w)^2 + "
+              "floor^2 (sum |w|)^2) / (1 + floor^2)) > 0 (already applied: non-negative weights give a "
+              "weighted accuracy, uniform ones plain accuracy)")
+
+
+class AlignError(ValueError):
+    """Bad input to ``align`` / ``score``: the message is the one line printed after ``error:``."""
+
+
+# --------------------------------------------------------------------------- inputs
+@dataclass
+class Items:
+    """Per-model item correctness: ``X`` (models x items, in [0, 1]), model names, item ids, files."""
+    X: np.ndarray
+    models: list[str]
+    ids: list[str]
+    files: list[Path] = field(default_factory=list)
+
+    @classmethod
+    def from_data(cls, data: ItemData, rows=None) -> Items:
+        """The items of an :class:`ItemData` (ids ``<benchmark>/<index>``, as the npz reader names them)."""
+        rows = np.arange(len(data.models)) if rows is None else np.asarray(rows, dtype=int)
+        ids = [f"{b}/{i}" for b, i in zip(data.item_benchmark, data.item_id)]
+        return cls(np.asarray(data.X, dtype=np.float64)[rows], [data.models[r] for r in rows], ids)
+
+    def select(self, models) -> np.ndarray:
+        index = {m: i for i, m in enumerate(self.models)}
+        return self.X[[index[m] for m in models]]
+
+
+def _parse_error(path: Path, why: str) -> AlignError:
+    return AlignError(f"{path} does not parse: {why}")
+
+
+def _read_npz(path: Path) -> tuple[np.ndarray, list[str], list[str]]:
+    if not zipfile.is_zipfile(path):
+        raise _parse_error(path, "not an .npz file (a zip archive of arrays)")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as exc:  # noqa: BLE001 - any failure to read is the file's: name it
+        raise _parse_error(path, f"{type(exc).__name__}: {exc}") from None
+    if "scores" not in arrays or "models" not in arrays:
+        raise _parse_error(path, f"an items .npz needs arrays 'scores' and 'models'; found {sorted(arrays)}")
+    X, models = arrays["scores"], [str(m) for m in arrays["models"]]
+    if X.ndim != 2 or X.shape[0] != len(models):
+        raise _parse_error(path, f"scores of shape {X.shape} for {len(models)} model names")
+    ids = ([str(i) for i in arrays["items"]] if "items" in arrays else [f"{path.stem}/{j}" for j in range(X.shape[1])])
+    if len(ids) != X.shape[1]:
+        raise _parse_error(path, f"{len(ids)} item ids for {X.shape[1]} columns")
+    return X, models, ids
+
+
+def _read_frame(path: Path) -> pd.DataFrame:
+    try:
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        if path.suffix == ".jsonl":
+            return pd.read_json(path, lines=True)
+        return pd.read_csv(path)
+    except Exception as exc:  # noqa: BLE001
+        raise _parse_error(path, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def _read_table(path: Path) -> tuple[np.ndarray, list[str], list[str]]:
+    df = _read_frame(path)
+    if "model" not in df.columns:
+        raise _parse_error(path, f"an items table needs a 'model' column; found {list(df.columns)[:5]}")
+    if {"item", "correct"} <= set(df.columns) and len(df.columns) == 3:            # long
+        if df.duplicated(["model", "item"]).any():
+            first = df[df.duplicated(["model", "item"])].iloc[0]
+            raise _parse_error(path, f"model {first.model!r} has item {first['item']!r} twice")
+        df = df.assign(item=df["item"].astype(str)).pivot(index="model", columns="item", values="correct")
+        df = df.reindex(columns=sorted(df.columns))
+    else:
+        df = df.set_index("model")
+    df.index = df.index.astype(str)
+    try:
+        X = df.to_numpy(dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise _parse_error(path, f"entries must be numbers ({exc})") from None
+    return X, list(df.index), [str(c) for c in df.columns]
+
+
+def _read_samples(folder: Path, metric: str | None) -> tuple[np.ndarray, list[str], list[str]]:
+    """lm-eval ``--log_samples`` outputs: ``folder/<model>/samples_<task>_<date>.jsonl``."""
+    per_model: dict[str, dict[str, float]] = {}
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+        newest: dict[str, Path] = {}
+        for p in sorted(sub.glob("samples_*.jsonl")):       # dates sort: the newest of a task wins
+            newest[p.stem[len("samples_"):].rsplit("_", 1)[0]] = p
+        values: dict[str, float] = {}
+        for task, p in newest.items():
+            values.update(_samples_file(p, task, metric))
+        if values:
+            per_model[sub.name.replace("__", "/")] = values
+    if not per_model:
+        raise _parse_error(folder, "no <model>/samples_<task>_<date>.jsonl files of lm-eval --log_samples in it")
+    df = pd.DataFrame(per_model).T
+    df = df.reindex(columns=sorted(df.columns))
+    return df.to_numpy(dtype=np.float64), list(df.index), list(df.columns)
+
+
+def _samples_file(path: Path, task: str, metric: str | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    filters: set[str] = set()
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            names = [metric] if metric else rec["metrics"]
+            name = next(m for m in names if isinstance(rec.get(m), (int, float)) and not isinstance(rec[m], bool))
+            out[f"{task}/{rec['doc_id']}"] = float(rec[name])
+            filters.add(rec.get("filter", ""))
+        except (json.JSONDecodeError, KeyError, StopIteration, TypeError) as exc:
+            what = f"no numeric metric {metric!r}" if metric else f"{type(exc).__name__}: {exc}"
+            raise _parse_error(path, f"line {n}: {what}") from None
+    if len(filters) > 1:
+        raise _parse_error(path, f"records of several filters {sorted(filters)}; keep one filter's records")
+    return out
+
+
+def _read_one(path: Path, metric: str | None) -> tuple[np.ndarray, list[str], list[str]]:
+    if not path.exists():
+        raise AlignError(f"{path} does not exist")
+    if path.is_dir():
+        X, models, ids = _read_samples(path, metric)
+    elif path.suffix == ".npz":
+        X, models, ids = _read_npz(path)
+    elif path.suffix in (".csv", ".parquet", ".jsonl"):
+        X, models, ids = _read_table(path)
+    else:
+        raise _parse_error(path, "items are read from .npz, .csv, .parquet or a folder of lm-eval samples")
+    if len(set(ids)) != len(ids):
+        raise _parse_error(path, "an item id occurs twice")
+    try:
+        X = check_matrix(X, str(path), models, binary=False)
+    except ItemDataError as exc:
+        raise _parse_error(path, str(exc).split(": ", 1)[-1]) from None
+    X, models, _ = dedupe(X, models, "first", where=str(path))
+    return X, models, ids
+
+
+def read_items(paths, metric: str | None = None) -> Items:
+    """The items of one or more files, joined by model name (the models every file holds)."""
+    paths = [Path(p) for p in paths]
+    parts = [_read_one(p, metric) for p in paths]
+    ids = [i for _, _, part_ids in parts for i in part_ids]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise AlignError(f"item id {dup!r} occurs in more than one of the items files {[str(p) for p in paths]}")
+    common = [m for m in parts[0][1] if all(m in set(p[1]) for p in parts[1:])]
+    blocks = []
+    for X, models, _ in parts:
+        index = {m: i for i, m in enumerate(models)}
+        blocks.append(X[[index[m] for m in common]])
+    return Items(np.concatenate(blocks, axis=1), common, ids, paths)
+
+
+@dataclass
+class Preferences:
+    """Pairs (``winner`` beats ``loser`` with ``weight``) or, when ``scores`` is set, a score per model."""
+    winner: list[str] = field(default_factory=list)
+    loser: list[str] = field(default_factory=list)
+    weight: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    scores: dict[str, float] | None = None
+    path: Path | None = None
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.scores) if self.scores is not None else list(dict.fromkeys(self.winner + self.loser))
+
+
+def read_preferences(path) -> Preferences:
+    path = Path(path)
+    if not path.exists():
+        raise AlignError(f"{path} does not exist")
+    df = _read_frame(path)
+    cols = set(df.columns)
+    if {"winner", "loser"} <= cols:
+        w = df["weight"] if "weight" in cols else pd.Series(1.0, index=df.index)
+        w = pd.to_numeric(w, errors="coerce").to_numpy(dtype=np.float64)
+        bad = np.flatnonzero(~(np.isfinite(w) & (w > 0)) | df[["winner", "loser"]].isna().any(axis=1).to_numpy())
+        if len(bad):
+            raise _parse_error(path, f"row {bad[0] + 2}: a pair needs a winner, a loser and a positive weight")
+        winner, loser = df["winner"].astype(str).tolist(), df["loser"].astype(str).tolist()
+        same = [i for i, (a, b) in enumerate(zip(winner, loser)) if a == b]
+        if same:
+            raise _parse_error(path, f"row {same[0] + 2}: {winner[same[0]]!r} is preferred to itself")
+        return Preferences(winner, loser, w, path=path)
+    if {"model", "score"} <= cols:
+        s = pd.to_numeric(df["score"], errors="coerce").to_numpy(dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(s) | df["model"].isna().to_numpy())
+        if len(bad):
+            raise _parse_error(path, f"row {bad[0] + 2}: a model needs a name and a finite score")
+        if df["model"].duplicated().any():
+            raise _parse_error(path, f"model {df.model[df.model.duplicated()].iloc[0]!r} has two scores")
+        return Preferences(scores=dict(zip(df["model"].astype(str), s.tolist())), path=path)
+    raise _parse_error(path, "preferences need columns winner, loser[, weight] or model, score; "
+                       f"found {list(df.columns)}")
+
+
+def _sha256(path: Path) -> str:
+    """sha256 of a file, or of a folder's files (their relative paths and contents, sorted)."""
+    h = hashlib.sha256()
+    if path.is_dir():
+        for p in sorted(q for q in path.rglob("*") if q.is_file()):
+            h.update(str(p.relative_to(path)).encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+        return h.hexdigest()
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------- checks
+def _components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Connected component of each of n models in the graph of compared pairs."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    return connected_components(coo_matrix((np.ones(len(a)), (a, b)), shape=(n, n)), directed=False)[1]
+
+
+def check_preferences(prefs: Preferences, items: Items) -> None:
+    """Every model of the preferences has items; enough pairs, models and connection to learn from."""
+    where = prefs.path or "the preferences"
+    known = set(items.models)
+    missing = [m for m in prefs.models if m not in known]
+    if missing:
+        files = ", ".join(str(p) for p in items.files) or "the items"
+        raise AlignError(f"{where}: {len(missing)} model(s) in the preferences have no items in {files} "
+                         f"(first: {missing[0]!r}); give their items or drop their preferences")
+    models = prefs.models
+    if prefs.scores is not None:
+        distinct = len(set(prefs.scores.values()))
+        if len(models) < MIN_MODELS or distinct < 2:
+            raise AlignError(f"{where}: preferences too few to learn from: {len(models)} model(s) with "
+                             f"{distinct} distinct score(s); need at least {MIN_MODELS} models and 2 distinct scores")
+        return
+    if len(prefs.winner) < MIN_PAIRS or len(models) < MIN_MODELS:
+        raise AlignError(f"{where}: preferences too few to learn from: {len(prefs.winner)} pair(s) among "
+                         f"{len(models)} model(s); need at least {MIN_PAIRS} pairs among at least {MIN_MODELS} models")
+    index = {m: i for i, m in enumerate(models)}
+    comp = _components(len(models), np.array([index[m] for m in prefs.winner]),
+                       np.array([index[m] for m in prefs.loser]))
+    largest = int(np.bincount(comp).max())
+    if 2 * largest < len(models):
+        raise AlignError(f"{where}: preferences too disconnected to learn from: {comp.max() + 1} components, the "
+                         f"largest holds {largest} of {len(models)} models; need one component holding at least "
+                         f"half of them ({-(-len(models) // 2)}): add pairs between the components")
+
+
+# --------------------------------------------------------------------------- align and score
+def bt_strengths(winner: np.ndarray, loser: np.ndarray, weight: np.ndarray, n: int, ridge: float = 1e-2) -> np.ndarray:
+    """Bradley-Terry strengths of n models from weighted pairs (maximum likelihood with a small ridge
+    penalty, so that unbeaten models and separate components stay finite): the reference the
+    cross-validated rho of pair preferences is taken against."""
+    from scipy.optimize import minimize
+
+    def nll(theta):
+        d = theta[winner] - theta[loser]
+        p = np.exp(-np.logaddexp(0.0, d))                    # sigmoid(-d)
+        g = np.bincount(loser, weight * p, minlength=n) - np.bincount(winner, weight * p, minlength=n)
+        return float((weight * np.logaddexp(0.0, -d)).sum() + 0.5 * ridge * theta @ theta), g + ridge * theta
+    return minimize(nll, np.zeros(n), jac=True, method="L-BFGS-B", options={"maxiter": 1000}).x
+
+
+def _metrics(oof: np.ndarray, plain: np.ndarray, ref: np.ndarray, pairs, n_boot: int, seed: int) -> dict:
+    """Cross-validated rho (with ``ref``) and pair accuracy (over the preference pairs, or all pairs of
+    ``ref`` when there are none) of the out-of-fold scores, beside plain accuracy's, with 95 % bootstrap
+    intervals (models for rho, pairs for pair accuracy) and the paired difference."""
+    out: dict = {}
+    mdraws = uncertainty.draws(len(ref), n_boot, seed)
+    for name, s in (("aligned", oof), ("plain_accuracy", plain)):
+        out[name] = {"rho": rank.spearman(s, ref), "rho_draws": uncertainty.weighted_spearman(s, ref, mdraws)}
+    if pairs is None:
+        for name, s in (("aligned", oof), ("plain_accuracy", plain)):
+            out[name].update(pair_acc=rank.pair_accuracy(s, ref),
+                             pair_draws=uncertainty.weighted_pair_accuracy(s, ref, mdraws))
+    else:
+        w, lo, wt = pairs
+        pdraws = uncertainty.draws(len(w), n_boot, seed + 1) * wt
+        for name, s in (("aligned", oof), ("plain_accuracy", plain)):
+            right = np.where(s[w] > s[lo], 1.0, np.where(s[w] == s[lo], 0.5, 0.0))
+            out[name].update(pair_acc=float(wt @ right / wt.sum()), pair_draws=pdraws @ right / pdraws.sum(1))
+    res: dict = {}
+    for name in ("aligned", "plain_accuracy"):
+        r = out[name]
+        res[name] = {"rho": _round(r["rho"]), "rho_ci": _ci(r["rho_draws"]),
+                     "pair_acc": _round(r["pair_acc"]), "pair_acc_ci": _ci(r["pair_draws"])}
+    a, p = out["aligned"], out["plain_accuracy"]
+    res["diff"] = {"rho": _round(a["rho"] - p["rho"]), "rho_ci": _ci(a["rho_draws"] - p["rho_draws"]),
+                   "pair_acc": _round(a["pair_acc"] - p["pair_acc"]),
+                   "pair_acc_ci": _ci(a["pair_draws"] - p["pair_draws"])}
+    return res
+
+
+def _round(x) -> float | None:
+    return None if x is None or not np.isfinite(x) else round(float(x), 4)
+
+
+def _ci(draws) -> list | None:
+    lo, hi = uncertainty.interval(draws)
+    return None if not np.isfinite(lo) else [_round(lo), _round(hi)]
+
+
+def align(items: Items, prefs: Preferences, *, seed: int = 0, folds: int = 5, lr: float = 1e-4,
+          max_steps: int = 3000, patience: int = 200, eval_every: int = 10, floor: float = rank.FLOOR,
+          n_boot: int = 1000) -> dict:
+    """The aligned benchmark (a JSON-ready dict) of ``items`` fitted to ``prefs`` on the models it names."""
+    check_preferences(prefs, items)
+    models = prefs.models
+    X = items.select(models)
+    settings = {"loss": "ranknet", "lr": lr, "max_steps": max_steps, "patience": patience, "folds": folds,
+                "eval_every": eval_every, "floor": floor, "seed": seed}
+    kw = {k: settings[k] for k in ("folds", "lr", "max_steps", "patience", "eval_every", "floor")}
+    if prefs.scores is not None:
+        ref = np.array([prefs.scores[m] for m in models])
+        fit = rank.fit(X, ref, seed=seed, loss="ranknet", **kw)
+        pairs, described = None, {"kind": "scores", "models": len(models)}
+        reference = "the given scores"
+    else:
+        index = {m: i for i, m in enumerate(models)}
+        w, lo = np.array([index[m] for m in prefs.winner]), np.array([index[m] for m in prefs.loser])
+        ref = bt_strengths(w, lo, prefs.weight, len(models))
+        fit = rank.fit_pairs(X, w, lo, prefs.weight, seed=seed, strata=ref, **kw)
+        pairs = (w, lo, prefs.weight)
+        described = {"kind": "pairs", "pairs": len(w), "models": len(models),
+                     "components": int(_components(len(models), w, lo).max() + 1)}
+        reference = "Bradley-Terry strengths of the pairs (ridge 0.01)"
+    plain = X.mean(axis=1)
+    oof = fit.oof_scores(X) if fit.folds else plain
+    cv = _metrics(oof, plain, ref, pairs, n_boot, seed)
+    cv["reference"] = reference
+    cv["how"] = (f"out-of-fold scores of {fit.folds}-fold cross-validation over the models at the chosen step; "
+                 "intervals: 95 % bootstrap over models (rho) and pairs (pair accuracy)")
+    inputs = [{"file": Path(p).name, "sha256": _sha256(p)}          # names only: the same file, the same bytes
+              for p in [*items.files, *([prefs.path] if prefs.path else [])]]
+    return {"format": FORMAT, "items": list(items.ids), "weights": [float(v) for v in fit.weights],
+            "normaliser": {"floor": floor, "scores": NORMALISER}, "source_models": list(models),
+            "preferences": described,
+            "settings": {**settings, "folds_used": int(fit.folds), "chosen_step": int(fit.step),
+                         "steps_run": int(fit.steps_run), "note": fit.note},
+            "cv": cv, "inputs": inputs,
+            "sha256": hashlib.sha256("".join(i["sha256"] for i in inputs).encode()).hexdigest()}
+
+
+def write_bench(path, bench: dict) -> Path:
+    """Write an aligned benchmark (JSON, one value per line of its lists: diffs stay readable)."""
+    return atomic_write_text(path, json.dumps(bench, indent=1) + "\n")
+
+
+def read_bench(path) -> dict:
+    path = Path(path)
+    try:
+        bench = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _parse_error(path, f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(bench, dict) or bench.get("format") != FORMAT or len(bench.get("items", ())) != len(
+            bench.get("weights", (None,))):
+        raise _parse_error(path, f"not an aligned benchmark ({FORMAT}: items and weights of equal length)")
+    bench["path"] = str(path)
+    return bench
+
+
+def score(bench: dict, items: Items) -> pd.DataFrame:
+    """Aligned scores and ranks (1 = best) of the models of ``items``, with plain accuracy's."""
+    index = {i: j for j, i in enumerate(items.ids)}
+    missing = [i for i in bench["items"] if i not in index]
+    if missing:
+        files = ", ".join(str(p) for p in items.files) or "the items"
+        raise AlignError(f"{files}: {len(missing)} of the aligned benchmark's {len(bench['items'])} item ids are "
+                         f"missing (first: {missing[0]!r}); give the items that "
+                         f"{bench.get('path', 'the aligned benchmark')} was aligned on")
+    X = items.X[:, [index[i] for i in bench["items"]]]
+    s, plain = X @ np.asarray(bench["weights"], dtype=np.float64), X.mean(axis=1)
+    df = pd.DataFrame({"model": items.models, "aligned_score": s, "plain_accuracy": plain})
+    df["rank"] = df.aligned_score.rank(ascending=False, method="min").astype(int)
+    df["plain_rank"] = df.plain_accuracy.rank(ascending=False, method="min").astype(int)
+    return (df.sort_values(["rank", "model"], kind="stable")[["model", "aligned_score", "rank", "plain_accuracy",
+                                                              "plain_rank"]].reset_index(drop=True))
+
+
+def report_lines(bench: dict) -> list[str]:
+    """What ``align`` prints: the data, the chosen step and the cross-validated metrics."""
+    p, st, cv = bench["preferences"], bench["settings"], bench["cv"]
+    what = (f"{p['pairs']} pairs among {p['models']} models ({p['components']} component(s))" if p["kind"] == "pairs"
+            else f"scores of {p['models']} models")
+    lines = [f"aligned {len(bench['items'])} items to {what}",
+             f"chosen step {st['chosen_step']} of {st['steps_run']} run ({st['folds_used']}-fold cross-validation)"
+             + (f"; {st['note']}" if st["note"] else "")]
+    for k, label in (("rho", "rho with " + cv["reference"]), ("pair_acc", "pair accuracy")):
+        a, b, d = cv["aligned"], cv["plain_accuracy"], cv["diff"]
+        lines.append(f"cross-validated {label}: {est(a[k], a[k + '_ci'])}; plain accuracy "
+                     f"{est(b[k], b[k + '_ci'])}; difference {est(d[k], d[k + '_ci'], sign=True)}")
+    return lines
+
+
+# --------------------------------------------------------------------------- notebook 07
+def example(data: ItemData, split, cfg, prefs_path, *, pairs_per_model: float = 5, flip: float = 0.0,
+            seed: int = 0) -> dict:
+    """Notebook 07's worked example, the same steps as the command line: Bradley-Terry pairs among the
+    source models drawn from the target (:func:`bt_pairs`) written to ``prefs_path`` (CSV), read back,
+    :func:`align` on every model's items, :func:`score` of every model, and the test groups' rho with
+    the target for the aligned scores and for plain accuracy. ``{"bench", "scores", "summary"}``, or
+    ``{"skipped": why}`` when the data cannot be aligned (the error line)."""
+    from .methods import evaluate
+
+    w, lo, wrong = bt_pairs(data.target, split.source, pairs_per_model, flip, seed)
+    prefs = pd.DataFrame({"winner": [data.models[i] for i in w], "loser": [data.models[i] for i in lo]})
+    atomic_write_text(prefs_path, prefs.to_csv(index=False))
+    items = Items.from_data(data)
+    try:
+        bench = align(items, read_preferences(prefs_path), seed=seed, folds=cfg.folds, lr=cfg.lr,
+                      max_steps=cfg.max_steps, patience=cfg.patience, eval_every=cfg.eval_every, floor=cfg.floor)
+    except AlignError as exc:                   # the file's name only: the summary is the same in every clone
+        return {"skipped": str(exc).replace(str(prefs_path), Path(prefs_path).name)}
+    scores = score(bench, items)
+    by_model = scores.set_index("model").loc[data.models]
+    ours = evaluate(by_model.aligned_score.to_numpy(), data.target, split.groups)
+    plain = evaluate(by_model.plain_accuracy.to_numpy(), data.target, split.groups)
+    test = {g: {"n_models": int(len(idx)), "aligned": _round(ours[g]["spearman"]),
+                "plain": _round(plain[g]["spearman"])} for g, idx in split.groups.items()}
+    summary = {"pairs_per_model": pairs_per_model, "flip": flip, "seed": seed, "wrong": _round(wrong),
+               "preferences": bench["preferences"], "chosen_step": bench["settings"]["chosen_step"],
+               "cv": bench["cv"], "test": test, "sha256": bench["sha256"]}
+    return {"bench": bench, "scores": scores, "summary": summary}
+
+
+# --------------------------------------------------------------------------- preferences from a latent score
+def bt_pairs(latent: np.ndarray, rows: np.ndarray, pairs_per_model: float, flip: float, seed: int,
+             beta: float = 4.0) -> tuple[np.ndarray, np.ndarray, float]:
+    """Pairs among ``rows`` with a known ground truth: ``round(pairs_per_model * n / 2)`` distinct pairs
+    drawn at random (all pairs when that many or more), the winner drawn by Bradley-Terry,
+    ``P(i beats j) = sigmoid(beta (z_i - z_j))`` with ``z`` the latent standardised over ``rows``, then
+    ``round(flip * pairs)`` of them flipped. Returns (winner rows, loser rows, share of pairs that
+    disagree with the latent, ties counted 1/2)."""
+    rng = np.random.default_rng([seed, int(round(flip * 1000)), int(round(pairs_per_model * 1000))])
+    rows = np.asarray(rows, dtype=int)
+    n = len(rows)
+    iu, ju = np.triu_indices(n, 1)
+    k = int(round(pairs_per_model * n / 2))
+    pick = np.arange(len(iu)) if k >= len(iu) else np.sort(rng.choice(len(iu), k, replace=False))
+    a, b = iu[pick], ju[pick]
+    z = np.asarray(latent, dtype=np.float64)[rows]
+    z = (z - z.mean()) / max(z.std(), 1e-12)
+    a_wins = rng.random(len(a)) < 1.0 / (1.0 + np.exp(-beta * (z[a] - z[b])))
+    win, lose = np.where(a_wins, a, b), np.where(a_wins, b, a)
+    flipped = rng.choice(len(win), int(round(flip * len(win))), replace=False)
+    win[flipped], lose[flipped] = lose[flipped], win[flipped].copy()
+    wrong = float(np.mean(np.where(z[win] < z[lose], 1.0, np.where(z[win] == z[lose], 0.5, 0.0))))
+    return rows[win], rows[lose], wrong
+
+
+def noise_study(data: ItemData, split, cfg, *, flips=(0.0, 0.1, 0.2, 0.3, 0.4), pairs_per_model=(2, 10, 0),
+                seeds: int = 3, beta: float = 4.0, n_boot: int = 1000) -> dict:
+    """BenchAlign fitted on Bradley-Terry pairs among the source models, drawn from the target of
+    ``data`` as the known latent (:func:`bt_pairs`), for every share of flipped pairs x pairs per model
+    (``0`` = all pairs) and seed, in one run of :func:`lib.benchalign.rank.fit_pairs_many`; and the
+    methods of the registry that learn nothing from the target (plain accuracy, random weights, ...).
+    All are scored on the test groups against the latent, summarised with seeds, bootstrap intervals
+    and paired differences to plain accuracy (:func:`lib.benchalign.studies.summarise`).
+    Returns ``{"summary", "conditions", "baselines", "beta", "seeds", "rows"}`` (or ``{"skipped": why}``
+    with fewer than :data:`MIN_MODELS` source models or no test group)."""
+    from .methods import METHODS, evaluate, run_method
+    from .studies import Comparison, summarise
+
+    source = np.asarray(split.source, dtype=int)
+    if len(source) < MIN_MODELS or not split.groups:
+        return {"skipped": f"{len(source)} source model(s) and {len(split.groups)} test group(s): need at least "
+                           f"{MIN_MODELS} source models and a test group"}
+    conds = [(fl, ppm) for ppm in pairs_per_model for fl in flips]
+    tasks, info = [], {}
+    for fl, ppm in conds:
+        for seed in range(seeds):
+            w, lo, wrong = bt_pairs(data.target[source], np.arange(len(source)), ppm or len(source), fl, seed, beta)
+            tasks.append(rank.PairTask(w, lo, seed=seed))
+            info.setdefault(_cond(fl, ppm), {"flip": fl, "pairs_per_model": ppm, "pairs": len(w), "wrong": []})
+            info[_cond(fl, ppm)]["wrong"].append(wrong)
+    fits = rank.fit_pairs_many(data.X[source], tasks, folds=cfg.folds, lr=cfg.lr, max_steps=cfg.max_steps,
+                               patience=cfg.patience, eval_every=cfg.eval_every, floor=cfg.floor)
+    preds = {name: np.array([o.scores for o in run_method(name, data, source, range(seeds), cfg)])
+             for name, m in METHODS.items() if not m.learns}
+    for c, (fl, ppm) in enumerate(conds):
+        preds[_cond(fl, ppm)] = np.array([fi.scores(data.X) for fi in fits[c * seeds:(c + 1) * seeds]])
+        info[_cond(fl, ppm)]["chosen_steps"] = [int(fi.step) for fi in fits[c * seeds:(c + 1) * seeds]]
+    rows = [{"method": m, "seed": s, "group": g, **r} for m, P in preds.items() for s, p in enumerate(P)
+            for g, r in evaluate(p, data.target, split.groups).items()]
+    comp = Comparison(pd.DataFrame(rows, columns=["method", "seed", "group", "spearman", "pair_acc"]), preds, {}, split)
+    for v in info.values():
+        v["wrong"] = _round(float(np.mean(v["wrong"])))
+    return {"summary": summarise(comp, data.target, n_boot), "conditions": info, "beta": beta, "seeds": seeds,
+            "baselines": [m for m in preds if m not in info], "rows": comp.rows}
+
+
+def _cond(flip: float, ppm: int) -> str:
+    return f"pairs flip={flip:.2f} per_model={ppm or 'all'}"
+
+
+def _ordered(conditions: dict) -> list[str]:
+    """Condition names by pairs per model (all last), then share flipped (summary.json sorts its keys)."""
+    return sorted(conditions, key=lambda n: (conditions[n]["pairs_per_model"] or np.inf, conditions[n]["flip"]))
+
+
+def noise_table(study: dict) -> pd.DataFrame:
+    """One row per condition and baseline: pairs, share disagreeing with the latent, and per test group
+    rho [95 %] with the paired difference to plain accuracy."""
+    out = []
+    for name in [*study["baselines"], *_ordered(study["conditions"])]:
+        c = study["conditions"].get(name, {})
+        r = {"method": name, "flipped": c.get("flip"), "pairs_per_model": c.get("pairs_per_model"),
+             "pairs": c.get("pairs"), "wrong_share": c.get("wrong")}
+        for g, ms in study["summary"].items():
+            rec = ms[name]
+            r[f"{g} rho"] = rec["spearman"]
+            r[f"{g} rho ci"] = rec["spearman_ci"]
+            r[f"{g} diff plain"] = rec.get("spearman_diff_no_alignment")
+            r[f"{g} diff plain ci"] = rec.get("spearman_diff_no_alignment_ci")
+        out.append(r)
+    return pd.DataFrame(out)
+
+
+def noise_figure(study: dict, group: str):
+    """Test rho against the share of flipped pairs, one line per pairs-per-model level (markers and
+    dashes differ, so greyscale print tells them apart), whiskers = 95 % bootstrap intervals over the
+    test models; plain accuracy and random weights as horizontal references."""
+    import matplotlib.pyplot as plt
+
+    from .. import plots
+
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 3.2), layout="constrained")
+    summ = study["summary"][group]
+    levels = list(dict.fromkeys(c["pairs_per_model"] for c in study["conditions"].values()))
+    styles = [("o", "-", "0.05"), ("s", "--", "0.3"), ("^", "-.", "0.5"), ("D", (0, (5, 1, 1, 1, 1, 1)), "0.15")]
+    for k, ((marker, dash, grey), ppm) in enumerate(zip(styles * 2, levels)):
+        names = [n for n, c in study["conditions"].items() if c["pairs_per_model"] == ppm]
+        x = np.array([study["conditions"][n]["flip"] * 100 for n in names]) + 0.8 * (k - (len(levels) - 1) / 2)
+        y = np.array([summ[n]["spearman"] for n in names], dtype=float)
+        ci = np.array([summ[n]["spearman_ci"] or [np.nan, np.nan] for n in names], dtype=float)
+        ax.errorbar(x, y, yerr=[y - ci[:, 0], ci[:, 1] - y], marker=marker, ls=dash, ms=3.5, capsize=2, color=grey,
+                    lw=1, label=f"BenchAlign, {f'{ppm} pairs per model' if ppm else 'all pairs'}")
+    for name, ls, label in (("no_alignment", ":", "plain accuracy"), ("random", (0, (6, 3)), "random weights")):
+        if name in summ and summ[name]["spearman"] is not None:
+            ax.axhline(summ[name]["spearman"], color="0.55", lw=1, ls=ls, label=label)
+    ax.set_xlabel("preference pairs flipped (%)")
+    ax.set_ylabel(f"Spearman ρ with the latent ({group})")
+    handles, labels = ax.get_legend_handles_labels()
+    plots.legend_below(fig, handles, labels)
+    plots.suptitle(fig, f"BenchAlign on noisy, sparse preferences ({group})")
+    return plots.set_caption(fig, (
+        f"Spearman ρ with the latent score on the unseen test models ({group}) of BenchAlign fitted to "
+        f"Bradley-Terry pairs (β = {study['beta']:g} on the standardised latent) among the source models, a share of "
+        "the pairs flipped and only some pairs per model observed; mean over "
+        f"{study['seeds']} seeds, whiskers: 95 % bootstrap intervals over the test models (points of a flip level "
+        "set apart slightly). Grey lines: plain accuracy and random weights, which use no preferences."))
+
+
+# --------------------------------------------------------------------------- docs tables
+@table("align-example")
+def example_table(s: Summaries) -> list[str]:
+    """docs/align.md: the worked example's cross-validated metrics and the test models' rho."""
+    a = _part(s, "example")
+    out = header("", "aligned (BenchAlign on the pairs)", "plain accuracy", "difference")
+    cv = a["cv"]
+    for k, label in (("rho", "cross-validated rho with the Bradley-Terry strengths, source models"),
+                     ("pair_acc", "cross-validated pair accuracy, source models' pairs")):
+        out.append(row(label, *(est(cv[n][k], cv[n][k + "_ci"], sign=n == "diff")
+                                for n in ("aligned", "plain_accuracy", "diff"))))
+    for g, r in a["test"].items():
+        out.append(row(f"rho with IFEval accuracy, {r['n_models']} test models {g}", f(r["aligned"]), f(r["plain"]),
+                       f(r["aligned"] - r["plain"], sign=True)))
+    return out
+
+
+@table("align-noise")
+def noise_doc_table(s: Summaries) -> list[str]:
+    """docs/align.md: the noise / sparsity study, rho on each test group and the paired difference."""
+    n = _part(s, "noise")
+    groups = list(n["summary"])
+    out = header("preferences", "pairs", "share against the latent", *(f"{g} rho [95 %]" for g in groups),
+                 *(f"Δrho vs plain, {g}" for g in groups))
+    labels = {"no_alignment": "plain accuracy (no preferences)", "random": "random weights"}
+    for name in [*n["baselines"], *_ordered(n["conditions"])]:
+        c = n["conditions"].get(name)
+        recs = [n["summary"][g][name] for g in groups]
+        what = (f"{c['pairs_per_model']} per model" if c and c["pairs_per_model"] else "all pairs") if c else ""
+        what = f"{what}, {round(c['flip'] * 100)} % flipped" if c else labels.get(name, name)
+        out.append(row(what, str(c["pairs"]) if c else "", f(c["wrong"]) if c else "",
+                       *(est(r["spearman"], r["spearman_ci"]) for r in recs),
+                       *(est(r["spearman_diff_no_alignment"], r["spearman_diff_no_alignment_ci"], sign=True)
+                         if "spearman_diff_no_alignment" in r else "" for r in recs)))
+    return out
+
+
+def _part(s: Summaries, key: str) -> dict:
+    part = s("07_benchalign").get("align", {}).get(key)
+    if part is None or "skipped" in part:
+        raise Missing(f"07_benchalign's align.{key} " + (f"was skipped: {part['skipped']}" if part else
+                                                          f"is missing (`make run PROFILE={s.profile} STAGES=07`)"))
+    return part
+
+
+# --------------------------------------------------------------------------- the command line
+def _write(text: str, out: str | None) -> None:
+    if out:
+        atomic_write_text(out, text)
+    else:
+        sys.stdout.write(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m lib.benchalign.align", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("align", help="learn item weights from preferences; write the aligned benchmark (JSON)")
+    a.add_argument("--items", nargs="+", required=True, help=".npz, .csv, .parquet or a folder of lm-eval samples")
+    a.add_argument("--prefs", required=True, help="winner,loser[,weight] pairs or model,score (.csv/.parquet/.jsonl)")
+    a.add_argument("--out", required=True, help="the aligned benchmark (.json)")
+    for name, default in (("seed", 0), ("folds", 5), ("max-steps", 3000), ("patience", 200)):
+        a.add_argument(f"--{name}", type=int, default=default)
+    a.add_argument("--lr", type=float, default=1e-4)
+    s = sub.add_parser("score", help="aligned scores and ranks of new models (CSV)")
+    s.add_argument("--bench", required=True, help="an aligned benchmark written by align")
+    s.add_argument("--items", nargs="+", required=True)
+    s.add_argument("--out", help="CSV file (default: stdout)")
+    for q in (a, s):
+        q.add_argument("--metric", help="lm-eval samples: the metric to read (default: the first numeric one)")
+    args = p.parse_args(argv)
+    from .methods import set_threads
+
+    set_threads(1)
+    try:
+        if args.command == "align":
+            items = read_items(args.items, args.metric)
+            bench = align(items, read_preferences(args.prefs), seed=args.seed, folds=args.folds, lr=args.lr,
+                          max_steps=args.max_steps, patience=args.patience)
+            write_bench(args.out, bench)
+            print("\n".join(report_lines(bench) + [f"wrote {args.out} (inputs sha256 {bench['sha256'][:16]}...)"]))
+        else:
+            bench = read_bench(args.bench)
+            _write(score(bench, read_items(args.items, args.metric)).to_csv(index=False, float_format="%.6g"),
+                   args.out)
+    except AlignError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

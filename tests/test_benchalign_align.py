@@ -1,0 +1,292 @@
+"""`align` / `score` (lib.benchalign.align): round trips on synthetic preferences with a known latent
+and on the published leaderboard items, the one-line errors, the readers, and the pair path of rank."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lib import paths
+from lib.benchalign import align, rank
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+BAR = 0.7          # rho of aligned scores with the latent on held-out models (synthetic world below)
+
+
+# --------------------------------------------------------------------------- a world with a known latent
+def _world(k: int = 70, m: int = 40, seed: int = 0):
+    """Items driven by two independent traits (the first half by t1, the second by t2); the latent
+    preference is t1-items minus t2-items, so plain accuracy (t1 + t2) says nothing about it and
+    only a weighting with both signs can recover it."""
+    rng = np.random.default_rng(seed)
+    t = rng.normal(size=(k, 2))
+    trait = np.repeat([0, 1], m // 2)
+    difficulty = rng.normal(size=m)
+    X = (rng.random((k, m)) < 1 / (1 + np.exp(-(2.0 * t[:, trait] - difficulty)))).astype(float)
+    latent = X[:, trait == 0].mean(1) - X[:, trait == 1].mean(1)
+    models = [f"org/model-{i:02d}" for i in range(k)]
+    return X, latent, models
+
+
+def _write_items(path, X, models, ids=None):
+    arrays = {"scores": X.astype(np.uint8) if np.isin(X, (0, 1)).all() else X, "models": np.array(models)}
+    if ids is not None:
+        arrays["items"] = np.array(ids)
+    np.savez(path, **arrays)
+    return path
+
+
+def _write_pairs(path, models, winner, loser):
+    pd.DataFrame({"winner": [models[i] for i in winner], "loser": [models[i] for i in loser]}).to_csv(path, index=False)
+    return path
+
+
+def _spearman(a, b):
+    return pd.Series(a).rank().corr(pd.Series(b).rank())
+
+
+def test_aligned_scores_of_held_out_models_follow_the_latent(tmp_path):
+    """End to end through files: Bradley-Terry pairs among 50 models -> align -> score 20 unseen
+    models; their aligned scores follow the latent (rho > BAR) where plain accuracy does not, and a
+    random-preference control does not pass the bar."""
+    X, latent, models = _world()
+    train, test = np.arange(50), np.arange(50, 70)
+    items = _write_items(tmp_path / "items.npz", X, models)
+    w, lo, wrong = align.bt_pairs(latent, train, 20, 0.0, seed=0)
+    assert 0.0 < wrong < 0.25                                       # Bradley-Terry: some pairs disagree
+    bench = align.align(align.read_items([items]), align.read_preferences(_write_pairs(tmp_path / "p.csv", models,
+                                                                                      w, lo)))
+    assert bench["preferences"] == {"kind": "pairs", "pairs": 500, "models": 50, "components": 1}
+    assert bench["settings"]["chosen_step"] > 0 and bench["cv"]["aligned"]["rho"] > 0.7
+    ids = [f"items/{j}" for j in range(X.shape[1])]
+    new = align.read_items([_write_items(tmp_path / "new.npz", X[test], [models[i] for i in test], ids)])
+    scored = align.score(bench, new).set_index("model")
+    aligned = scored.loc[[models[i] for i in test], "aligned_score"].to_numpy()
+    assert _spearman(aligned, latent[test]) > BAR
+    assert abs(_spearman(X[test].mean(1), latent[test])) < 0.4      # the manipulation: accuracy is blind to it
+    assert sorted(scored["rank"]) == list(range(1, 21))
+    np.testing.assert_allclose(aligned, X[test] @ np.array(bench["weights"]))
+    # control: the same number of pairs with random winners
+    rng = np.random.default_rng(1)
+    coin = rng.random(len(w)) < 0.5
+    rw, rl = np.where(coin, w, lo), np.where(coin, lo, w)
+    control = align.align(align.read_items([items]),
+                          align.read_preferences(_write_pairs(tmp_path / "r.csv", models, rw, rl)))
+    control_scores = align.score(control, new).set_index("model").loc[[models[i] for i in test], "aligned_score"]
+    assert abs(_spearman(control_scores.to_numpy(), latent[test])) < BAR
+    assert abs(control["cv"]["aligned"]["rho"]) < 0.5
+
+
+def test_align_is_deterministic_and_scores_per_model_work(tmp_path):
+    """The same inputs give a byte-identical aligned benchmark; a score per model is a preference too."""
+    X, latent, models = _world(k=40)
+    items = _write_items(tmp_path / "items.npz", X, models)
+    pd.DataFrame({"model": models, "score": latent}).to_csv(tmp_path / "s.csv", index=False)
+    outs = []
+    for name in ("a.json", "b.json"):
+        assert align.main(["align", "--items", str(items), "--prefs", str(tmp_path / "s.csv"),
+                           "--out", str(tmp_path / name)]) == 0
+        outs.append((tmp_path / name).read_bytes())
+    assert outs[0] == outs[1]
+    bench = json.loads(outs[0])
+    assert bench["preferences"] == {"kind": "scores", "models": 40}
+    assert bench["items"][:2] == ["items/0", "items/1"] and len(bench["weights"]) == 40
+    assert bench["inputs"][0] == {"file": "items.npz", "sha256": align._sha256(items)} and len(bench["sha256"]) == 64
+    assert bench["cv"]["aligned"]["rho"] > bench["cv"]["plain_accuracy"]["rho"] + 0.3
+
+
+@pytest.mark.usefixtures("harmony_data")
+def test_round_trip_on_published_items(tmp_path, capsys):
+    """The published MuSR items of 36 leaderboard models: align 30 of them to their IFEval accuracy
+    (as Bradley-Terry pairs written to CSV), score the other 6 through the command line."""
+    base = paths.data_dir("oll-v2-items") / "oll-v2-items"
+    musr = align.read_items([base / "musr.npz"])
+    ifeval = align.read_items([base / "ifeval.npz"])
+    acc = dict(zip(ifeval.models, ifeval.X.mean(1)))
+    models = [m for m in musr.models if m in acc][:36]
+    X = musr.select(models)[:, :120]
+    small = _write_items(tmp_path / "musr.npz", X, models, ids=musr.ids[:120])
+    latent = np.array([acc[m] for m in models])
+    w, lo, _ = align.bt_pairs(latent, np.arange(30), 8, 0.1, seed=0)
+    prefs = _write_pairs(tmp_path / "prefs.csv", models, w, lo)
+    assert align.main(["align", "--items", str(small), "--prefs", str(prefs), "--out", str(tmp_path / "b.json")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("aligned 120 items to 120 pairs among 30 models (1 component(s))\n")
+    assert "cross-validated rho with Bradley-Terry strengths" in printed
+    bench = json.loads((tmp_path / "b.json").read_text())
+    assert bench["items"][0] == "musr/0"
+    assert bench["source_models"] == list(dict.fromkeys([models[i] for i in [*w, *lo]]))
+    rest = _write_items(tmp_path / "rest.npz", X[30:], models[30:], ids=musr.ids[:120])
+    assert align.main(["score", "--bench", str(tmp_path / "b.json"), "--items", str(rest)]) == 0
+    table = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
+    assert list(table.columns) == ["model", "aligned_score", "rank", "plain_accuracy", "plain_rank"]
+    assert sorted(table.model) == sorted(models[30:]) and sorted(table["rank"]) == list(range(1, 7))
+    np.testing.assert_allclose(table.set_index("model").loc[models[30:], "aligned_score"],
+                               X[30:] @ np.array(bench["weights"]), rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- the one-line errors
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lib.benchalign.align", *map(str, args)], cwd=paths.ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def small(tmp_path):
+    X, latent, models = _world(k=30, m=12)
+    items = _write_items(tmp_path / "items.npz", X, models)
+    w, lo, _ = align.bt_pairs(latent, np.arange(30), 4, 0.0, seed=0)
+    return tmp_path, items, models, _write_pairs(tmp_path / "prefs.csv", models, w, lo)
+
+
+def test_error_item_ids_do_not_match(small):
+    tmp, items, models, prefs = small
+    assert align.main(["align", "--items", str(items), "--prefs", str(prefs), "--out", str(tmp / "b.json"),
+                       "--max-steps", "20"]) == 0
+    other = _write_items(tmp / "other.npz", np.ones((2, 12)), ["x/a", "x/b"], ids=[f"musr/{i}" for i in range(12)])
+    r = _cli("score", "--bench", tmp / "b.json", "--items", other)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == (f"error: {other}: 12 of the aligned benchmark's 12 item ids are missing (first: 'items/0'); "
+                        f"give the items that {tmp / 'b.json'} was aligned on\n")
+
+
+def test_error_model_without_items(small, capsys):
+    tmp, items, models, prefs = small
+    df = pd.read_csv(prefs)
+    df.loc[3, "loser"] = "org/unknown-7b"
+    df.to_csv(tmp / "p2.csv", index=False)
+    assert align.main(["align", "--items", str(items), "--prefs", str(tmp / "p2.csv"), "--out", str(tmp / "b")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp / 'p2.csv'}: 1 model(s) in the preferences have no items in {items} (first: 'org/unknown-7b'); "
+        "give their items or drop their preferences\n")
+
+
+def test_error_preferences_too_few_or_too_disconnected(small, capsys):
+    tmp, items, models, _ = small
+    few = _write_pairs(tmp / "few.csv", models, [0, 1, 2, 3], [1, 2, 3, 4])
+    assert align.main(["align", "--items", str(items), "--prefs", str(few), "--out", str(tmp / "b")]) == 2
+    assert capsys.readouterr().err == (f"error: {few}: preferences too few to learn from: 4 pair(s) among 5 "
+                                       "model(s); need at least 10 pairs among at least 4 models\n")
+    # 12 pairs in 6 separate pairs of models: 6 components of 2 out of 12 models
+    apart = _write_pairs(tmp / "apart.csv", models, [0, 2, 4, 6, 8, 10] * 2, [1, 3, 5, 7, 9, 11] * 2)
+    assert align.main(["align", "--items", str(items), "--prefs", str(apart), "--out", str(tmp / "b")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {apart}: preferences too disconnected to learn from: 6 components, the largest holds 2 of 12 "
+        "models; need one component holding at least half of them (6): add pairs between the components\n")
+    scores = tmp / "s.csv"
+    pd.DataFrame({"model": models[:5], "score": [1.0] * 5}).to_csv(scores, index=False)
+    assert align.main(["align", "--items", str(items), "--prefs", str(scores), "--out", str(tmp / "b")]) == 2
+    assert capsys.readouterr().err == (f"error: {scores}: preferences too few to learn from: 5 model(s) with 1 "
+                                       "distinct score(s); need at least 4 models and 2 distinct scores\n")
+
+
+def test_error_files_that_do_not_parse(small, capsys):
+    tmp, items, models, prefs = small
+    bad = tmp / "bad.npz"
+    bad.write_bytes(b"not a zip file")
+    r = _cli("align", "--items", bad, "--prefs", prefs, "--out", tmp / "b.json")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == f"error: {bad} does not parse: not an .npz file (a zip archive of arrays)\n"
+    cols = tmp / "cols.csv"
+    cols.write_text("a,b\nx,y\n")
+    assert align.main(["align", "--items", str(items), "--prefs", str(cols), "--out", str(tmp / "b")]) == 2
+    assert capsys.readouterr().err == (f"error: {cols} does not parse: preferences need columns winner, loser[, "
+                                       "weight] or model, score; found ['a', 'b']\n")
+    half = tmp / "half.csv"
+    half.write_text("model,i1,i2\norg/a,1,0\norg/b,0.5,2\n")
+    assert align.main(["score", "--bench", str(prefs), "--items", str(half)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {prefs} does not parse: JSONDecodeError: ")
+    pd.DataFrame({"model": models, "score": np.arange(30.0)}).to_csv(tmp / "s.csv", index=False)
+    assert align.main(["align", "--items", str(half), "--prefs", str(tmp / "s.csv"), "--out", str(tmp / "b")]) == 2
+    assert capsys.readouterr().err == (f"error: {half} does not parse: 1 entries are outside [0, 1], first at model "
+                                       "'org/b', item 1 (value np.float64(2.0))\n")
+
+
+# --------------------------------------------------------------------------- readers
+def test_items_readers_agree(tmp_path):
+    """The same matrix as npz, wide CSV, long parquet and lm-eval samples folders reads the same."""
+    X = np.array([[1, 0, 1], [0, 0, 1], [1, 1, 0.5]])
+    models = ["org/a", "org/b", "org/c"]
+    ids = ["t/0", "t/1", "t/2"]
+    _write_items(tmp_path / "x.npz", X, models, ids)
+    pd.DataFrame(X, index=pd.Index(models, name="model"), columns=ids).reset_index().to_csv(tmp_path / "x.csv",
+                                                                                           index=False)
+    pd.DataFrame([(m, i, X[a, b]) for a, m in enumerate(models) for b, i in enumerate(ids)],
+                 columns=["model", "item", "correct"]).to_parquet(tmp_path / "x.parquet")
+    for a, m in enumerate(models):
+        folder = tmp_path / "samples" / m.replace("/", "__")
+        folder.mkdir(parents=True)
+        old = [{"doc_id": b, "filter": "none", "metrics": ["acc"], "acc": 0.0} for b in range(3)]
+        new = [{"doc_id": b, "filter": "none", "metrics": ["acc_norm", "acc"], "acc_norm": X[a, b], "acc": 0.0}
+               for b in range(3)]
+        (folder / "samples_t_2025-01-01T00-00-00.jsonl").write_text("\n".join(map(json.dumps, old)))
+        (folder / "samples_t_2025-02-01T00-00-00.jsonl").write_text("\n".join(map(json.dumps, new)))
+    for name in ("x.npz", "x.csv", "x.parquet", "samples"):
+        got = align.read_items([tmp_path / name])
+        assert got.models == models and got.ids == ids, name
+        np.testing.assert_array_equal(got.X, X, err_msg=name)
+    assert align.read_items([tmp_path / "samples"], metric="acc").X.sum() == 0
+
+
+# --------------------------------------------------------------------------- the pair path of rank
+def test_pair_list_gradient_matches_autograd():
+    """PairList's loss and bincount gradient equal autograd's on the weighted mean softplus."""
+    rng = np.random.default_rng(0)
+    K, C = 7, 3
+    S = torch.tensor(rng.normal(size=(K, C)), dtype=torch.float64, requires_grad=True)
+    win, lose = rng.integers(0, K, 20), rng.integers(0, K, 20)
+    keep = win != lose
+    win, lose, col, wt = win[keep], lose[keep], rng.integers(0, C, keep.sum()), rng.random(keep.sum()) + 0.1
+    obj = rank.PairList(win, lose, col, wt, K, C, torch.float64)
+    loss, grad = obj.step(S, "ranknet", value=True)
+    ref = torch.stack([(torch.nn.functional.softplus(S[lose, c] - S[win, c]) * torch.tensor(wt))[col == c].sum()
+                       / wt[col == c].sum() for c in range(C)])
+    ref.sum().backward()
+    np.testing.assert_allclose(loss.numpy(), ref.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(grad.numpy(), S.grad.numpy(), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(obj.value(S.detach(), "ranknet"), ref.detach().numpy(), rtol=1e-12)
+
+
+def test_fit_pairs_out_of_fold_scores_and_checks():
+    X, latent, _ = _world(k=40, m=20)
+    w, lo, _ = align.bt_pairs(latent, np.arange(40), 10, 0.0, seed=0)
+    fit = rank.fit_pairs(X, w, lo, seed=0, max_steps=200)
+    assert fit.folds == 5 and fit.fold_weights.shape == (5, 20) and (fit.fold_ids >= 0).all()
+    oof = fit.oof_scores(X)
+    assert np.isfinite(oof).all() and not np.allclose(oof, fit.scores(X))
+    with pytest.raises(rank.RankError, match="prefers a model to itself"):
+        rank.fit_pairs(X, [1, 2], [1, 3])
+    few = rank.fit_pairs(X, [0, 1], [1, 2])
+    assert few.folds == 0 and few.step == 0 and few.note.startswith("3 models: too few to cross-validate")
+
+
+def test_noise_study_recovers_the_latent_and_reports_every_condition():
+    """The study on the synthetic world: clean pairs beat plain accuracy on the unseen models by far;
+    every condition and baseline has its record; the table and the docs-table rows follow the grid."""
+    from lib.benchalign.data import ItemData
+    from lib.benchalign.methods import Config, split_by_size
+
+    X, latent, models = _world(k=60, m=30)
+    data = ItemData(X, models, np.array(["w"] * 30), np.arange(30), latent, np.arange(60.0) + 1)
+    split = split_by_size(data, 41, {"big": 41})
+    study = align.noise_study(data, split, Config(max_steps=300), flips=(0.0, 0.4), pairs_per_model=(3, 0),
+                              seeds=2, n_boot=200)
+    assert study["baselines"] == ["no_alignment", "random"] and len(study["conditions"]) == 4
+    big = study["summary"]["big"]
+    clean = big["pairs flip=0.00 per_model=all"]
+    assert clean["spearman"] > 0.6 and clean["spearman_diff_no_alignment_ci"][0] > 0
+    assert abs(big["no_alignment"]["spearman"]) < 0.4
+    assert study["conditions"]["pairs flip=0.40 per_model=3"]["pairs"] == 60
+    assert 0.3 < study["conditions"]["pairs flip=0.40 per_model=3"]["wrong"] < 0.6
+    table = align.noise_table(study)
+    assert list(table.method) == ["no_alignment", "random", "pairs flip=0.00 per_model=3",
+                                  "pairs flip=0.40 per_model=3", "pairs flip=0.00 per_model=all",
+                                  "pairs flip=0.40 per_model=all"]
+    too_small = split_by_size(data, 3, {"big": 41})
+    assert "skipped" in align.noise_study(data, too_small, Config())
