@@ -133,14 +133,19 @@ def metabench_like(X_src, k: int, seed: int = 0) -> ItemWeighting:
 
 # --------------------------------------------------------------------------- anchor points
 def tinybenchmarks_like(X_src, k: int, seed: int = 0) -> ItemWeighting:
-    """Anchor points: k-means over the items' source-model response vectors, weight = cluster size."""
+    """Anchor points: k-means over the items' source-model response vectors, weight = cluster size.
+
+    k-means runs on one thread: scikit-learn's threads add their partial cluster sums in the order
+    they finish, so with several the centres (and then the anchors) differ from run to run."""
     from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
 
     X_src = np.asarray(X_src, dtype=np.float64)
     M = X_src.shape[1]
     cols = X_src.T                                       # one row per item
     k = min(k, len(np.unique(cols, axis=0)))             # identical items form one cluster at most
-    km = KMeans(n_clusters=k, n_init=3, random_state=seed).fit(cols)
+    with threadpool_limits(limits=1):
+        km = KMeans(n_clusters=k, n_init=3, random_state=seed).fit(cols)
     items, weights = [], []
     for c in range(k):
         members = np.flatnonzero(km.labels_ == c)
