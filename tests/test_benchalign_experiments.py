@@ -214,7 +214,8 @@ def _run_notebook(tmp_path, monkeypatch, parameters):
     return json.loads((tmp_path / parameters["profile"] / "07_benchalign" / "summary.json").read_text())
 
 
-FAST = dict(seeds=1, max_steps=40, patience=40, subset_items=10, subset_fractions=[0.05], source_counts=[4], item_counts=[5],
+FAST = dict(seeds=1, max_steps=40, patience=40, subset_items=10, subset_fractions=[0.05], source_counts=[4],
+            item_counts=[5],
             need_seeds=1, n_boot=50, threads=1)
 
 
@@ -329,7 +330,7 @@ def test_within_groups_restrict_source_and_test_models_to_one_flag_value():
     comp = studies.compare(d, sp, ("no_alignment", "instruct_flag", "flag_accuracy", "benchalign"), seeds=1, cfg=cfg)
     main = studies.summarise(comp, d.target, n_boot=100)["30B+"]
     assert main["flag_accuracy"]["spearman"] > main["no_alignment"]["spearman"]
-    assert "spearman_diff_instruct_flag" in main["benchalign"] and "spearman_diff_flag_accuracy_ci" in main["benchalign"]
+    assert {"spearman_diff_instruct_flag", "spearman_diff_flag_accuracy_ci"} <= set(main["benchalign"])
     sub = methods.restrict(sp, d.instruct)
     assert d.instruct[sub.source].all() and d.instruct[sub.groups["30B+"]].all()
     assert set(sub.source) <= set(sp.source)
@@ -372,3 +373,44 @@ def test_anchor_points_do_not_depend_on_threads():
             b = baselines.tinybenchmarks_like(X, 40, seed=0)
         runs.append((b.items.tolist(), b.weights.tolist()))
     assert all(r == runs[0] for r in runs)
+
+
+def test_figures_say_what_they_draw_and_part_in_greyscale(tmp_path):
+    """The weights figures give the sums they draw (no 'normalised to sum to 1'), the test groups
+    differ in marker or hatch, not only in grey, the paper's value is marked, and the ablation's
+    whiskers are its bootstrap intervals."""
+    import matplotlib.pyplot as plt
+
+    from lib import plots
+    from lib.benchalign import figures
+
+    d = _world(K=80, M=60)
+    sp = methods.split_by_size(d, 13, {"30B+": 30, "70B+": 70})
+    cfg = methods.Config(lr=1e-3, max_steps=60, patience=30)
+    comp = studies.compare(d, sp, ("no_alignment", "instruct_flag", "benchalign"), seeds=2, cfg=cfg)
+    main = studies.summarise(comp, d.target, n_boot=100)
+    fig = figures.method_bars(main)
+    ax = fig.axes[0]
+    markers = {(line.get_marker(), line.get_markerfacecolor()) for line in ax.get_lines()
+               if line.get_linewidth() == 0 and line.get_marker() not in ("*", "None")}
+    assert len(markers) == 2                                         # one (marker, fill) per test group
+    stars = [line for line in ax.get_lines() if line.get_marker() == "*"]
+    assert [list(s.get_xdata()) for s in stars] == [[methods.PAPER_RHO["70B+"]["no_alignment"],
+                                                     methods.PAPER_RHO["70B+"]["benchalign"]]]
+    w = comp.weights["benchalign"]
+    hist = figures.weight_hist(d.item_benchmark, w)
+    assert "normalised to sum to 1" not in plots.caption(hist)
+    assert f"Σ = {np.mean(w, axis=0).sum():.2f}" in hist._suptitle.get_text()
+    cross = figures.cross_weights({"a": {"mean": -0.5, "std": 0.1}, "b": {"mean": 0.7, "std": 0.1}})
+    assert "Σ = 0.20" in cross.axes[0].get_xlabel()
+    abl = ex.ablation_summary(studies.ablation(d, sp, ("ranknet", "pointwise"), seeds=2, cfg=cfg), d.target, 100)
+    bars = figures.ablation_bars(abl)
+    containers = bars.axes[0].containers
+    hatches = {c.patches[0].get_hatch() for c in containers if hasattr(c, "patches")}
+    assert len(hatches) == 2
+    first = [c for c in containers if hasattr(c, "patches")][0]      # 70B+ (largest first), losses by rho
+    losses = sorted(abl["70B+"], key=lambda loss: -abl["70B+"][loss]["spearman"])
+    seg = first.errorbar.lines[2][0].get_segments()
+    for loss, s in zip(losses, seg):
+        assert [s[0][0], s[1][0]] == pytest.approx(abl["70B+"][loss]["spearman_ci"])
+    plt.close("all")

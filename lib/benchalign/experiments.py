@@ -13,10 +13,9 @@ import numpy as np
 import pandas as pd
 
 from . import rank
-from .data import ItemData
+from .data import ItemData, instruct_mark
 from .memo import Memo, data_key
 from .methods import METHODS, Config, Split, best_single_choice, clean
-from .data import instruct_mark
 from .studies import (
     SELECTIONS,
     WITHIN_GROUPS,
@@ -26,7 +25,6 @@ from .studies import (
     cross_paper,
     data_needs,
     needs_jobs,
-    subset_items,
     subset_sizes,
     summarise,
     within_groups,

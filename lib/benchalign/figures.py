@@ -28,6 +28,8 @@ GROUP_COLORS = ("#1a1a1a", "#7a7a7a", "#4d4d4d", "#b0b0b0")
 GROUP_MARKERS = ("o", "s", "^", "D")
 GROUP_FILLS = ("full", "none", "full", "none")
 GROUP_HATCHES = ("", "////", "....", "xxxx")
+GROUP_BARS = tuple({"facecolor": face, "edgecolor": "0.15", "hatch": hatch}
+                   for face, hatch in zip(("#1a1a1a", "white", "#c8c8c8", "white"), GROUP_HATCHES))
 SELECTION_COLORS = ("#1b9e77", "#d95f02", "#7570b3")
 SELECTION_MARKERS = ("o", "s", "^")
 SELECTION_LINES = ("-", "--", ":")
@@ -159,7 +161,8 @@ def weight_hist(item_benchmark, weights: list[np.ndarray]):
     ax.set_ylabel("benchmark (Σ its weights)")
     plots.legend_below(fig, [Line2D([], [], color="#c44e52", lw=0.9, ls="--")],
                        [f"uniform weight (1 / {len(W):,} items)"])
-    plots.suptitle(fig, f"BenchAlign item weights by benchmark (all items: Σ = {W.sum():.2f}, Σ|w| = {np.abs(W).sum():.1f})")
+    plots.suptitle(fig, f"BenchAlign item weights by benchmark (all items: Σ = {W.sum():.2f}, "
+                        f"Σ|w| = {np.abs(W).sum():.1f})")
     return plots.set_caption(fig, (
         "The weight BenchAlign learns for each item (mean over seeds), one row per benchmark: every item a dot, the "
         "box its quartiles, whiskers the 5th and 95th percentiles; Σ is the benchmark's summed weight, dashed the "
@@ -172,7 +175,7 @@ def ablation_bars(ablation: dict):
     mean over seeds, whiskers = 95 % bootstrap interval over the test models), horizontal bars told
     apart by grey and hatch."""
     groups = list(ablation)[::-1]                                 # largest test models first
-    losses = sorted(ablation[groups[0]], key=lambda l: -ablation[groups[0]][l]["spearman"]) if groups else []
+    losses = sorted(ablation[groups[0]], key=lambda loss: -ablation[groups[0]][loss]["spearman"]) if groups else []
     fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 0.3 * len(losses) * max(1, len(groups)) * 0.8 + 1.6),
                            layout="constrained")
     height = 0.8 / max(1, len(groups))
@@ -184,8 +187,7 @@ def ablation_bars(ablation: dict):
         ci = [r.get("spearman_ci") for r in recs]
         lo = np.nan_to_num([mean[i] - c[0] if c else 0.0 for i, c in enumerate(ci)])
         hi = np.nan_to_num([c[1] - mean[i] if c else 0.0 for i, c in enumerate(ci)])
-        style = {"facecolor": GROUP_COLORS[k % len(GROUP_COLORS)] if k % 2 == 0 else "white",
-                 "edgecolor": GROUP_COLORS[k % len(GROUP_COLORS)], "hatch": GROUP_HATCHES[k % len(GROUP_HATCHES)]}
+        style = GROUP_BARS[k % len(GROUP_BARS)]
         handles.append(Patch(**style))
         ax.barh(y, mean, height=height, xerr=[lo, hi], capsize=2, lw=0.8, error_kw={"elinewidth": 0.8, "ecolor": "0.1"},
                 **style)
@@ -205,11 +207,17 @@ def ablation_bars(ablation: dict):
         "the same resamples as the method comparison)."))
 
 
-def needs_curves(df: pd.DataFrame, group: str):
+def needs_curves(df: pd.DataFrame, group: str, references: dict[str, float] | None = None):
     """Rho on ``group`` against the number of source models (each selection of :data:`SELECTIONS`)
-    and of items (random subsets), BenchAlign next to no alignment (mean ± std over seeds)."""
+    and of items (random subsets), BenchAlign next to no alignment (mean ± std over seeds);
+    ``references`` (label -> rho, e.g. the flag baselines of the main comparison) as dash-dotted lines."""
     fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE, 3.4), sharey=True, layout="constrained")
     sub = df[df.group == group]
+    for k, (label, value) in enumerate((references or {}).items()):
+        if value is not None:
+            for a in axes:
+                a.axhline(value, color="0.15", lw=0.9, ls=(0, (5, 2, 1, 2)) if k == 0 else (0, (1, 1)),
+                          label=label if a is axes[0] else None)
     ax = axes[0]
     for k, kind in enumerate(SELECTIONS):
         d = sub[(sub.kind == kind) & (sub.method == "benchalign")].groupby("n")["spearman"].agg(["mean", "std"])
@@ -261,7 +269,7 @@ def cross_weights(weights: dict[str, dict]):
     ax.axvline(0.0, color="0.3", lw=0.7)
     uniform = 1.0 / len(s)
     ax.axvline(uniform, color="#c44e52", lw=0.9, ls="--")
-    ax.set_xlabel(f"learned weight w / d (seed mean; they sum to {s['mean'].sum():.2f})")
+    ax.set_xlabel(f"learned weight w / d (Σ = {s['mean'].sum():.2f})")
     ax.set_ylabel("direct-evaluation benchmark")
     plots.legend_below(fig, [Line2D([], [], color="#c44e52", lw=0.9, ls="--")],
                        [f"uniform weight of the plain mean (1/{len(s)} = {uniform:.3f})"])

@@ -37,7 +37,6 @@ from scipy.stats import rankdata
 from . import baselines, rank
 from .data import ItemData
 
-
 # The paper's values set beside ours in the tables and figures (Spearman rho of the test models'
 # ranking; its target: ArmoRM reward-model preferences, 4,364 models, 21,065 items): the 70B+ rho of
 # no alignment and of BenchAlign, as README.md has quoted them since stage 07 was built. The paper's
@@ -64,6 +63,11 @@ class Config:
 
 
 VALIDATIONS = ("kfold", "largest")
+
+
+def subset_items(fraction: float, n_items: int) -> int:
+    """Items a subset method keeps at ``fraction`` of ``n_items`` (at least 1)."""
+    return max(1, int(round(fraction * n_items)))
 
 
 @dataclass

@@ -39,6 +39,7 @@ from .methods import (
     restrict,
     run_method,
     split_by_size,
+    subset_items,
 )
 
 SUBSET_METHODS = tuple(m for m in METHODS if m.split("+")[0] in ("metabench_like", "tinybenchmarks_like"))
@@ -211,11 +212,6 @@ def within_groups(data: ItemData, split: Split, seeds: int = 5, cfg: Config | No
 # --------------------------------------------------------------------------- subset sizes
 SUBSET_STUDY = ("no_alignment", "benchalign", "metabench_like", "metabench_like+benchalign",
                 "tinybenchmarks_like", "tinybenchmarks_like+benchalign")
-
-
-def subset_items(fraction: float, n_items: int) -> int:
-    """Items a subset keeps at ``fraction`` of ``n_items`` (at least 1)."""
-    return max(1, int(round(fraction * n_items)))
 
 
 def subset_sizes(data: ItemData, split: Split, fractions, seeds: int = 5, cfg: Config | None = None,

@@ -17,7 +17,9 @@ def _diff(rec: dict, key: str = "spearman_diff_no_alignment") -> str:
 
 
 def _rho(rec: dict | None) -> str:
-    return est(rec["spearman"], rec["spearman_ci"]) if rec and rec.get("spearman_ci") else f((rec or {}).get("spearman"))
+    if rec and rec.get("spearman_ci"):
+        return est(rec["spearman"], rec["spearman_ci"])
+    return f((rec or {}).get("spearman"))
 
 
 def _paper(group: str, method: str) -> str:
@@ -57,7 +59,7 @@ def benchalign_short_table(s: Summaries) -> list[str]:
     for g in groups:
         cols += [f"{g} rho [95 %]", f"BenchAlign minus it, {g}"]
     out = header(*cols)
-    for m in [m for m in ("benchalign", "benchalign_flag", *BASELINES[:-1]) if m in main[groups[0]]]:
+    for m in [m for m in ("benchalign", *BASELINES[:-1]) if m in main[groups[0]]]:
         cells = [_method(m, b)]
         for g in groups:
             ba = main[g]["benchalign"]
@@ -144,7 +146,8 @@ def subsets_table(s: Summaries) -> list[str]:
     for m in ("benchalign", "no_alignment"):
         out.append(row(_method(m, b), *(c for g in groups for c in (_rho(first[g][m]), ""))))
     for rec in subsets.values():
-        for m in ("metabench_like", "metabench_like+benchalign", "tinybenchmarks_like", "tinybenchmarks_like+benchalign"):
+        for m in ("metabench_like", "metabench_like+benchalign", "tinybenchmarks_like",
+                  "tinybenchmarks_like+benchalign"):
             name = _method(m, b, rec["items"]) + f" ({100 * rec['fraction']:.0f} %)"
             out.append(row(name, *(c for g in groups for c in (_rho(rec["main"][g][m]),
                                                                 _diff(rec["main"][g][m], "spearman_diff_benchalign")))))
