@@ -40,6 +40,11 @@ class ItemWeighting:
         X = np.asarray(X, dtype=np.float64)
         if self.scorer is not None:
             return self.scorer(X[:, self.items])
+        if len(self.weights) and (self.weights == self.weights[0]).all():
+            # uniform weights: count, then scale once, so models with the same number of correct items
+            # tie exactly (a weighted sum of 1/M terms breaks such ties by rounding, in an order that
+            # depends on the BLAS library and the machine)
+            return X[:, self.items].sum(axis=1) * self.weights[0]
         return X[:, self.items] @ self.weights
 
 
