@@ -430,3 +430,25 @@ def test_uniform_weights_tie_models_with_the_same_count_exactly():
     counts = X[:, :500].sum(1)
     for c in np.unique(counts):
         assert len(set(sub.score(X)[counts == c].tolist())) == 1
+
+
+def test_stored_units_of_two_subset_sizes_do_not_overwrite_each_other(tmp_path, monkeypatch):
+    """The comparison's subsets and the subset study's other size are stored apart, so a second run
+    reuses every unit (one file per size, not one file rewritten by each)."""
+    from lib.benchalign import memo
+
+    d = _world(K=60, M=40)
+    sp = methods.split_by_size(d, 13, {"30B+": 30})
+    cfg = methods.Config(max_steps=20, patience=20, subset_items=4)
+
+    def both(m):
+        studies.compare(d, sp, ("no_alignment", "metabench_like", "tinybenchmarks_like"), 1, cfg, memo=m)
+        studies.subset_sizes(d, sp, [0.1, 0.25], 1, cfg, n_boot=20, memo=m)
+
+    both(memo.Memo(tmp_path, k=1))
+    assert {p.stem for p in tmp_path.glob("method-metabench_like-*.pkl")} == {"method-metabench_like-4",
+                                                                             "method-metabench_like-10"}
+    monkeypatch.setattr(studies, "run_method", lambda *a, **k: pytest.fail("a stored unit was computed again"))
+    again = memo.Memo(tmp_path, k=1)
+    both(again)
+    assert again.reused and not again.redone

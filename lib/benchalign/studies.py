@@ -71,8 +71,10 @@ def compare(data: ItemData, split: Split, methods=tuple(METHODS), seeds: int = 5
         if (len(split.source) < 2 and METHODS[method].learns) or (METHODS[method].flag and data.instruct is None):
             advance(progress)
             continue                                   # nothing to fit on / no flag (the notes say so)
-        outcomes = memo(f"method-{method}", partial(run_method, method, data, split.source, range(seeds), cfg),
-                        **({"subset_items": cfg.subset_items} if method in SUBSET_METHODS else {}))
+        sized = method in SUBSET_METHODS           # one stored unit per subset size (the subset study's too)
+        outcomes = memo(f"method-{method}" + (f"-{cfg.subset_items}" if sized else ""),
+                        partial(run_method, method, data, split.source, range(seeds), cfg),
+                        **({"subset_items": cfg.subset_items} if sized else {}))
         preds[method] = np.array([o.scores for o in outcomes])
         if outcomes[0].weights is not None:
             weights[method] = [o.weights for o in outcomes]
