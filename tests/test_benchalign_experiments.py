@@ -18,15 +18,17 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _world(K=60, M=40, seed=0):
-    """Random item data: K models (sizes 0.5B..120B); items of benchmark "a" follow the models'
-    skill (2PL-like), items of "b" are coin flips; the target is the skill."""
+    """Random item data: K models (sizes 0.5B..120B, every other one instruction-tuned); items of
+    benchmark "a" follow the models' skill (2PL-like), items of "b" are coin flips; the target is
+    the skill."""
     rng = np.random.default_rng(seed)
     skill = rng.normal(size=K)
     Xa = (rng.random((K, M // 2)) < 1 / (1 + np.exp(-(skill[:, None] - rng.normal(size=M // 2))))).astype(float)
     Xb = (rng.random((K, M - M // 2)) < 0.5).astype(float)
     sizes = np.geomspace(0.5, 120, K)
     return data.ItemData(np.hstack([Xa, Xb]), [f"m{k}" for k in range(K)],
-                         np.array(["a"] * (M // 2) + ["b"] * (M - M // 2)), np.arange(M), skill, sizes)
+                         np.array(["a"] * (M // 2) + ["b"] * (M - M // 2)), np.arange(M), skill, sizes,
+                         instruct=np.arange(K) % 2 == 1)
 
 
 def test_split_by_size_is_disjoint_and_notes_small_groups():
@@ -56,7 +58,7 @@ def test_test_models_are_touched_once_for_the_final_score(monkeypatch):
     events = []
 
     def fit_many_spy(X, y, tasks, **kwargs):                  # every weight-learning fit goes through here
-        rows = {tuple(r) for r in np.asarray(X)}
+        rows = {tuple(r) for r in np.asarray(X)[:, :d.X.shape[1]]}      # (BenchAlign + flag: one more column)
         assert rows <= source_rows and not rows & test_rows
         assert np.isfinite(y).all() and len(y) == len(X)
         events.append(("fit", len(tasks)))
@@ -84,7 +86,7 @@ def test_test_models_are_touched_once_for_the_final_score(monkeypatch):
     comp = studies.compare(d, sp, methods.METHODS, seeds=2, cfg=cfg)
     assert set(comp.preds) == set(methods.METHODS)
     fits = [e for e in events if e[0] == "fit"]
-    assert len(fits) == 4 and all(n == 2 for _, n in fits)        # 4 learned methods, the 2 seeds batched
+    assert len(fits) == 5 and all(n == 2 for _, n in fits)        # 5 learned methods, the 2 seeds batched
     assert sum(e[0] == "metabench_like" for e in events) == 2      # chosen once per seed, shared
     assert sum(e[0] == "evaluate" for e in events) == len(methods.METHODS) * 2
     # per method: its fit (if any) comes before its evaluations, and nothing is fitted after them
@@ -196,7 +198,9 @@ def test_too_few_models_degrade_to_notes():
     one = methods.split_by_size(d, 1.0, {"1B+": 1.0})                # a single source model: nothing to learn
     assert any("only 1 source model" in n for n in one.notes)
     comp = studies.compare(d, one, methods.METHODS, seeds=1, cfg=methods.Config(max_steps=5))
-    assert set(comp.preds) == {"no_alignment", "random"} and set(studies.summarise(comp, d.target)) == {"1B+"}
+    fixed = {m for m, spec in methods.METHODS.items() if not spec.learns}       # the flag, size, plain, random
+    assert set(comp.preds) == fixed and set(studies.summarise(comp, d.target)) == {"1B+"}
+    assert {"instruct_flag", "param_count", "no_alignment"} <= fixed
 
 
 # --------------------------------------------------------------------------- notebook 07
@@ -210,7 +214,8 @@ def _run_notebook(tmp_path, monkeypatch, parameters):
     return json.loads((tmp_path / parameters["profile"] / "07_benchalign" / "summary.json").read_text())
 
 
-FAST = dict(seeds=1, max_steps=40, patience=40, subset_items=10, source_counts=[4], item_counts=[5],
+FAST = dict(seeds=1, max_steps=40, patience=40, subset_items=10, subset_fractions=[0.05], source_counts=[4],
+            item_counts=[5],
             need_seeds=1, n_boot=50, threads=1)
 
 
@@ -240,6 +245,14 @@ def test_notebook_runs_on_leaderboard_items(tmp_path, monkeypatch, harmony_data)
     published.import_store("published")
     summary = _run_notebook(tmp_path, monkeypatch, dict(profile="published", data_source="oll_items", **FAST))
     assert summary["data"]["models"] == 428 and summary["data"]["data_source"] == "oll_items"
+    assert set(summary["main"]) == {"13B+", "30B+", "70B+"}
+    assert summary["flag_counts"]["70B+"]["instruct"] > 0 and summary["flag_counts"]["70B+"]["base"] > 0
+    assert set(summary["within"]) == {"instruct", "base"} and "main" in summary["within"]["instruct"]
+    assert summary["subsets"]["0.05"]["items"] == 82 and summary["config"]["subset_items"] == 10
+    assert summary["ablation"]["30B+"]["ranknet"]["spearman_ci"] is not None
+    flags = pd.read_csv(tmp_path / "published" / "07_benchalign" / "instruct_flag.csv", index_col=0)
+    assert len(flags) == 428 and flags.loc["google/gemma-2-27b-it", "instruct"]
+    assert not flags.loc["meta-llama/Llama-3.1-70B", "instruct"]
     for group in ("30B+", "70B+"):
         for method in methods.METHODS:
             rec = summary["main"][group][method]
@@ -265,3 +278,177 @@ def _stages(profile):
         return params.load_profile(profile, validate=False).stages
     except params.ParamsError:
         return {}
+
+
+# --------------------------------------------------------------------------- the baselines that could explain a gain
+def test_instruct_mark_reads_the_name_part_only():
+    cases = {"Qwen/Qwen2-72B-Instruct": "instruct", "google/gemma-2-27b-it": "it", "01-ai/Yi-34B-Chat": "chat",
+             "openchat/openchat-3.5-0106": "chat", "allenai/Llama-3.1-Tulu-3-70B-DPO": "dpo",
+             "mlabonne/OrpoLlama-3-8B": "orpo", "OpenAssistant/oasst-sft-1-pythia-12b": "sft",
+             "meta-llama/Llama-3.1-70B": None, "instruct-org/Llama-2-7b-hf": None,      # the owner does not count
+             "tiiuae/Falcon3-10B-Base": None, "google/gemma-2-27b": None,
+             "microsoft/Phi-3-medium-128k-instruct": "instruct", "HuggingFaceH4/zephyr-7b-beta": None}
+    assert {m: data.instruct_mark(m) for m in cases} == cases
+    assert data.instruct_flags(list(cases)).sum() == sum(v is not None for v in cases.values())
+
+
+def test_instruct_rule_agrees_with_the_metadata_of_the_papers_models():
+    from lib import metadata
+
+    ids = [m for m in metadata._MODELS]
+    assert len(ids) >= 61
+    wrong = [m for m in ids if (data.instruct_mark(m) is not None) != metadata.model_info(m).instruct]
+    assert not wrong, wrong
+
+
+def test_flag_baselines_score_as_documented():
+    d = _world(K=40)
+    sp = methods.split_by_size(d, 13, {"30B+": 30})
+    cfg = methods.Config(max_steps=20, patience=20)
+    flag = methods.run_method("instruct_flag", d, sp.source, [0], cfg)[0].scores
+    np.testing.assert_array_equal(flag, d.instruct.astype(float))
+    both = methods.run_method("flag_accuracy", d, sp.source, [0], cfg)[0].scores
+    plain = d.X.mean(1)
+    assert both[d.instruct].min() > both[~d.instruct].max()                   # the flag first ...
+    sub = d.instruct
+    assert (np.argsort(both[sub], kind="stable") == np.argsort(plain[sub], kind="stable")).all()   # ... then accuracy
+    np.testing.assert_array_equal(methods.run_method("param_count", d, sp.source, [0], cfg)[0].scores, d.size_b)
+    aug = methods.with_flag(d)
+    assert aug.X.shape[1] == d.X.shape[1] + 1 and aug.item_benchmark[-1] == "flag"
+    out = methods.run_method("benchalign_flag", d, sp.source, [0], cfg)[0]
+    assert len(out.weights) == d.X.shape[1] + 1
+    no_flag = data.ItemData(d.X, d.models, d.item_benchmark, d.item_id, d.target, d.size_b)
+    comp = studies.compare(no_flag, sp, methods.METHODS, seeds=1, cfg=cfg)
+    assert not {m for m, spec in methods.METHODS.items() if spec.flag} & set(comp.preds)   # skipped, not faked
+
+
+def test_within_groups_restrict_source_and_test_models_to_one_flag_value():
+    d = _world(K=120, M=40)
+    d.target = d.target + 3.0 * d.instruct                  # the flag explains most of the target ...
+    sp = methods.split_by_size(d, 13, {"30B+": 30})
+    cfg = methods.Config(lr=1e-3, max_steps=100, patience=50)
+    comp = studies.compare(d, sp, ("no_alignment", "instruct_flag", "flag_accuracy", "benchalign"), seeds=1, cfg=cfg)
+    main = studies.summarise(comp, d.target, n_boot=100)["30B+"]
+    assert main["flag_accuracy"]["spearman"] > main["no_alignment"]["spearman"]
+    assert {"spearman_diff_instruct_flag", "spearman_diff_flag_accuracy_ci"} <= set(main["benchalign"])
+    sub = methods.restrict(sp, d.instruct)
+    assert d.instruct[sub.source].all() and d.instruct[sub.groups["30B+"]].all()
+    assert set(sub.source) <= set(sp.source)
+    within = studies.within_groups(d, sp, seeds=1, cfg=cfg, n_boot=100)
+    assert set(within) == {"instruct", "base"}
+    for label, value in studies.WITHIN_GROUPS.items():
+        rec = within[label]
+        assert rec["counts"]["source"] == int((d.instruct[sp.source] == value).sum())
+        r = rec["main"]["30B+"]
+        assert set(r) == set(studies.WITHIN_METHODS) and r["benchalign"]["n_models"] == rec["counts"]["30B+"]
+        assert {"spearman_diff_no_alignment_ci", "spearman_diff_param_count_ci"} <= set(r["benchalign"])
+    few = methods.restrict(sp, np.zeros(len(d.models), bool))
+    assert not few.groups and few.notes
+
+
+def test_subset_study_and_ablation_carry_paired_bootstrap_intervals():
+    d = _world(K=80, M=60)
+    sp = methods.split_by_size(d, 13, {"30B+": 30, "70B+": 70})
+    cfg = methods.Config(lr=1e-3, max_steps=60, patience=30, subset_items=6)
+    out = studies.subset_sizes(d, sp, [0.1, 0.25], seeds=1, cfg=cfg, n_boot=100)
+    assert [v["items"] for v in out.values()] == [6, 15]
+    rec = out["0.25"]["main"]["70B+"]["tinybenchmarks_like+benchalign"]
+    assert rec["spearman_diff_benchalign_ci"] is not None and "spearman_diff_best_single" not in rec
+    abl = studies.ablation(d, sp, ("ranknet", "pointwise"), seeds=2, cfg=cfg)
+    summ = ex.ablation_summary(abl, d.target, 100)
+    for g in ("30B+", "70B+"):
+        r = summ[g]["pointwise"]
+        assert r["spearman_ci"][0] <= r["spearman"] <= r["spearman_ci"][1] and len(r["steps"]) == 2
+
+
+def test_anchor_points_do_not_depend_on_threads():
+    """k-means runs on one thread whatever the pool holds (its threads sum partial centres in the
+    order they finish): the same anchors every time."""
+    from threadpoolctl import threadpool_limits
+
+    X = (np.random.default_rng(3).random((50, 300)) < 0.4).astype(float)
+    runs = []
+    for threads in (1, 2, 2, 1):
+        with threadpool_limits(limits=threads):
+            b = baselines.tinybenchmarks_like(X, 40, seed=0)
+        runs.append((b.items.tolist(), b.weights.tolist()))
+    assert all(r == runs[0] for r in runs)
+
+
+def test_figures_say_what_they_draw_and_part_in_greyscale(tmp_path):
+    """The weights figures give the sums they draw (no 'normalised to sum to 1'), the test groups
+    differ in marker or hatch, not only in grey, the paper's value is marked, and the ablation's
+    whiskers are its bootstrap intervals."""
+    import matplotlib.pyplot as plt
+
+    from lib import plots
+    from lib.benchalign import figures
+
+    d = _world(K=80, M=60)
+    sp = methods.split_by_size(d, 13, {"30B+": 30, "70B+": 70})
+    cfg = methods.Config(lr=1e-3, max_steps=60, patience=30)
+    comp = studies.compare(d, sp, ("no_alignment", "instruct_flag", "benchalign"), seeds=2, cfg=cfg)
+    main = studies.summarise(comp, d.target, n_boot=100)
+    fig = figures.method_bars(main)
+    ax = fig.axes[0]
+    markers = {(line.get_marker(), line.get_markerfacecolor()) for line in ax.get_lines()
+               if line.get_linewidth() == 0 and line.get_marker() not in ("*", "None")}
+    assert len(markers) == 2                                         # one (marker, fill) per test group
+    stars = [line for line in ax.get_lines() if line.get_marker() == "*"]
+    assert [list(s.get_xdata()) for s in stars] == [[methods.PAPER_RHO["70B+"]["no_alignment"],
+                                                     methods.PAPER_RHO["70B+"]["benchalign"]]]
+    w = comp.weights["benchalign"]
+    hist = figures.weight_hist(d.item_benchmark, w)
+    assert "normalised to sum to 1" not in plots.caption(hist)
+    assert f"Σ = {np.mean(w, axis=0).sum():.2f}" in hist._suptitle.get_text()
+    cross = figures.cross_weights({"a": {"mean": -0.5, "std": 0.1}, "b": {"mean": 0.7, "std": 0.1}})
+    assert "Σ = 0.20" in cross.axes[0].get_xlabel()
+    abl = ex.ablation_summary(studies.ablation(d, sp, ("ranknet", "pointwise"), seeds=2, cfg=cfg), d.target, 100)
+    bars = figures.ablation_bars(abl)
+    containers = bars.axes[0].containers
+    hatches = {c.patches[0].get_hatch() for c in containers if hasattr(c, "patches")}
+    assert len(hatches) == 2
+    first = [c for c in containers if hasattr(c, "patches")][0]      # 70B+ (largest first), losses by rho
+    losses = sorted(abl["70B+"], key=lambda loss: -abl["70B+"][loss]["spearman"])
+    seg = first.errorbar.lines[2][0].get_segments()
+    for loss, s in zip(losses, seg):
+        assert [s[0][0], s[1][0]] == pytest.approx(abl["70B+"][loss]["spearman_ci"])
+    plt.close("all")
+
+
+def test_uniform_weights_tie_models_with_the_same_count_exactly():
+    """Plain accuracy (and any uniform weighting) counts first and scales once: models with the same
+    number of correct items, on different items, get the same score bit for bit (a sum of 1/M terms
+    broke 43 such ties among the leaderboard's 428 models, in a machine-dependent way)."""
+    rng = np.random.default_rng(0)
+    X = np.zeros((40, 997))
+    for row in X:
+        row[rng.choice(997, 300, replace=False)] = 1
+    scores = baselines.no_alignment(997).score(X)
+    assert len(set(scores.tolist())) == 1
+    sub = baselines.ItemWeighting("s", np.arange(500), np.full(500, 1 / 500))
+    counts = X[:, :500].sum(1)
+    for c in np.unique(counts):
+        assert len(set(sub.score(X)[counts == c].tolist())) == 1
+
+
+def test_stored_units_of_two_subset_sizes_do_not_overwrite_each_other(tmp_path, monkeypatch):
+    """The comparison's subsets and the subset study's other size are stored apart, so a second run
+    reuses every unit (one file per size, not one file rewritten by each)."""
+    from lib.benchalign import memo
+
+    d = _world(K=60, M=40)
+    sp = methods.split_by_size(d, 13, {"30B+": 30})
+    cfg = methods.Config(max_steps=20, patience=20, subset_items=4)
+
+    def both(m):
+        studies.compare(d, sp, ("no_alignment", "metabench_like", "tinybenchmarks_like"), 1, cfg, memo=m)
+        studies.subset_sizes(d, sp, [0.1, 0.25], 1, cfg, n_boot=20, memo=m)
+
+    both(memo.Memo(tmp_path, k=1))
+    assert {p.stem for p in tmp_path.glob("method-metabench_like-*.pkl")} == {"method-metabench_like-4",
+                                                                             "method-metabench_like-10"}
+    monkeypatch.setattr(studies, "run_method", lambda *a, **k: pytest.fail("a stored unit was computed again"))
+    again = memo.Memo(tmp_path, k=1)
+    both(again)
+    assert again.reused and not again.redone

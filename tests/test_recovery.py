@@ -581,7 +581,7 @@ def _items(K=60, M=40, seed=0) -> bdata.ItemData:
     Xb = (rng.random((K, M - M // 2)) < 0.5).astype(float)
     return bdata.ItemData(np.hstack([Xa, Xb]), [f"m{k}" for k in range(K)],
                           np.array(["a"] * (M // 2) + ["b"] * (M - M // 2)), np.arange(M), skill,
-                          np.geomspace(0.5, 120, K))
+                          np.geomspace(0.5, 120, K), instruct=np.arange(K) % 2 == 1)
 
 
 @pytest.mark.usefixtures("one_torch_thread")

@@ -40,6 +40,11 @@ class ItemWeighting:
         X = np.asarray(X, dtype=np.float64)
         if self.scorer is not None:
             return self.scorer(X[:, self.items])
+        if len(self.weights) and (self.weights == self.weights[0]).all():
+            # uniform weights: count, then scale once, so models with the same number of correct items
+            # tie exactly (a weighted sum of 1/M terms breaks such ties by rounding, in an order that
+            # depends on the BLAS library and the machine)
+            return X[:, self.items].sum(axis=1) * self.weights[0]
         return X[:, self.items] @ self.weights
 
 
@@ -133,14 +138,19 @@ def metabench_like(X_src, k: int, seed: int = 0) -> ItemWeighting:
 
 # --------------------------------------------------------------------------- anchor points
 def tinybenchmarks_like(X_src, k: int, seed: int = 0) -> ItemWeighting:
-    """Anchor points: k-means over the items' source-model response vectors, weight = cluster size."""
+    """Anchor points: k-means over the items' source-model response vectors, weight = cluster size.
+
+    k-means runs on one thread: scikit-learn's threads add their partial cluster sums in the order
+    they finish, so with several the centres (and then the anchors) differ from run to run."""
     from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
 
     X_src = np.asarray(X_src, dtype=np.float64)
     M = X_src.shape[1]
     cols = X_src.T                                       # one row per item
     k = min(k, len(np.unique(cols, axis=0)))             # identical items form one cluster at most
-    km = KMeans(n_clusters=k, n_init=3, random_state=seed).fit(cols)
+    with threadpool_limits(limits=1):
+        km = KMeans(n_clusters=k, n_init=3, random_state=seed).fit(cols)
     items, weights = [], []
     for c in range(k):
         members = np.flatnonzero(km.labels_ == c)

@@ -19,7 +19,10 @@ rows differ. Entries must be finite and, for leaderboard files, exactly 0 or 1; 
 rejected with an error naming the file, the model and the item.
 
 Model sizes come from the model id (:func:`parse_size_b`) for leaderboard models and from
-:func:`lib.metadata.model_info` for models of our own store.
+:func:`lib.metadata.model_info` for models of our own store. Whether a model is instruction-tuned
+(``ItemData.instruct``, the one-bit baseline BenchAlign must beat) comes from its name
+(:func:`instruct_mark`, the one rule) for leaderboard and published-store models, and from
+:func:`lib.metadata.model_info` for the models of our own pipeline.
 """
 
 from __future__ import annotations
@@ -80,6 +83,37 @@ def parse_size_b(model_id: str) -> float | None:
     return max(sizes) if sizes else None
 
 
+# "instruct", "chat" anywhere in the name part; "it" as a whole token (gemma-2b-it); the others
+# (preference or supervised fine-tuning steps) anywhere. Case-insensitive.
+INSTRUCT_SUBSTRINGS = ("instruct", "chat", "dpo", "sft", "rlhf", "orpo")
+INSTRUCT_TOKENS = ("it",)
+
+
+def instruct_mark(model_id: str) -> str | None:
+    """The mark in a model id that flags it as instruction-tuned, or None (a base model, as far as
+    its name says).
+
+    The one rule, used for every model whose metadata we do not hold (the leaderboard's 428 and the
+    published store's 61): the name part (after ``/``), lower-cased, contains one of
+    :data:`INSTRUCT_SUBSTRINGS` (``-Instruct``, ``-Chat``, ``openchat``, ``-DPO``, ``-SFT``, ``RLHF``,
+    ``ORPO``) or has :data:`INSTRUCT_TOKENS` as a token between ``-``, ``_``, ``.`` or spaces
+    (``gemma-2b-it``). Fine-tunes named otherwise (``zephyr``, ``Hermes``, ``dolphin``, ``vicuna``)
+    count as base models: the rule reads names, not model cards, and stage 07 writes the list it
+    produced (``instruct_flag.csv``) for review.
+    """
+    name = model_id.split("/")[-1].lower()
+    for mark in INSTRUCT_SUBSTRINGS:
+        if mark in name:
+            return mark
+    tokens = set(re.split(r"[-_. ]+", name))
+    return next((t for t in INSTRUCT_TOKENS if t in tokens), None)
+
+
+def instruct_flags(models: Sequence[str]) -> np.ndarray:
+    """:func:`instruct_mark` of each model as a boolean array."""
+    return np.array([instruct_mark(m) is not None for m in models], dtype=bool)
+
+
 # --------------------------------------------------------------------------- container
 @dataclass
 class ItemData:
@@ -87,7 +121,8 @@ class ItemData:
 
     ``item_benchmark[j]`` names the benchmark of item ``j``; ``item_id[j]`` is its index (doc id)
     inside that benchmark. ``target`` is the score whose ranking BenchAlign learns to reproduce
-    (higher is better); ``size_b`` the parameter count (NaN when unknown).
+    (higher is better); ``size_b`` the parameter count (NaN when unknown); ``instruct`` whether
+    each model is instruction-tuned (None: unknown for every model, the flag baselines are skipped).
     """
     X: np.ndarray
     models: list[str]
@@ -96,6 +131,7 @@ class ItemData:
     target: np.ndarray | None = None
     size_b: np.ndarray | None = None
     info: dict = field(default_factory=dict)
+    instruct: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.X = np.asarray(self.X, dtype=np.float32)
@@ -104,7 +140,9 @@ class ItemData:
             raise ItemDataError(f"ItemData: {K} rows but {len(set(self.models))} distinct model names")
         if len(self.item_benchmark) != M or len(self.item_id) != M:
             raise ItemDataError(f"ItemData: {M} columns but {len(self.item_benchmark)} item names")
-        for name in ("target", "size_b"):
+        if self.instruct is not None:
+            self.instruct = np.asarray(self.instruct, dtype=bool)
+        for name in ("target", "size_b", "instruct"):
             val = getattr(self, name)
             if val is not None and len(val) != K:
                 raise ItemDataError(f"ItemData: {name} has {len(val)} entries for {K} models")
@@ -122,13 +160,14 @@ class ItemData:
         idx = np.array([index[m] for m in models], dtype=int)
         return ItemData(self.X[idx], list(models), self.item_benchmark, self.item_id,
                         None if self.target is None else self.target[idx],
-                        None if self.size_b is None else self.size_b[idx], dict(self.info))
+                        None if self.size_b is None else self.size_b[idx], dict(self.info),
+                        None if self.instruct is None else self.instruct[idx])
 
     def columns(self, mask_or_index) -> ItemData:
         """The sub-matrix of the selected items (boolean mask or integer index)."""
         sel = np.asarray(mask_or_index)
         return ItemData(self.X[:, sel], list(self.models), self.item_benchmark[sel], self.item_id[sel],
-                        self.target, self.size_b, dict(self.info))
+                        self.target, self.size_b, dict(self.info), self.instruct)
 
 # --------------------------------------------------------------------------- validation
 def check_matrix(X: np.ndarray, where: str, models: Sequence[str], binary: bool) -> np.ndarray:
@@ -252,7 +291,7 @@ def load_oll(features: Sequence[str], target: str | None = None, data: str | Pat
     size = np.array([np.nan if (s := parse_size_b(m)) is None else s for m in models])
     info = {"source": "oll-v2-items", "features": list(features), "target": target,
             "duplicates": duplicates, "duplicated_names": {b: sorted(d) for b, d in dups.items()}}
-    return ItemData(X, models, bench, ids, y, size, info)
+    return ItemData(X, models, bench, ids, y, size, info, instruct_flags(models))
 
 
 # --------------------------------------------------------------------------- our pipeline
@@ -303,16 +342,18 @@ def load_pipeline(store: str | Path, work: str | Path, benchmarks: Sequence[str]
     # the target: mean over benchmarks of the scores turned so that higher is better
     dirs = {b: metadata.benchmark_info(b, store=store).higher_is_better for b in benchmarks}
     y = orient(wide.loc[models, benchmarks], dirs).to_numpy().mean(axis=1)
-    size = []
+    size, instruct = [], []
     for m in models:
         try:
-            s = metadata.model_info(m, store=store).params_b
+            meta = metadata.model_info(m, store=store)
+            s, flag = meta.params_b, meta.instruct
         except metadata.MetadataError:
-            s = None
+            s, flag = None, False
         size.append(np.nan if s is None else float(s))
+        instruct.append(bool(flag))
     info = {"source": "pipeline", "features": benchmarks, "target": f"mean {target_protocol}",
-            "dropped": dropped}
-    return ItemData(X, models, np.array(bench), np.array(ids), y, np.array(size), info)
+            "dropped": dropped, "instruct": "lib.metadata (the store's model records)"}
+    return ItemData(X, models, np.array(bench), np.array(ids), y, np.array(size), info, np.array(instruct))
 
 
 # --------------------------------------------------------------------------- across the two papers
@@ -344,7 +385,7 @@ def load_cross_paper(store: str | Path, benchmarks: Sequence[str] = ()) -> ItemD
     size = np.array([np.nan if (s := metadata.model_info(m, store=store).params_b) is None else s
                      for m in models])
     info = {"source": "published store", "features": names, "target": "mean train_before_test"}
-    return ItemData(X, models, np.array(names), np.zeros(len(names), int), y, size, info)
+    return ItemData(X, models, np.array(names), np.zeros(len(names), int), y, size, info, instruct_flags(models))
 
 
 # --------------------------------------------------------------------------- one entry point

@@ -13,18 +13,21 @@ import numpy as np
 import pandas as pd
 
 from . import rank
-from .data import ItemData
+from .data import ItemData, instruct_mark
 from .memo import Memo, data_key
 from .methods import METHODS, Config, Split, best_single_choice, clean
 from .studies import (
     SELECTIONS,
+    WITHIN_GROUPS,
     ablation,
     advance,
     compare,
     cross_paper,
     data_needs,
     needs_jobs,
+    subset_sizes,
     summarise,
+    within_groups,
 )
 
 
@@ -103,16 +106,48 @@ def protocol_summary(fits: dict[str, list[rank.Fit]], cfg: Config, curve_method:
 
 
 # --------------------------------------------------------------------------- summary pieces
-def ablation_summary(df: pd.DataFrame) -> dict:
-    """``{group: {loss: {spearman, spearman_std, pair_acc, pair_acc_std, steps}}}`` (mean and std
-    over seeds; the chosen steps per seed)."""
-    out: dict = {}
-    for (g, loss), sub in df.groupby(["group", "loss"], sort=False):
-        rec = {k: clean(v) for k, v in {
-            "spearman": sub.spearman.mean(), "spearman_std": sub.spearman.std(ddof=0),
-            "pair_acc": sub.pair_acc.mean(), "pair_acc_std": sub.pair_acc.std(ddof=0)}.items()}
-        out.setdefault(g, {})[loss] = {**rec, "steps": [int(s) for s in sub.step]}
+def ablation_summary(comp, y: np.ndarray, n_boot: int) -> dict:
+    """``{group: {loss: {spearman, spearman_ci, spearman_seed_std, pair_acc, pair_acc_ci, ..., steps}}}``
+    (seed means, 95 % bootstrap intervals over the test models as in the main comparison, the
+    spread over seeds, the chosen steps per seed)."""
+    out = summarise(comp, y, n_boot, refs=())
+    for g, losses in out.items():
+        for loss, rec in losses.items():
+            sub = comp.rows[(comp.rows.method == loss) & (comp.rows.group == g)]
+            rec["steps"] = [int(s) for s in sub.step]
     return out
+
+
+def flag_table(data: ItemData, split: Split) -> pd.DataFrame:
+    """Every model with its instruction-tuned flag, the mark that set it (the rule of
+    :func:`lib.benchalign.data.instruct_mark`; pipeline models: their metadata), its size and its
+    role (source, the test groups it belongs to, or unused): the list to review."""
+    role = np.full(len(data.models), "unused", dtype=object)
+    role[split.source] = "source"
+    for g, idx in split.groups.items():
+        for i in idx:
+            role[i] = g if role[i] in ("unused",) else f"{role[i]}, {g}"
+    oll = data.info.get("source") != "pipeline"
+    return pd.DataFrame({"model": data.models, "instruct": data.instruct.astype(bool),
+                         "mark": [(instruct_mark(m) or "") if oll else "metadata" for m in data.models],
+                         "size_b": data.size_b, "role": role}).set_index("model")
+
+
+def flag_counts(data: ItemData, split: Split) -> dict:
+    """Instruction-tuned / base models among the source models and each test group."""
+    if data.instruct is None:
+        return {}
+    sets = {"source": split.source, **split.groups}
+    return {k: {"instruct": int(data.instruct[v].sum()), "base": int((~data.instruct[v]).sum())}
+            for k, v in sets.items()}
+
+
+def flag_feature(data: ItemData, weights: list[np.ndarray]) -> dict:
+    """BenchAlign + flag: the learned weight of the flag column and the summed weight of the items
+    (seed means; normalised weights, so a model's score moves by the flag's weight when flagged)."""
+    W = np.array(weights)
+    return {"flag_weight": clean(W[:, -1].mean()), "flag_weight_seed_std": clean(W[:, -1].std()),
+            "items_weight_sum": clean(W[:, :-1].sum(1).mean())}
 
 
 def needs_summary(df: pd.DataFrame) -> dict:
@@ -150,12 +185,15 @@ def duplicates_line(info: dict) -> str:
 # --------------------------------------------------------------------------- notebook 07 in one call
 def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int = 5, n_boot: int = 1000,
                       losses=rank.LOSSES, source_counts=(), item_counts=(), need_seeds: int = 3,
+                      subset_fractions=(), within: bool = True,
                       cross_paper_store=None, cross_source_max_b: float = 3.5,
                       cross_test_min_b: float = 6.0, relative_sizes: bool = False, progress: bool = True,
                       resume=None) -> dict:
     """Everything notebook 07 shows: the method comparison on the test groups (``comparison``,
     ``main``), how the protocol chose (``protocol``), learned weights by benchmark (``by_bench``),
-    the loss ablation (``ablation``), the data needs and source selections (``needs``), the
+    the loss ablation (``ablation``, a comparison of losses), the instruction-tuned / base groups
+    (``within``), the subsets at ``subset_fractions`` of the items (``subsets``), the data needs
+    and source selections (``needs``), the
     benchmark-level experiment (``cross``, one weight per benchmark of ``cross_paper_store``'s direct
     evaluation: across the two papers on the published store; with ``relative_sizes`` its size
     thresholds are quantiles, as for the tiny models of the mini world),
@@ -170,6 +208,7 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
     notes = list(split.notes)
     fittable = bool(split.groups) and len(split.source) >= 2
     n_units = (len(METHODS) + (len(losses) + needs_jobs(split, source_counts, item_counts, items.X.shape[1])
+                               + len(subset_fractions) + len(WITHIN_GROUPS) * within
                                if fittable else 0) + (cross_paper_store is not None))
     memo = Memo.for_report(resume, items, split, cfg, seeds, n_boot)
     with Progress(n_units, "benchalign") if progress else nullcontext() as bar:
@@ -180,7 +219,11 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
                     else pd.DataFrame())
         # the studies: ranking losses (reusing the comparison's BenchAlign fits), data needs, across papers
         done = {cfg.loss: comp.fits["benchalign"]} if "benchalign" in comp.fits else {}
-        abl = ablation(items, split, losses, seeds, cfg, done, progress=bar, memo=memo) if fittable else pd.DataFrame()
+        abl = ablation(items, split, losses, seeds, cfg, done, progress=bar, memo=memo) if fittable else None
+        within_rec = (within_groups(items, split, seeds, cfg, n_boot, progress=bar, memo=memo)
+                      if fittable and within else {})
+        subsets = (subset_sizes(items, split, subset_fractions, seeds, cfg, n_boot, progress=bar, memo=memo)
+                   if fittable else {})
         needs = (data_needs(items, split, source_counts, item_counts, need_seeds, cfg, progress=bar, memo=memo)
                  if fittable else pd.DataFrame())
         cross = _cross_paper(cross_paper_store, cross_source_max_b, cross_test_min_b, seeds, cfg, n_boot, bar,
@@ -195,15 +238,26 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
                         "target": items.info.get("target"), **split.counts(), "info": items.info,
                         "duplicates_line": duplicates_line(items.info)},
                "main": main, "best_single": best_single_choice(items, split),
+               "flag_counts": flag_counts(items, split),
+               "flag_feature": (flag_feature(items, comp.weights["benchalign_flag"])
+                                if "benchalign_flag" in comp.weights else {}),
+               "within": within_rec, "subsets": subsets,
                "protocol": protocol,
-               "ablation": ablation_summary(abl) if len(abl) else {},
+               "ablation": ablation_summary(abl, items.target, n_boot) if abl is not None else {},
                "data_needs": needs_summary(needs) if len(needs) else {},
                "source_selection": selection_summary(needs) if len(needs) else {},
                "weights_by_benchmark": by_bench.round(5).to_dict(orient="index"),
                "cross_paper": cross, "config": asdict(cfg), "notes": notes}
-    return {"comparison": comp, "main": main, "protocol": protocol, "by_bench": by_bench, "ablation": abl,
-            "needs": needs, "cross": cross, "tables": _tables(main, abl, needs, by_bench, cross), "notes": notes,
-            "summary": summary}
+    abl_rows = abl.rows.rename(columns={"method": "loss"}) if abl is not None else pd.DataFrame()
+    tables = _tables(main, abl_rows, needs, by_bench, cross)
+    tables.update({name: _flat(rec) for name, rec in (
+        ("within", {k: v["main"] for k, v in within_rec.items() if "main" in v}),
+        ("subsets", {k: v["main"] for k, v in subsets.items()})) if rec})
+    if items.instruct is not None:
+        tables["instruct_flag"] = flag_table(items, split)
+    return {"comparison": comp, "main": main, "protocol": protocol, "by_bench": by_bench,
+            "ablation": abl_rows, "within": within_rec, "subsets": subsets,
+            "needs": needs, "cross": cross, "tables": tables, "notes": notes, "summary": summary}
 
 
 def _cross_paper(store_root, source_max_b: float, test_min_b: float, seeds: int, cfg: Config, n_boot: int,
@@ -221,6 +275,13 @@ def _cross_paper(store_root, source_max_b: float, test_min_b: float, seeds: int,
         cross = {"skipped": f"{type(exc).__name__}: {exc}"}
     advance(bar, "cross-paper")
     return cross
+
+
+def _flat(rec: dict) -> pd.DataFrame:
+    """``{condition: {group: {method: record}}}`` as one table (index condition, group, method)."""
+    rows = {(c, g, m): {k: v for k, v in r.items() if not isinstance(v, list)}
+            for c, groups in rec.items() for g, ms in groups.items() for m, r in ms.items()}
+    return pd.DataFrame(rows).T.rename_axis(["condition", "group", "method"])
 
 
 def _protocol_notes(protocol: dict) -> list[str]:

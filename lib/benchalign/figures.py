@@ -16,15 +16,33 @@ from matplotlib.patches import Patch
 
 from .. import plots
 from .experiments import METHODS, SELECTIONS
+from .methods import PAPER_RHO
 
 METRIC_LABELS = {"spearman": "Spearman ρ", "pair_acc": "pairwise accuracy"}
 SELECTION_LABELS = {"source_random": "random", "source_kcenter": "k-center (label-free)",
                     "source_spread": "spread over target (uses labels)"}
 # Test groups (larger and larger models) and source selections: greys and one qualitative set that
-# no model family uses, so these colours never read as families or protocols.
-GROUP_COLORS = ("#3d3d3d", "#9a9a9a", "#6b6b6b", "#c2c2c2")
+# no model family uses, so these colours never read as families or protocols. Each group and each
+# selection also has its own marker (and, for bars, hatch), so they stay apart in greyscale print.
+GROUP_COLORS = ("#1a1a1a", "#7a7a7a", "#4d4d4d", "#b0b0b0")
+GROUP_MARKERS = ("o", "s", "^", "D")
+GROUP_FILLS = ("full", "none", "full", "none")
+GROUP_HATCHES = ("", "////", "....", "xxxx")
+GROUP_BARS = tuple({"facecolor": face, "edgecolor": "0.15", "hatch": hatch}
+                   for face, hatch in zip(("#1a1a1a", "white", "#c8c8c8", "white"), GROUP_HATCHES))
 SELECTION_COLORS = ("#1b9e77", "#d95f02", "#7570b3")
+SELECTION_MARKERS = ("o", "s", "^")
+SELECTION_LINES = ("-", "--", ":")
+PAPER_COLOR = "#c44e52"
 NEUTRAL = "#5f6f7f"
+
+
+def _group_style(k: int) -> dict:
+    """Marker, fill and colour of the k-th test group (errorbar / Line2D keywords)."""
+    color = GROUP_COLORS[k % len(GROUP_COLORS)]
+    fill = GROUP_FILLS[k % len(GROUP_FILLS)]
+    return {"color": color, "marker": GROUP_MARKERS[k % len(GROUP_MARKERS)], "mec": color,
+            "mfc": color if fill == "full" else "white"}
 
 
 def _label(method: str) -> str:
@@ -35,7 +53,7 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
     """Rows: metrics; left column: each method's value on each test group (mean over seeds, whiskers
     = 95 % bootstrap interval over test models); right column: its paired difference to ``ref``
     (same bootstrap resamples; whiskers = 95 % interval)."""
-    groups = list(main)
+    groups = list(main)[::-1]                                     # largest test models first
     methods = [m for m in METHODS if any(m in main[g] for g in groups)]
     n = len(methods)
     fig, axes = plt.subplots(len(metrics), 2, figsize=(plots.WIDTH_DOUBLE, 0.26 * n * len(metrics) + 1.6),
@@ -54,8 +72,14 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
                 lo = np.array([v[i] - c[0] if c else 0.0 for i, c in enumerate(ci)])
                 hi = np.array([c[1] - v[i] if c else 0.0 for i, c in enumerate(ci)])
                 lo, hi = np.nan_to_num(lo), np.nan_to_num(hi)
-                ax.errorbar(v, y, xerr=[lo, hi], fmt="o", ms=3.5, capsize=2, lw=0.9,
-                            color=GROUP_COLORS[k % len(GROUP_COLORS)])
+                ax.errorbar(v, y, xerr=[lo, hi], fmt="none", capsize=2, lw=0.9, ecolor=_group_style(k)["color"])
+                ax.plot(v, y, lw=0, ms=4, **_group_style(k))
+                if col == 0 and metric == "spearman":                 # the paper's value, where it reports one
+                    paper = [(i, PAPER_RHO.get(g, {}).get(m)) for i, m in enumerate(methods)]
+                    paper = [(i, p) for i, p in paper if p is not None]
+                    if paper:
+                        ax.plot([p for _, p in paper], [y[i] for i, _ in paper], lw=0, marker="*", ms=7,
+                                color=PAPER_COLOR, mec="0.1", mew=0.4)
             ax.axvline(0.5 if (col == 0 and metric == "pair_acc") else 0.0, color="0.4", lw=0.8, ls=":")
             ax.set_xlabel(METRIC_LABELS.get(metric, metric) if col == 0
                           else f"Δ {METRIC_LABELS.get(metric, metric)} vs {ref_label}")
@@ -64,16 +88,19 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
         axes[row][0].set_yticks(ticks, [_label(m) for m in methods])
         axes[row][0].set_ylabel("method")
     axes[0][0].set_ylim(n - 0.5 + height * (len(groups) - 1), -0.5)      # shared y: registry order from the top
-    handles = [Line2D([], [], color=GROUP_COLORS[k % len(GROUP_COLORS)], marker="o", ms=4, lw=0.9)
-               for k in range(len(groups))]
+    handles = [Line2D([], [], ms=4, lw=0.9, **_group_style(k)) for k in range(len(groups))]
     labels = [f"{g} ({main[g][methods[0]]['n_models']} models)" if methods else g for g in groups]
+    if any(PAPER_RHO.get(g) for g in groups):
+        handles.append(Line2D([], [], lw=0, marker="*", ms=7, color=PAPER_COLOR, mec="0.1", mew=0.4))
+        labels.append("the paper's rho (its data and target)")
     plots.legend_below(fig, handles, labels, title="test models")
     plots.suptitle(fig, "BenchAlign and the baselines on the unseen larger models")
     return plots.set_caption(fig, (
         "Each method's rank agreement with the target ranking on the test models (left: value, mean over seeds; "
         f"right: paired difference to {ref_label} on the same bootstrap resamples), in Spearman ρ (top) and pairwise "
         "accuracy (bottom); whiskers: 95 % bootstrap intervals over the test models; dotted: no agreement (left) or "
-        "no difference (right)."))
+        "no difference (right). Stars: the paper's rho where it reports one (reward-model preferences on its own "
+        "4,364 models; ours: the IFEval ranking)."))
 
 
 def learning_curve(protocol: dict):
@@ -130,37 +157,45 @@ def weight_hist(item_benchmark, weights: list[np.ndarray]):
     ax.set_yticks(range(len(names)), [f"{plots.display(b)}\nΣ = {W[item_benchmark == b].sum():.2f}" for b in names])
     ax.set_ylim(len(names) - 0.5, -0.5)
     ax.xaxis.set_major_locator(plt.MaxNLocator(5))
-    ax.set_xlabel("learned item weight (normalised, seed mean)")
-    ax.set_ylabel("benchmark (total weight)")
+    ax.set_xlabel("learned item weight w / d (seed mean)")
+    ax.set_ylabel("benchmark (Σ its weights)")
     plots.legend_below(fig, [Line2D([], [], color="#c44e52", lw=0.9, ls="--")],
                        [f"uniform weight (1 / {len(W):,} items)"])
-    plots.suptitle(fig, "BenchAlign item weights by benchmark")
+    plots.suptitle(fig, f"BenchAlign item weights by benchmark (all items: Σ = {W.sum():.2f}, "
+                        f"Σ|w| = {np.abs(W).sum():.1f})")
     return plots.set_caption(fig, (
-        "The weight BenchAlign learns for each item (normalised to sum to 1; mean over seeds), one row per "
-        "benchmark: every item a dot, the box its quartiles, whiskers the 5th and 95th percentiles; Σ is the "
-        "benchmark's total weight, dashed the uniform weight of plain accuracy."))
+        "The weight BenchAlign learns for each item (mean over seeds), one row per benchmark: every item a dot, the "
+        "box its quartiles, whiskers the 5th and 95th percentiles; Σ is the benchmark's summed weight, dashed the "
+        "uniform weight of plain accuracy. Weights are divided by d = √(((Σw)² + 0.01 (Σ|w|)²) / 1.01), which is Σw "
+        "for non-negative weights but not in general: these do not sum to 1 (the title gives their sums)."))
 
 
-def ablation_bars(df: pd.DataFrame):
-    """Spearman rho by ranking loss and test group (mean ± std over seeds), as horizontal bars."""
-    agg = df.groupby(["loss", "group"], sort=False)["spearman"].agg(["mean", "std"]).unstack("group")
-    losses, groups = list(agg.index), list(agg["mean"].columns)
-    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 0.3 * len(losses) * max(1, len(groups)) * 0.8 + 1.4),
+def ablation_bars(ablation: dict):
+    """Spearman rho by ranking loss and test group (``{group: {loss: record}}`` of the summary: the
+    mean over seeds, whiskers = 95 % bootstrap interval over the test models), horizontal bars told
+    apart by grey and hatch."""
+    groups = list(ablation)[::-1]                                 # largest test models first
+    losses = sorted(ablation[groups[0]], key=lambda loss: -ablation[groups[0]][loss]["spearman"]) if groups else []
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 0.3 * len(losses) * max(1, len(groups)) * 0.8 + 1.6),
                            layout="constrained")
     height = 0.8 / max(1, len(groups))
-    handles = []
+    handles, lows, ends = [], [0.0], [1.0]
     for k, g in enumerate(groups):
         y = np.arange(len(losses)) - 0.4 + height * (k + 0.5)
-        mean, std = agg["mean"][g].to_numpy(float), agg["std"][g].fillna(0).to_numpy(float)
-        handles.append(Patch(color=GROUP_COLORS[k % len(GROUP_COLORS)]))
-        ax.barh(y, mean, height=height, xerr=std, capsize=2, color=GROUP_COLORS[k % len(GROUP_COLORS)],
-                error_kw={"elinewidth": 0.8, "ecolor": "0.1"})
+        recs = [ablation[g].get(loss, {}) for loss in losses]
+        mean = np.array([np.nan if r.get("spearman") is None else r["spearman"] for r in recs], dtype=float)
+        ci = [r.get("spearman_ci") for r in recs]
+        lo = np.nan_to_num([mean[i] - c[0] if c else 0.0 for i, c in enumerate(ci)])
+        hi = np.nan_to_num([c[1] - mean[i] if c else 0.0 for i, c in enumerate(ci)])
+        style = GROUP_BARS[k % len(GROUP_BARS)]
+        handles.append(Patch(**style))
+        ax.barh(y, mean, height=height, xerr=[lo, hi], capsize=2, lw=0.8, error_kw={"elinewidth": 0.8, "ecolor": "0.1"},
+                **style)
+        lows.append(float(np.nanmin(mean - lo)) if np.isfinite(mean).any() else 0.0)
+        ends.append(float(np.nanmax(mean + hi)) if np.isfinite(mean).any() else 1.0)
     ax.set_yticks(np.arange(len(losses)), plots.displays(losses))
     ax.set_ylim(len(losses) - 0.5, -0.5)
-    ends = (agg["mean"] + agg["std"].fillna(0)).to_numpy(float)
-    lows = (agg["mean"] - agg["std"].fillna(0)).to_numpy(float)
-    ax.set_xlim(min(0.0, float(np.nanmin(lows)) - 0.05) if np.isfinite(lows).any() else 0.0,
-                max(1.0, float(np.nanmax(ends)) + 0.02) if np.isfinite(ends).any() else 1.0)
+    ax.set_xlim(min(lows) - 0.05, max(ends) + 0.02)
     ax.axvline(0, color="0.3", lw=0.7)
     ax.set_xlabel("Spearman ρ on the test models")
     ax.set_ylabel("ranking loss")
@@ -168,19 +203,27 @@ def ablation_bars(df: pd.DataFrame):
     plots.suptitle(fig, "Which ranking loss? (same protocol)")
     return plots.set_caption(fig, (
         "BenchAlign trained with each ranking loss under the same protocol: Spearman ρ with the target ranking on "
-        "each group of test models (bars: mean over seeds; whiskers: ± one standard deviation over seeds)."))
+        "each group of test models (bars: mean over seeds; whiskers: 95 % bootstrap interval over the test models, "
+        "the same resamples as the method comparison)."))
 
 
-def needs_curves(df: pd.DataFrame, group: str):
+def needs_curves(df: pd.DataFrame, group: str, references: dict[str, float] | None = None):
     """Rho on ``group`` against the number of source models (each selection of :data:`SELECTIONS`)
-    and of items (random subsets), BenchAlign next to no alignment (mean ± std over seeds)."""
+    and of items (random subsets), BenchAlign next to no alignment (mean ± std over seeds);
+    ``references`` (label -> rho, e.g. the flag baselines of the main comparison) as dash-dotted lines."""
     fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH_DOUBLE, 3.4), sharey=True, layout="constrained")
     sub = df[df.group == group]
+    for k, (label, value) in enumerate((references or {}).items()):
+        if value is not None:
+            for a in axes:
+                a.axhline(value, color="0.15", lw=0.9, ls=(0, (5, 2, 1, 2)) if k == 0 else (0, (1, 1)),
+                          label=label if a is axes[0] else None)
     ax = axes[0]
     for k, kind in enumerate(SELECTIONS):
         d = sub[(sub.kind == kind) & (sub.method == "benchalign")].groupby("n")["spearman"].agg(["mean", "std"])
         if len(d):
-            ax.errorbar(d.index * (1 + 0.03 * (k - 1)), d["mean"], yerr=d["std"], fmt="-o", ms=3, capsize=2,
+            ax.errorbar(d.index * (1 + 0.03 * (k - 1)), d["mean"], yerr=d["std"], ms=3.5, capsize=2,
+                        marker=SELECTION_MARKERS[k % 3], ls=SELECTION_LINES[k % 3],
                         color=SELECTION_COLORS[k % len(SELECTION_COLORS)],
                         label=f"BenchAlign, {SELECTION_LABELS.get(kind, kind)}")
     plain = sub[(sub.kind.isin(list(SELECTIONS))) & (sub.method == "no_alignment")]
@@ -226,7 +269,7 @@ def cross_weights(weights: dict[str, dict]):
     ax.axvline(0.0, color="0.3", lw=0.7)
     uniform = 1.0 / len(s)
     ax.axvline(uniform, color="#c44e52", lw=0.9, ls="--")
-    ax.set_xlabel("learned weight (normalised to sum to 1)")
+    ax.set_xlabel(f"learned weight w / d (Σ = {s['mean'].sum():.2f})")
     ax.set_ylabel("direct-evaluation benchmark")
     plots.legend_below(fig, [Line2D([], [], color="#c44e52", lw=0.9, ls="--")],
                        [f"uniform weight of the plain mean (1/{len(s)} = {uniform:.3f})"])
@@ -234,4 +277,5 @@ def cross_weights(weights: dict[str, dict]):
     return plots.set_caption(fig, (
         "BenchAlign across the two papers: the weight learned for each benchmark's direct-evaluation score so that "
         "the weighted mean reproduces the train-before-test ranking (mean ± one standard deviation over seeds; "
-        "weights sum to 1, so the plain mean gives each the dashed uniform weight)."))
+        "weights are divided by d = √(((Σw)² + 0.01 (Σ|w|)²) / 1.01), not by their sum, so they need not sum to 1: "
+        "the axis label gives their sum; dashed: the plain mean's uniform weight)."))

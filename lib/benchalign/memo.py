@@ -32,7 +32,7 @@ T = TypeVar("T")
 def data_key(data) -> str:
     """Content digest of an :class:`lib.benchalign.data.ItemData` (what the fits see of it)."""
     h = hashlib.sha256()
-    for arr in (data.X, data.item_benchmark, data.item_id, data.target, data.size_b):
+    for arr in (data.X, data.item_benchmark, data.item_id, data.target, data.size_b, data.instruct):
         if arr is None:
             h.update(b"none")
             continue

@@ -5,9 +5,14 @@
   intervals over the test models, and paired differences to no alignment and to the best single
   benchmark on the same bootstrap draws (:func:`bootstrap`: the draws and the statistics over them
   are :mod:`lib.analysis.uncertainty`'s).
-- :func:`ablation` (ranking losses), :func:`data_needs` (source models chosen at random, spread
-  over the target, or by label-free k-center selection; items) and :func:`cross_paper`
-  (direct-evaluation scores -> train-before-test ranking).
+- :func:`within_groups` -- source and test models restricted to one value of the instruction-tuned
+  flag (where the flag says nothing), BenchAlign paired with no alignment and the parameter count.
+- :func:`subset_sizes` -- the MetaBench- and TinyBenchmarks-like subsets (alone and + BenchAlign)
+  at given fractions of the items (the paper's are about 7 % and 25 %), paired with BenchAlign on
+  all items.
+- :func:`ablation` (ranking losses, each test group with bootstrap intervals), :func:`data_needs`
+  (source models chosen at random, spread over the target, or by label-free k-center selection;
+  items) and :func:`cross_paper` (direct-evaluation scores -> train-before-test ranking).
 """
 
 from __future__ import annotations
@@ -31,11 +36,15 @@ from .methods import (
     clean,
     cv_fits,
     evaluate,
+    restrict,
     run_method,
     split_by_size,
+    subset_items,
 )
 
-REFERENCES = ("no_alignment", "best_single")      # paired differences are taken against these
+SUBSET_METHODS = tuple(m for m in METHODS if m.split("+")[0] in ("metabench_like", "tinybenchmarks_like"))
+# paired differences are taken against these (those a comparison holds)
+REFERENCES = ("no_alignment", "best_single", "instruct_flag", "flag_accuracy", "param_count")
 
 
 @dataclass
@@ -59,10 +68,13 @@ def compare(data: ItemData, split: Split, methods=tuple(METHODS), seeds: int = 5
         raise ExperimentError("the item data carries no target scores")
     rows, preds, weights, fits = [], {}, {}, {}
     for method in methods:
-        if len(split.source) < 2 and METHODS[method].learns:
+        if (len(split.source) < 2 and METHODS[method].learns) or (METHODS[method].flag and data.instruct is None):
             advance(progress)
-            continue                                   # nothing to fit on (the split's notes say so)
-        outcomes = memo(f"method-{method}", partial(run_method, method, data, split.source, range(seeds), cfg))
+            continue                                   # nothing to fit on / no flag (the notes say so)
+        sized = method in SUBSET_METHODS           # one stored unit per subset size (the subset study's too)
+        outcomes = memo(f"method-{method}" + (f"-{cfg.subset_items}" if sized else ""),
+                        partial(run_method, method, data, split.source, range(seeds), cfg),
+                        **({"subset_items": cfg.subset_items} if sized else {}))
         preds[method] = np.array([o.scores for o in outcomes])
         if outcomes[0].weights is not None:
             weights[method] = [o.weights for o in outcomes]
@@ -103,7 +115,8 @@ def _interval(draws: np.ndarray) -> list | None:
 
 
 
-def summarise(comp: Comparison, y: np.ndarray, n_boot: int = 1000, seed: int = 0) -> dict:
+def summarise(comp: Comparison, y: np.ndarray, n_boot: int = 1000, seed: int = 0,
+              refs: tuple[str, ...] = REFERENCES) -> dict:
     """``{group: {method: record}}``. A record holds, for ``metric`` in (spearman, pair_acc):
 
     - ``metric``: the mean over seeds of the metric on all test models of the group;
@@ -112,7 +125,7 @@ def summarise(comp: Comparison, y: np.ndarray, n_boot: int = 1000, seed: int = 0
     - ``metric_ci``, ``metric_std``: 95 % percentile interval and standard deviation of the seed
       mean over ``n_boot`` bootstrap resamples of the test models (what a different sample of
       test models changes);
-    - ``metric_diff_<ref>``, ``metric_diff_<ref>_ci`` for ref in :data:`REFERENCES`: the paired
+    - ``metric_diff_<ref>``, ``metric_diff_<ref>_ci`` for ref in ``refs``: the paired
       difference to that method (same resamples for both; point = difference of the means) with
       its 95 % interval;
 
@@ -134,7 +147,7 @@ def summarise(comp: Comparison, y: np.ndarray, n_boot: int = 1000, seed: int = 0
                 rec[f"{metric}_std"] = clean(fin.std(ddof=1)) if len(fin) > 1 else None
                 rec[f"{metric}_ci"] = _interval(d)
                 rec[f"{metric}_seed_std"] = clean(sub[metric].std(ddof=0)) if len(sub) else None
-                for ref in REFERENCES:
+                for ref in refs:
                     if ref == method or ref not in comp.preds:
                         continue
                     other = comp.rows[(comp.rows.method == ref) & (comp.rows.group == g)][metric].mean()
@@ -146,21 +159,79 @@ def summarise(comp: Comparison, y: np.ndarray, n_boot: int = 1000, seed: int = 0
 
 # --------------------------------------------------------------------------- ablation
 def ablation(data: ItemData, split: Split, losses=rank.LOSSES, seeds: int = 5, cfg: Config | None = None,
-             done: dict[str, list[rank.Fit]] | None = None, progress=None, memo=None) -> pd.DataFrame:
-    """BenchAlign with each ranking loss (same protocol, folds and settings); rows per loss, seed,
-    group, with the chosen step. ``done`` holds fits already made (e.g. the comparison's BenchAlign
-    for ``cfg.loss``), reused instead of refitted; ``memo`` keeps each loss's fits."""
+             done: dict[str, list[rank.Fit]] | None = None, progress=None, memo=None) -> Comparison:
+    """BenchAlign with each ranking loss (same protocol, folds and settings): a :class:`Comparison`
+    whose methods are the losses (rows per loss, seed, group with the chosen step; predictions for
+    :func:`summarise`'s bootstrap). ``done`` holds fits already made (e.g. the comparison's
+    BenchAlign for ``cfg.loss``), reused instead of refitted; ``memo`` keeps each loss's fits."""
     cfg = cfg or Config()
     memo = memo or _compute
-    rows = []
+    rows, preds = [], {}
     for loss in losses:
         fits = (done or {}).get(loss) or memo(
             f"ablation-{loss}", partial(cv_fits, data, [rank.Task(split.source, s) for s in range(seeds)], cfg, loss))
+        preds[loss] = np.array([f.scores(data.X) for f in fits])
         for seed, f in enumerate(fits):
-            for g, res in evaluate(f.scores(data.X), data.target, split.groups).items():
-                rows.append({"loss": loss, "seed": seed, "group": g, "step": f.step, **res})
+            for g, res in evaluate(preds[loss][seed], data.target, split.groups).items():
+                rows.append({"method": loss, "seed": seed, "group": g, "step": f.step, **res})
         advance(progress, f"ablation {loss}")
-    return pd.DataFrame(rows, columns=["loss", "seed", "group", "step", "spearman", "pair_acc"])
+    df = pd.DataFrame(rows, columns=["method", "seed", "group", "step", "spearman", "pair_acc"])
+    return Comparison(df, preds, {}, split)
+
+
+# --------------------------------------------------------------------------- within groups of the flag
+WITHIN_METHODS = ("no_alignment", "param_count", "benchalign")
+WITHIN_GROUPS = {"instruct": True, "base": False}     # label -> the flag value kept
+
+
+def within_groups(data: ItemData, split: Split, seeds: int = 5, cfg: Config | None = None, n_boot: int = 1000,
+                  progress=None, memo=None) -> dict:
+    """Source and test models restricted to instruction-tuned only and to base only (where the flag
+    is constant, so it cannot explain a ranking): :data:`WITHIN_METHODS` on each, with paired
+    differences (same test models, same bootstrap resamples) to no alignment and the parameter
+    count. ``{label: {"counts", "notes", "main": {group: {method: record}}}}``; a label without a
+    flag or without enough models holds ``skipped``."""
+    memo = memo or _compute
+    out = {}
+    for label, value in WITHIN_GROUPS.items():
+        if data.instruct is None:
+            out[label] = {"skipped": "the item data carries no instruction-tuned flag"}
+            advance(progress, f"within {label}")
+            continue
+        sub = restrict(split, data.instruct == value)
+        rec = {"counts": sub.counts(), "notes": sub.notes}
+        if not sub.groups or len(sub.source) < 4:
+            rec["skipped"] = "; ".join(sub.notes) or "too few models"
+        else:
+            comp = memo(f"within-{label}", partial(compare, data, sub, WITHIN_METHODS, seeds, cfg))
+            rec["main"] = summarise(comp, data.target, n_boot, refs=("no_alignment", "param_count"))
+            rec["chosen_steps"] = [int(f.step) for f in comp.fits.get("benchalign", [])]
+        out[label] = rec
+        advance(progress, f"within {label}")
+    return out
+
+
+# --------------------------------------------------------------------------- subset sizes
+SUBSET_STUDY = ("no_alignment", "benchalign", "metabench_like", "metabench_like+benchalign",
+                "tinybenchmarks_like", "tinybenchmarks_like+benchalign")
+
+
+def subset_sizes(data: ItemData, split: Split, fractions, seeds: int = 5, cfg: Config | None = None,
+                 n_boot: int = 1000, progress=None, memo=None) -> dict:
+    """The subset methods of :data:`SUBSET_STUDY` with ``subset_items`` = each fraction of the items,
+    paired with no alignment and with BenchAlign on all items (does a subset plus alignment match
+    alignment on every item?). ``{fraction: {"items": n, "main": {group: {method: record}}}}``."""
+    from dataclasses import replace
+
+    cfg = cfg or Config()
+    out = {}
+    for frac in fractions:
+        n = subset_items(frac, data.X.shape[1])
+        comp = compare(data, split, SUBSET_STUDY, seeds, replace(cfg, subset_items=n), memo=memo)
+        out[f"{frac:g}"] = {"fraction": frac, "items": n,
+                            "main": summarise(comp, data.target, n_boot, refs=("no_alignment", "benchalign"))}
+        advance(progress, f"subsets {frac:g}")
+    return out
 
 
 # --------------------------------------------------------------------------- choosing source models

@@ -1,51 +1,76 @@
 """The results tables of stage 07 that README.md and docs/results.md quote (registered in
 :mod:`lib.doctables`; they read the keys of :func:`lib.benchalign.experiments.benchalign_report`),
-methods named by the registry's labels (:data:`lib.benchalign.methods.METHODS`)."""
+methods named by the registry's labels (:data:`lib.benchalign.methods.METHODS`), test groups largest
+first, the paper's values (:data:`lib.benchalign.methods.PAPER_RHO`) beside ours where it has them."""
 
 from __future__ import annotations
 
 from ..doctables import Summaries, est, f, header, row, table
 from ..plots import display
-from .methods import METHODS, SUBSETS
+from .methods import METHODS, PAPER_RHO, SUBSETS
+
+BASELINES = ("no_alignment", "instruct_flag", "flag_accuracy", "param_count", "best_single")
 
 
 def _diff(rec: dict, key: str = "spearman_diff_no_alignment") -> str:
-    return est(rec[key], rec[key + "_ci"], sign=True) if key in rec else ""
+    return est(rec[key], rec[key + "_ci"], sign=True) if rec.get(key) is not None and rec.get(key + "_ci") else ""
+
+
+def _rho(rec: dict | None) -> str:
+    if rec and rec.get("spearman_ci"):
+        return est(rec["spearman"], rec["spearman_ci"])
+    return f((rec or {}).get("spearman"))
+
+
+def _paper(group: str, method: str) -> str:
+    v = PAPER_RHO.get(group, {}).get(method)
+    return "" if v is None else f(v)
 
 
 @table("benchalign")
 def benchalign_table(s: Summaries) -> list[str]:
-    """07's comparison of every method on both test groups, with paired differences to no alignment."""
+    """07's comparison of every method on every test group (largest first), with paired differences
+    to no alignment and the paper's rho where it reports one."""
     b = s("07_benchalign")
     main = b["main"]
-    big, small = _groups(main)
-    out = header("method", f"{big} rho [95 %]", "seeds", f"{big} pair acc", f"Δrho vs no alignment, {big}",
-                 f"{small} rho", f"Δrho vs no alignment, {small}")
+    groups = _groups(main)
+    big = groups[0]
+    cols = ["method", f"{big} rho [95 %]", "seeds", f"{big} pair acc", f"Δrho vs no alignment, {big}"]
+    for g in groups[1:]:
+        cols += [f"{g} rho", f"Δrho, {g}"]
+    out = header(*cols, f"paper, {big}")
     for m in _methods(main[big]):
-        r, r2 = main[big][m], main[small][m]
-        out.append(row(_method(m, b), est(r["spearman"], r["spearman_ci"]), f(r["spearman_seed_std"], 3),
-                       f(r["pair_acc"]), _diff(r), f(r2["spearman"]), _diff(r2)))
+        r = main[big][m]
+        cells = [_method(m, b), _rho(r), f(r["spearman_seed_std"], 3), f(r["pair_acc"]), _diff(r)]
+        for g in groups[1:]:
+            cells += [f(main[g][m]["spearman"]), _diff(main[g][m])]
+        out.append(row(*cells, _paper(big, m)))
     return out
 
 
 @table("benchalign-short")
 def benchalign_short_table(s: Summaries) -> list[str]:
-    """README's BenchAlign table: the method, plain accuracy and the best single benchmark, paired."""
+    """README's BenchAlign table: BenchAlign beside plain accuracy and the model-metadata baselines,
+    with BenchAlign's paired difference to each (same test models, same resamples)."""
     b = s("07_benchalign")
     main = b["main"]
-    big, small = _groups(main)
-    out = header("method", f"{big} rho [95 %]", f"Δrho vs plain accuracy, {big}", f"{small} rho",
-                 f"Δrho vs plain accuracy, {small}")
-    for m in ("benchalign", "no_alignment", "best_single"):
-        r, r2 = main[big][m], main[small][m]
-        out.append(row(_method(m, b), est(r["spearman"], r["spearman_ci"]), _diff(r), f(r2["spearman"]), _diff(r2)))
+    groups = _groups(main)[:2]
+    cols = ["method"]
+    for g in groups:
+        cols += [f"{g} rho [95 %]", f"BenchAlign minus it, {g}"]
+    out = header(*cols)
+    for m in [m for m in ("benchalign", *BASELINES[:-1]) if m in main[groups[0]]]:
+        cells = [_method(m, b)]
+        for g in groups:
+            ba = main[g]["benchalign"]
+            cells += [_rho(main[g][m]), "" if m == "benchalign" else _diff(ba, f"spearman_diff_{m}")]
+        out.append(row(*cells))
     return out
 
 
-def _groups(main: dict) -> tuple[str, str]:
-    """The test groups, largest models first (70B+ before 30B+; pipeline mode: its own names)."""
-    names = list(main)
-    return (names[-1], names[0]) if len(names) > 1 else (names[0], names[0])
+def _groups(main: dict) -> list[str]:
+    """The test groups, largest models first (70B+, 30B+, 13B+; pipeline mode: its own names)."""
+    return list(main)[::-1]
 
 
 def _methods(rows: dict) -> list[str]:
@@ -54,39 +79,92 @@ def _methods(rows: dict) -> list[str]:
     return [m for m in order if m in rows] + [m for m in rows if m not in METHODS]
 
 
-def _method(m: str, b: dict) -> str:
+def _method(m: str, b: dict, items: int | None = None) -> str:
     """The method's registry label; the best single benchmark names its choice, a subset its size."""
     label = METHODS[m].label if m in METHODS else m
+    n = items if items is not None else b.get("config", {}).get("subset_items")
     if m == "best_single" and b.get("best_single", {}).get("benchmark"):
         label += f" ({display(b['best_single']['benchmark'])}, chosen on source models)"
-    elif m in SUBSETS and m != "best_single" and "subset_items" in b.get("config", {}):
-        label += f", {b['config']['subset_items']} items"
+    elif m.split("+")[0] in SUBSETS and m.split("+")[0] != "best_single" and n is not None:
+        base, _, plus = m.partition("+")
+        label = f"{METHODS[base].label}, {n} items" + (" + BenchAlign" if plus else "")
     return label
 
 
 @table("benchalign-gains")
 def benchalign_gains_table(s: Summaries) -> list[str]:
-    """07: BenchAlign's paired differences in rho and pairwise accuracy, per test group."""
+    """07: BenchAlign's paired differences in rho and pairwise accuracy to each baseline, per test group."""
     b = s("07_benchalign")
     main = b["main"]
-    big, small = _groups(main)
-    out = header("BenchAlign against", f"Δrho, {big}", f"Δ pair acc, {big}", f"Δrho, {small}", f"Δ pair acc, {small}")
-    rec = {g: main[g]["benchalign"] for g in (big, small)}
-    for other in ("no_alignment", "best_single"):
-        cells = [_diff(rec[g], f"{m}_diff_{other}") for g in (big, small) for m in ("spearman", "pair_acc")]
+    groups = _groups(main)[:2]
+    out = header("BenchAlign against", *(f"{k}, {g}" for g in groups for k in ("Δrho", "Δ pair acc")))
+    for other in [o for o in BASELINES if o in main[groups[0]]]:
+        cells = [_diff(main[g]["benchalign"], f"{m}_diff_{other}") for g in groups for m in ("spearman", "pair_acc")]
         out.append(row(METHODS[other].label, *cells))
+    return out
+
+
+@table("benchalign-within")
+def within_table(s: Summaries) -> list[str]:
+    """07: source and test models of one flag value only (instruction-tuned, base): rho of plain
+    accuracy, the parameter count and BenchAlign, and BenchAlign's paired differences to both."""
+    b = s("07_benchalign")
+    within = {k: v for k, v in b.get("within", {}).items() if "main" in v}
+    if not within:
+        return ["(skipped: " + "; ".join(str(v.get("skipped")) for v in b.get("within", {}).values()) + ")"]
+    groups = [g for g in _groups(b["main"]) if any(g in v["main"] for v in within.values())][:2]
+    out = header("models (source / test)", "method", *(f"{g} rho [95 %]" for g in groups))
+    labels = {"instruct": "instruction-tuned only", "base": "base only"}
+    for label, rec in within.items():
+        counts = rec["counts"]
+        name = f"{labels.get(label, label)} ({counts['source']} / " + " / ".join(
+            f"{counts.get(g, 0)}" for g in groups) + ")"
+        for m in ("benchalign", "no_alignment", "param_count"):
+            out.append(row(name if m == "benchalign" else "", _method(m, b),
+                           *(_rho(rec["main"].get(g, {}).get(m)) for g in groups)))
+        for ref in ("no_alignment", "param_count"):
+            out.append(row("", f"BenchAlign minus {METHODS[ref].label.split(' (')[0].lower()}",
+                           *(_diff(rec["main"][g]["benchalign"], f"spearman_diff_{ref}") if g in rec["main"] else ""
+                             for g in groups)))
+    return out
+
+
+@table("benchalign-subsets")
+def subsets_table(s: Summaries) -> list[str]:
+    """07: the MetaBench- and TinyBenchmarks-like subsets at the paper's fractions of the items,
+    alone and + BenchAlign, paired with BenchAlign on all items."""
+    b = s("07_benchalign")
+    subsets = b.get("subsets", {})
+    if not subsets:
+        return ["(no subset study in this run)"]
+    groups = _groups(b["main"])[:2]
+    cols = ["method"]
+    for g in groups:
+        cols += [f"{g} rho [95 %]", f"minus BenchAlign (all items), {g}"]
+    out = header(*cols)
+    first = next(iter(subsets.values()))["main"]
+    for m in ("benchalign", "no_alignment"):
+        out.append(row(_method(m, b), *(c for g in groups for c in (_rho(first[g][m]), ""))))
+    for rec in subsets.values():
+        for m in ("metabench_like", "metabench_like+benchalign", "tinybenchmarks_like",
+                  "tinybenchmarks_like+benchalign"):
+            name = _method(m, b, rec["items"]) + f" ({100 * rec['fraction']:.0f} %)"
+            out.append(row(name, *(c for g in groups for c in (_rho(rec["main"][g][m]),
+                                                                _diff(rec["main"][g][m], "spearman_diff_benchalign")))))
     return out
 
 
 @table("benchalign-ablation")
 def ablation_table(s: Summaries) -> list[str]:
-    """07: the ranking loss, everything else the same protocol."""
+    """07: the ranking loss, everything else the same protocol; every test group, 95 % bootstrap intervals."""
     b = s("07_benchalign")
-    group = list(b["ablation"])[-1]
-    out = header("loss", f"{group} rho", "seeds", f"{group} pair acc", "steps chosen (per seed)")
-    for loss, r in sorted(b["ablation"][group].items(), key=lambda kv: -kv[1]["spearman"]):
+    abl = b["ablation"]
+    groups = [g for g in _groups(b["main"]) if g in abl][:2]
+    big = groups[0]
+    out = header("loss", *(f"{g} rho [95 %]" for g in groups), "seeds", f"{big} pair acc", "steps chosen (per seed)")
+    for loss, r in sorted(abl[big].items(), key=lambda kv: -kv[1]["spearman"]):
         name = display(loss) + (" (BenchAlign's)" if loss == b["config"]["loss"] else "")
-        out.append(row(name, f(r["spearman"]), f(r["spearman_std"], 3), f(r["pair_acc"]),
+        out.append(row(name, *(_rho(abl[g][loss]) for g in groups), f(r["spearman_seed_std"], 3), f(r["pair_acc"]),
                        ", ".join(str(x) for x in r["steps"])))
     return out
 
@@ -127,7 +205,8 @@ def cross_paper_table(s: Summaries) -> list[str]:
     n_test = next(iter(comp.values()))["n_models"]
     out = header("method", f"rho, {n_test} test models", "Δrho vs plain mean", "pair acc")
     labels = {"no_alignment": "Plain mean of the benchmarks"}
-    for m in [m for m in ("benchalign", "no_alignment", "best_single", "random") if m in comp]:
+    for m in [m for m in ("benchalign", "benchalign_flag", "no_alignment", "instruct_flag", "flag_accuracy",
+                          "param_count", "best_single", "random") if m in comp]:
         r = comp[m]
         out.append(row(labels.get(m) or _method(m, cp), est(r["spearman"], r["spearman_ci"]), _diff(r),
                        f(r["pair_acc"])))

@@ -102,9 +102,12 @@ class Items:
         out = {p: np.empty((1 + n_boot, len(self.models), len(self.benchmarks))) for p in PROTOCOLS}
         for j, b in enumerate(self.benchmarks):
             n = self.values[DIRECT][b].shape[1]
-            w = np.vstack([np.ones((1, n)), uncertainty.draws(n, n_boot, seed + j)]) / n
+            counts = np.vstack([np.ones((1, n)), uncertainty.draws(n, n_boot, seed + j)]).astype(np.float64)
             for p in PROTOCOLS:
-                out[p][:, :, j] = (self.values[p][b] @ w.T).T
+                # whole counts first (0/1 items x whole draw counts: exact in any summation order), then
+                # one division: two models with the same count get the same score, bit for bit, so the
+                # ties that Kendall's tau sees do not depend on how a BLAS library orders its sums
+                out[p][:, :, j] = (self.values[p][b] @ counts.T).T / n
         return out
 
 
