@@ -100,7 +100,8 @@ def unit_before_after(model, tok, manager, sel, profile, reps: int = 3) -> dict:
                 t0 = time.time()
                 examples = ft.training_examples(task, info, lm, recipe)
                 validate = functools.partial(_validate, tok=tok, task=task, info=info, ids=plan.ids["validation"])
-                ft.train_unit(model, tok, examples, recipe, 3e-3, OUT / "bench-unit", validate, True)
+                ft.train_units(model, tok, lambda ex=examples: ex, recipe, [3e-3], lambda lr: OUT / "bench-unit",
+                               validate, True)
                 unit[mode].append(round(time.time() - t0, 2))
                 t0 = time.time()
                 ev.evaluate(lm, task, info, "test", plan.ids["test"])
@@ -142,7 +143,7 @@ def loop_vs_trainer(reps: int = 3) -> dict:
     def hand(model):
         with ft.lora(model, recipe) as m:
             t0 = time.process_time()
-            for _ in training.lora_epochs(m, examples, epochs=3, batch_size=16, lr=3e-3, weight_decay=0.0, seed=0,
+            for _ in training.train_epochs(m, examples, epochs=3, batch_size=16, lr=3e-3, weight_decay=0.0, seed=0,
                                           pad_id=tok.pad_token_id):
                 pass
             return time.process_time() - t0
@@ -201,7 +202,7 @@ def kernels(profile: str = "smoke", trainer: bool = True) -> dict:
     examples = ft.training_examples(task, info, lm, recipe)
     tmp = OUT / "bench-unit"
     t0 = time.time()
-    ft.train_unit(model, tok, examples, recipe, 3e-3, tmp, lambda m: 0.0, True)
+    ft.train_units(model, tok, lambda: examples, recipe, [3e-3], lambda lr: tmp, lambda m: 0.0, True)
     dt = time.time() - t0
     shutil.rmtree(tmp, ignore_errors=True)
     n_tokens = sum(len(i) for i, _ in examples) * recipe.epochs

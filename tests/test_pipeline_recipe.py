@@ -169,7 +169,7 @@ def _train(tokenizer, examples, micro: int, rows: int | None):
     with ft.lora(base, recipe) as model:
         wrapped = _TightMemory(model, rows) if rows is not None else model
         log = []
-        points = list(training.lora_epochs(wrapped, examples, epochs=2, batch_size=8, lr=1e-2, weight_decay=0.01,
+        points = list(training.train_epochs(wrapped, examples, epochs=2, batch_size=8, lr=1e-2, weight_decay=0.01,
                                            seed=0, pad_id=tokenizer.pad_token_id, micro_batch_size=micro,
                                            log=log.append))
         weights = torch.cat([p.detach().flatten() for n, p in model.named_parameters() if "lora" in n])
