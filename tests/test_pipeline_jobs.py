@@ -89,6 +89,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow
 def test_a_duplicate_never_deletes_the_work_of_a_running_unit(world, tmp_path):
     (spec,) = _specs(world, tmp_path, store.TBT, names=("t_a",))
     partial = layout.unit_dir(spec.work_root, spec.model, "t_a", 1e-3)

@@ -176,6 +176,7 @@ def _train(tokenizer, examples, micro: int, rows: int | None):
     return points, weights, log, wrapped, base.is_activation_checkpointing
 
 
+@pytest.mark.slow
 def test_out_of_memory_halves_the_micro_batch_and_keeps_the_effective_batch(tasks, lm, tokenizer):
     import torch
 

@@ -531,6 +531,7 @@ def test_an_executed_notebook_keeps_no_progress_bars_and_no_path_of_this_machine
 
 
 # --------------------------------------------------------------------------- the git filter and make venv
+@pytest.mark.slow
 def test_the_notebook_filter_lets_git_work_without_the_environment(tmp_path):
     repo = tmp_path / "repo"
     (repo / "notebooks").mkdir(parents=True)
