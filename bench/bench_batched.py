@@ -185,7 +185,7 @@ def units(models: list[str], world: Path, tasks: list[str], tmp: Path, save=None
         for mode, stack in (("one rate after another", False), ("stacked", True)):
             folder = tmp / Path(model).name / ("stacked" if stack else "sequential")
             specs = jobs.plan(store.TBT, [model], selection, store_root=folder / "store", work_root=folder / "work",
-                              recipe=ft.Recipe(**{**recipe.to_dict(), "stack_lrs": stack}), bootstrap_iters=0,
+                              recipe=ft.Recipe.default(**{**recipe.to_dict(), "stack_lrs": stack}), bootstrap_iters=0,
                               eval_batch_size=32, max_gen_toks=0)
             t0 = time.time()
             jobs.launch(specs, executor="local", progress_every=3600)

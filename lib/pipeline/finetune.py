@@ -82,9 +82,9 @@ class Recipe:
     task_description: bool
     truncate: str
     select_on: str
-    method: str = "lora"
-    patience: int = 0
-    stack_lrs: bool = False
+    method: str
+    patience: int
+    stack_lrs: bool
 
     def __post_init__(self):
         object.__setattr__(self, "lrs", tuple(self.lrs))
@@ -108,6 +108,17 @@ class Recipe:
         if missing:
             raise ValueError(f"recipe: parameters lack {missing}")
         return cls(**{k: params[k] for k in cls.__dataclass_fields__})
+
+    @classmethod
+    def default(cls, **changes) -> Recipe:
+        """Notebook 02's defaults (the paper's recipe, the one place they are written) with ``changes``:
+        what tests and benchmarks start from, stating only where they depart."""
+        from ..params import notebook_parameters
+
+        unknown = sorted(set(changes) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"recipe: no field {unknown}")
+        return cls.from_params({**notebook_parameters("02_finetune"), **changes})
 
     def to_dict(self) -> dict:
         d = asdict(self)
