@@ -554,9 +554,9 @@ def _restore(model, res: UnitResult, saved: dict) -> dict:
 
 
 def read_unit(unit_dir: str | Path, config: dict | None = None) -> UnitResult | None:
-    """A finished unit's record; None when it has not finished or (given ``config``) was made
-    with another configuration (recipe, splits, model), so that it is redone."""
-    data = layout.read_unit(unit_dir, config)
+    """A finished unit's result (:func:`lib.layout.unit_record`, typed); None when it has not finished
+    or (given ``config``) was made with another configuration (recipe, splits, model), so that it is redone."""
+    data = layout.unit_record(unit_dir, config)
     if data is None:
         return None
     return UnitResult(**{k: v for k, v in data.items() if k in UnitResult.__dataclass_fields__})
