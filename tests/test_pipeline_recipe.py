@@ -188,6 +188,7 @@ def test_out_of_memory_halves_the_micro_batch_and_keeps_the_effective_batch(task
     assert [p["train_loss"] for p in points] == [p["train_loss"] for p in ref_points]
 
 
+@pytest.mark.slow
 def test_out_of_memory_at_one_row_switches_gradient_checkpointing_on(tasks, lm, tokenizer):
     examples = _examples(tasks, lm, "t_mc")
     points, _, log, _, left_on = _train(tokenizer, examples, micro=1, rows=0)
