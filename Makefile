@@ -108,7 +108,7 @@ run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAG
 	  $(PY) -m lib.run $(PROFILE) $(if $(STAGES),--stages $(STAGES),) $(if $(FORCE),--force,) $(if $(WAIT),--wait,)
 
 test: $(STAMP) lint ## run the linter and the whole test suite, as CI does (offline; HARMONY_DATA: published-data tests)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 test-real: $(STAMP) ## only the real pretrained model's tests (SmolLM2-135M trained and tested end to end, offline; under 2 min)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m real $(PYTEST_ARGS)
@@ -122,8 +122,8 @@ slurm-up: ## start a one-machine Slurm cluster here (installs slurm-wlm and mung
 slurm-down: ## stop the one-machine Slurm cluster (its state stays in .slurm/)
 	@slurm/cluster.sh down
 
-test-fast: $(STAMP) lint ## the linter and the unit tests only: no notebook kernel, no training run (about a minute)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+test-fast: $(STAMP) lint ## the linter and the unit tests only, in TEST_WORKERS processes: no notebook kernel, no training run (about a minute)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" --durations=25 $(PYTEST_ARGS)
 
 check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, overlap, labels) and write outputs/PROFILE/figures.html
 	$(PY) -m lib.figreview $(PROFILE)

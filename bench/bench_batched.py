@@ -10,7 +10,7 @@ zoo (one family, ``--family``, default llama; ``--families all`` for the three),
   k = 2, 3, 4 (the learning rates 1e-4, 3e-4, 1e-3, 3e-3 of the mini profile), at 02's shape:
   batches of 8 examples of 12-48 tokens, right-padded, the loss on the last 8 tokens of each
   (answers), every parameter trained (``method: full``), AdamW with weight decay 0.01, the linear
-  decay and the gradient clipping of ``lib.pipeline.training.lora_epochs``;
+  decay and the gradient clipping of ``lib.pipeline.training.train_epochs``;
   ``tokens`` are every token of the padded batches, as in ``bench_training.py``;
 - whether the stacked runs are bit-identical to the sequential ones: every step's loss of every
   run and every final weight, after ``--steps`` steps, for both ways a stacked linear layer can
@@ -185,7 +185,7 @@ def units(models: list[str], world: Path, tasks: list[str], tmp: Path, save=None
         for mode, stack in (("one rate after another", False), ("stacked", True)):
             folder = tmp / Path(model).name / ("stacked" if stack else "sequential")
             specs = jobs.plan(store.TBT, [model], selection, store_root=folder / "store", work_root=folder / "work",
-                              recipe=ft.Recipe(**{**recipe.to_dict(), "stack_lrs": stack}), bootstrap_iters=0,
+                              recipe=ft.Recipe.default(**{**recipe.to_dict(), "stack_lrs": stack}), bootstrap_iters=0,
                               eval_batch_size=32, max_gen_toks=0)
             t0 = time.time()
             jobs.launch(specs, executor="local", progress_every=3600)

@@ -228,7 +228,7 @@ def run_units(config: str, device: str, manifest: dict, tasks_dir: Path) -> dict
 
     from lib import store
     from lib.pipeline import finetune as ft
-    from lib.pipeline import jobs, protocols
+    from lib.pipeline import jobs
 
     p = manifest["params"]["03_direct_eval" if config == DIRECT else "02_finetune"]
     root = RUNS / device / config
@@ -237,7 +237,7 @@ def run_units(config: str, device: str, manifest: dict, tasks_dir: Path) -> dict
     store.write_meta(root / "store", "benchmarks", manifest["benchmarks"])
     selection = {**manifest["selection"], "include_paths": [str(tasks_dir)]}
     recipe = None if config == DIRECT else ft.Recipe.from_params({**p, **CONFIGS[config]})
-    protocols.STACK_DEVICES = ("cpu", "cuda")           # stacked where asked, on either device
+    ft.STACK_DEVICES = ("cpu", "cuda")           # stacked where asked, on either device
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t0 = time.time()

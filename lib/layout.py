@@ -100,7 +100,7 @@ def write_unit(unit: Work, record: dict) -> Path:
     return atomic_write_json(Path(unit) / UNIT_FILE, record)
 
 
-def read_unit(unit: Work, config: dict | None = None) -> dict | None:
+def unit_record(unit: Work, config: dict | None = None) -> dict | None:
     """A finished unit's record (``unit.json``, its adapter as a path under the unit's folder);
     None when it has not finished, its record is damaged (:func:`unit_problem`) or, given
     ``config``, it was made with another configuration (so that it is redone)."""
@@ -240,7 +240,7 @@ def curves_frame(work: Work, models: list[str], benchmarks: list[str]):
     rows = []
     for m, b, udir in unit_files(work, models, benchmarks):
         note_read(udir / UNIT_FILE)
-        unit = read_unit(udir)
+        unit = unit_record(udir)
         if unit is None:
             continue
         for p in unit["curve"]:

@@ -165,6 +165,7 @@ def model_styles(models: Iterable[str], store: str | Path | None = None):
 
 
 def protocol_label(protocol: str) -> str:
+    """How figures, tables and the leaderboard name a protocol (:data:`PROTOCOL_LABELS`)."""
     return PROTOCOL_LABELS.get(protocol, protocol)
 
 

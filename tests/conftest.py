@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,10 +29,14 @@ import pytest  # noqa: E402
 # Under `pytest -n 2` (pytest-xdist, `make test`) the modules that write and read the same profile's
 # outputs run on one worker, one after another, in their order: the smoke profile's (built once by
 # the `smoke` fixture; test_lab changes its 04 and runs it again) and the tiny mini world's (one
-# build). Every other test goes wherever a worker is free. (xdist's own `--dist loadgroup` marks
-# do not reach its scheduler under pytest 9, whose node ids are no longer plain strings.)
+# build). The Slurm lane (its own profile, smoke_slurm, sharing smoke's zoo) is a group of its own,
+# beside them: it only reads smoke's store, through the `smoke` fixture, which builds it once per
+# test run whichever worker asks first. Every other test goes wherever a worker is free. (xdist's
+# own `--dist loadgroup` marks do not reach its scheduler under pytest 9, whose node ids are no
+# longer plain strings.)
 SERIAL = {"smoke": ("test_analysis_notebooks.py", "test_lab.py", "test_pipeline_smoke.py", "test_smoke_profile.py",
-                   "test_placement.py", "test_slurm.py", "test_leaderboard_browser.py"),
+                   "test_placement.py", "test_leaderboard_browser.py"),
+          "slurm": ("test_slurm.py",),
           "miniworld-test": ("test_miniworld_notebook.py", "test_miniworld_zoo.py")}
 _SERIAL_GROUP = {module: group for group, modules in SERIAL.items() for module in modules}
 
@@ -82,28 +86,35 @@ def published_analyses(harmony_data) -> dict:
     return {s: report.read_summary("published", s) for s in ("04_rank_agreement", "05_perplexity", "06_pca")}
 
 
-_SESSION_START = time.time()
+# One id per test run, the same in every xdist worker (one process: made here).
+RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
 SMOKE = "smoke"
+SMOKE_STAGES = ("01_select_benchmarks", "02_finetune", "03_direct_eval")
 
 
 @pytest.fixture(scope="session")
 def smoke():
-    """Run prepare + 01-03 of the smoke profile once per test session (from a clean store, so no
-    result of an older code version is reused; the world and its models are kept: they are cached by
-    the world's data and the zoo's builder version)."""
+    """Run prepare + 01-03 of the smoke profile once per test run (from a clean store, so no result
+    of an older code version is reused; the world and its models are kept: they are cached by the
+    world's data and the zoo's builder version). The worker that asks first builds it under a file
+    lock; another waits for it and reads what it built (the run's id, written last, says so)."""
+    import fcntl
     import shutil
 
     from lib import paths, report, run
 
     prof_dir = paths.profile_dir(SMOKE)
-    log = prof_dir / "run_log.json"
-    fresh = log.exists() and log.stat().st_mtime > _SESSION_START and \
-        all((paths.stage_dir(SMOKE, s) / "summary.json").exists()
-            for s in ("01_select_benchmarks", "02_finetune", "03_direct_eval"))
-    if not fresh:
-        for sub in ("01_select_benchmarks", "02_finetune", "03_direct_eval", "store", "work/train_before_test",
-                    "work/items"):
-            shutil.rmtree(prof_dir / sub, ignore_errors=True)
-        run.run_profile(SMOKE, stages=["01", "02", "03"], force=True)
+    prof_dir.mkdir(parents=True, exist_ok=True)
+    built = prof_dir / "test-run-id"
+    with open(prof_dir / ".test-smoke.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        fresh = built.exists() and built.read_text() == RUN_ID and \
+            all((paths.stage_dir(SMOKE, s) / "summary.json").exists() for s in SMOKE_STAGES)
+        if not fresh:
+            built.unlink(missing_ok=True)
+            for sub in (*SMOKE_STAGES, "store", "work/train_before_test", "work/items"):
+                shutil.rmtree(prof_dir / sub, ignore_errors=True)
+            run.run_profile(SMOKE, stages=["01", "02", "03"], force=True)
+            built.write_text(RUN_ID)
     return {"store": paths.store_dir(SMOKE), "work": paths.work_dir(SMOKE),
             "selection": report.read_summary(SMOKE, "01_select_benchmarks")}

@@ -41,6 +41,7 @@ def _no_downloads(monkeypatch):
     monkeypatch.setattr(huggingface_hub, "snapshot_download", refuse)
 
 
+@pytest.mark.slow
 def test_make_models_asks_the_hub_once_and_says_what_to_do(no_hub, monkeypatch):
     _no_downloads(monkeypatch)
     with pytest.raises(cluster.HubError) as err:

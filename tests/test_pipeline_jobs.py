@@ -20,10 +20,8 @@ from lib.pipeline import finetune as ft
 from lib.pipeline import tasks as tk
 from lib.pipeline.locks import UnitBusy, UnitLock
 
-RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, lora_modules="default",
-              batch_size=8, micro_batch_size=0, gradient_checkpointing=False, max_length=64, truncate="end",
-              weight_decay=0.01, seed=0, loss_on="all", end_of_text="every", list_targets="join",
-              task_description=False, select_on="loss")
+RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, max_length=64,
+              stack_lrs=False)          # notebook 02's recipe, small; stacked only where a test says so
 
 
 def _mc(n, tag=""):
@@ -47,7 +45,7 @@ def world(tmp_path_factory):
 def _specs(world, tmp, protocol=store.DIRECT, names=("t_a", "t_b", "t_c"), models=None):
     rows = tk.select(list(names), [world / "tasks"], min_train=1)
     selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}), task_timeout=60.0)
-    recipe = ft.Recipe(**RECIPE) if protocol == store.TBT else None
+    recipe = ft.Recipe.default(**RECIPE) if protocol == store.TBT else None
     return jobs.plan(protocol, models or [str(world / "tiny-m")], selection, store_root=tmp / "store",
                      work_root=tmp / "work", recipe=recipe, bootstrap_iters=0)
 
@@ -89,6 +87,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow
 def test_a_duplicate_never_deletes_the_work_of_a_running_unit(world, tmp_path):
     (spec,) = _specs(world, tmp_path, store.TBT, names=("t_a",))
     partial = layout.unit_dir(spec.work_root, spec.model, "t_a", 1e-3)
@@ -357,7 +356,7 @@ def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(
     and then also the same as the learning rates trained one after another."""
     from lib.util import sha256_file
 
-    recipe = ft.Recipe(**{**RECIPE, "method": method, "epochs": 2, "stack_lrs": stack})
+    recipe = ft.Recipe.default(**{**RECIPE, "method": method, "epochs": 2, "stack_lrs": stack})
     assert recipe.stacks == stack
     outcomes = {}
     layouts = [("in-process", "local", ("t_a",), recipe), ("worker", "processes", ("t_a", "t_b"), recipe)]
@@ -419,7 +418,7 @@ def test_a_unit_killed_mid_training_resumes_after_its_last_finished_epoch_bit_id
     never interrupted, bit for bit (dropout on, so the random states matter; with early stopping too)."""
     from lib.util import sha256_file
 
-    recipe = ft.Recipe(**{**RECIPE, "method": method, "epochs": 3, "lora_dropout": 0.1, "patience": patience,
+    recipe = ft.Recipe.default(**{**RECIPE, "method": method, "epochs": 3, "lora_dropout": 0.1, "patience": patience,
                           "lrs": (1e-3, 3e-2),
                           "select_on": "metric" if patience else "loss"})   # accuracy on 6 documents plateaus
     rows = tk.select(["t_a"], [world / "tasks"], min_train=1)
@@ -471,7 +470,7 @@ def test_stacked_learning_rates_killed_mid_epoch_resume_and_end_as_one_rate_afte
     from lib.pipeline import training
     from lib.util import sha256_file
 
-    recipe = ft.Recipe(**{**RECIPE, "method": "full", "epochs": 3, "patience": 1, "lrs": (1e-3, 3e-2),
+    recipe = ft.Recipe.default(**{**RECIPE, "method": "full", "epochs": 3, "patience": 1, "lrs": (1e-3, 3e-2),
                           "select_on": "metric", "stack_lrs": True})
     rows = tk.select(["t_a"], [world / "tasks"], min_train=1)
     selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}), task_timeout=60.0)

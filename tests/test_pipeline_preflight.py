@@ -12,24 +12,20 @@ from lib.pipeline import cluster
 from lib.pipeline import finetune as ft
 from lib.pipeline.spec import JobSpec
 
-PAPER = dict(lrs=(1e-5, 2e-5, 5e-5), epochs=5, lora_r=8, lora_alpha=32, lora_dropout=0.1, lora_modules="default",
-             batch_size=8, micro_batch_size=0, gradient_checkpointing=False, max_length=1024, truncate="end",
-             weight_decay=0.01, seed=0, loss_on="all", end_of_text="every", list_targets="join",
-             task_description=False, select_on="loss")
 N = 1e9                      # parameters of the made-up model
 TOK = 400 / 4 + 2            # tokens of an example of 400 characters
 HOUR = 1e12 * 3600           # FLOPs in one GPU-hour at 1 TFLOP/s
 
 
 def test_unit_flops_are_the_stated_arithmetic():
-    recipe = ft.Recipe(**PAPER)
+    recipe = ft.Recipe.default()
     task = {"kind": "multiple_choice", "chars_per_example": 400, "plan_train": 1000, "plan_validation": 100,
             "plan_test": 200}
     f = cluster.unit_flops(N, task, recipe)
     assert f["train"] == 4 * N * TOK * 1000 * 5                         # 4 N a trained token, every epoch
     assert f["validation"] == 2 * N * TOK * 100 * 5                     # the loss: each document once an epoch
     assert f["test"] == 2 * N * TOK * 4 * 200                           # four choices a document
-    metric = cluster.unit_flops(N, task, ft.Recipe(**{**PAPER, "select_on": "metric"}))
+    metric = cluster.unit_flops(N, task, ft.Recipe.default(select_on="metric"))
     assert metric["validation"] == 4 * f["validation"]                  # lm-eval scores every choice
     assert cluster.unit_flops(N, task, recipe, checkpointing=True)["train"] == 1.5 * f["train"]   # + a forward
     gen = cluster.unit_flops(N, {**task, "kind": "generate_until"}, recipe, max_gen_toks=256)
@@ -40,7 +36,7 @@ def test_unit_flops_are_the_stated_arithmetic():
 def _spec(benchmarks, tmp_path, protocol=store.TBT, **kw):
     return JobSpec(protocol=protocol, model="m", source="m", benchmarks=list(benchmarks), include_paths=[],
                    include_defaults=False, store_root=str(tmp_path / "store"), work_root=str(tmp_path / "work"),
-                   recipe=ft.Recipe(**PAPER) if protocol == store.TBT else None, **kw)
+                   recipe=ft.Recipe.default() if protocol == store.TBT else None, **kw)
 
 
 def _selection(**train_sizes):

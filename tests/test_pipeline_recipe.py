@@ -12,10 +12,7 @@ from lib.pipeline import localtasks, tiny, training
 from lib.pipeline import tasks as tk
 
 TEXTS = [f"q{i}: what does animal {i} say ? it says {w} ." for i, w in enumerate(["moo", "woof", "baa"] * 20)]
-PAPER = dict(lrs=(1e-3,), epochs=1, lora_r=8, lora_alpha=32, lora_dropout=0.1, lora_modules="default",
-             batch_size=8, micro_batch_size=0,
-             gradient_checkpointing=False, max_length=64, truncate="end", weight_decay=0.01, seed=0, loss_on="all",
-             end_of_text="every", list_targets="join", task_description=False, select_on="loss")
+PAPER = dict(lrs=(1e-3,), epochs=1, max_length=64)      # notebook 02's recipe, one short run
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +45,7 @@ def tasks(tmp_path_factory):
 
 def _examples(tasks, lm, name, **recipe):
     task, info = tasks[name]
-    return ft.training_examples(task, info, lm, ft.Recipe(**{**PAPER, **recipe}))
+    return ft.training_examples(task, info, lm, ft.Recipe.default(**{**PAPER, **recipe}))
 
 
 def test_loss_on_all_and_target_give_the_documented_label_masks(tasks, lm, tokenizer):
@@ -84,16 +81,16 @@ def test_list_targets_description_and_truncation(tasks, lm, tokenizer):
 
 def test_recipe_rejects_unknown_choices():
     with pytest.raises(ValueError, match="loss_on must be one of.*did you mean 'target'"):
-        ft.Recipe(**{**PAPER, "loss_on": "targets"})
+        ft.Recipe.default(**{**PAPER, "loss_on": "targets"})
     with pytest.raises(ValueError, match="micro_batch_size"):
-        ft.Recipe(**{**PAPER, "micro_batch_size": 9})
-    assert "micro_batch_size" not in ft.Recipe(**PAPER).key()               # execution, not what is computed
-    assert ft.Recipe(**PAPER).criterion == "val_loss"
+        ft.Recipe.default(**{**PAPER, "micro_batch_size": 9})
+    assert "micro_batch_size" not in ft.Recipe.default(**PAPER).key()               # execution, not what is computed
+    assert ft.Recipe.default(**PAPER).criterion == "val_loss"
 
 
 def _lora_model(tokenizer, dropout: float):
     model = tiny.make_model("gpt2", tokenizer, d_model=32, n_layers=2, n_heads=2, max_len=128, seed=2)
-    return model, ft.Recipe(**{**PAPER, "lora_dropout": dropout})
+    return model, ft.Recipe.default(**{**PAPER, "lora_dropout": dropout})
 
 
 def _grads(model):
@@ -128,7 +125,7 @@ def test_gradient_checkpointing_gives_the_same_gradient(tasks, lm, tokenizer):
     grads = []
     for checkpointing in (False, True):
         base, recipe = _lora_model(tokenizer, dropout=0.1)
-        recipe = ft.Recipe(**{**recipe.to_dict(), "gradient_checkpointing": checkpointing})
+        recipe = ft.Recipe.default(**{**recipe.to_dict(), "gradient_checkpointing": checkpointing})
         with ft.lora(base, recipe) as model:
             assert base.is_activation_checkpointing == checkpointing
             model.train()
@@ -169,13 +166,14 @@ def _train(tokenizer, examples, micro: int, rows: int | None):
     with ft.lora(base, recipe) as model:
         wrapped = _TightMemory(model, rows) if rows is not None else model
         log = []
-        points = list(training.lora_epochs(wrapped, examples, epochs=2, batch_size=8, lr=1e-2, weight_decay=0.01,
+        points = list(training.train_epochs(wrapped, examples, epochs=2, batch_size=8, lr=1e-2, weight_decay=0.01,
                                            seed=0, pad_id=tokenizer.pad_token_id, micro_batch_size=micro,
                                            log=log.append))
         weights = torch.cat([p.detach().flatten() for n, p in model.named_parameters() if "lora" in n])
     return points, weights, log, wrapped, base.is_activation_checkpointing
 
 
+@pytest.mark.slow
 def test_out_of_memory_halves_the_micro_batch_and_keeps_the_effective_batch(tasks, lm, tokenizer):
     import torch
 
@@ -190,6 +188,7 @@ def test_out_of_memory_halves_the_micro_batch_and_keeps_the_effective_batch(task
     assert [p["train_loss"] for p in points] == [p["train_loss"] for p in ref_points]
 
 
+@pytest.mark.slow
 def test_out_of_memory_at_one_row_switches_gradient_checkpointing_on(tasks, lm, tokenizer):
     examples = _examples(tasks, lm, "t_mc")
     points, _, log, _, left_on = _train(tokenizer, examples, micro=1, rows=0)
@@ -248,3 +247,19 @@ def test_load_model_in_the_recipes_dtype_and_gemma_with_eager_attention(tokenize
     tokenizer.save_pretrained(tmp_path / "gemma")
     gemma, _ = ev.load_model(str(tmp_path / "gemma"), device="cpu")
     assert gemma.config._attn_implementation == "eager"                       # as the paper's code loaded Gemma
+
+
+def test_the_recipes_defaults_are_notebook_02s_and_written_nowhere_else():
+    """Tests and benchmarks start from Recipe.default(), which reads notebook 02's parameters cell;
+    the dataclass itself holds no default that could disagree with it (stack_lrs once did)."""
+    import dataclasses
+
+    from lib import params
+
+    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(ft.Recipe))
+    nb = params.notebook_parameters("02_finetune")
+    recipe = ft.Recipe.default()
+    assert recipe.to_dict() == {k: nb[k] for k in ft.Recipe.__dataclass_fields__}
+    assert ft.Recipe.default(epochs=2, stack_lrs=False) == dataclasses.replace(recipe, epochs=2, stack_lrs=False)
+    with pytest.raises(ValueError, match=r"recipe: no field \['epoch'\]"):
+        ft.Recipe.default(epoch=2)

@@ -13,10 +13,8 @@ from lib.pipeline import reports
 from lib.store import DIRECT, TBT
 from lib.util import atomic_write_json
 
-RECIPE = ft.Recipe(lrs=(1e-3, 3e-3), epochs=2, lora_r=4, lora_alpha=8, lora_dropout=0.0, lora_modules="all",
-                   batch_size=8, micro_batch_size=0, gradient_checkpointing=False, max_length=64, truncate="end",
-                   weight_decay=0.0, seed=0, loss_on="target", end_of_text="every", list_targets="join",
-                   task_description=False, select_on="loss")
+RECIPE = ft.Recipe.default(lrs=(1e-3, 3e-3), epochs=2, lora_r=4, lora_alpha=8, lora_dropout=0.0, lora_modules="all",
+                           max_length=64, weight_decay=0.0, loss_on="target")
 SELECTION = {"selected": ["b1", "b2", "wiki"], "benchmarks": ["b1", "b2"], "corpora": ["wiki"]}
 # (model, benchmark): (direct score, train-before-test score, chosen lr, chosen epoch)
 SCORES = {("m1", "b1"): (0.30, 0.50, 1e-3, 1), ("m2", "b1"): (0.40, 0.70, 3e-3, 2),
@@ -74,7 +72,7 @@ def test_direct_eval_report(ran):
 def test_grid_edges_tells_a_binding_budget_from_a_levelled_curve():
     import pandas as pd
 
-    recipe = ft.Recipe(**{**RECIPE.to_dict(), "lrs": (1e-3, 3e-3, 1e-2), "epochs": 3})
+    recipe = ft.Recipe.default(**{**RECIPE.to_dict(), "lrs": (1e-3, 3e-3, 1e-2), "epochs": 3})
     scores = pd.DataFrame([("m1", "b1", 3e-3, 2), ("m1", "b2", 1e-2, 1), ("m2", "b1", 1e-3, 3), ("m2", "b2", 3e-3, 3)],
                           columns=["model", "benchmark", "lr", "epoch"])
     curves = pd.DataFrame([("m2", "b1", 1e-3, 2, 1.0), ("m2", "b1", 1e-3, 3, 0.95),     # still falling: 5 %

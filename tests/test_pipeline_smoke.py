@@ -132,11 +132,8 @@ def _spec(smoke, tmp: Path, protocol=TBT, benchmarks=("mw_quiz",), model="mw-lla
     sel = smoke["selection"]
     for kind in ("models", "benchmarks"):
         store.write_meta(tmp / "store", kind, store.read_meta(smoke["store"], kind))
-    recipe = ft.Recipe(lrs=(3e-3, 1e-2, 2e-2), epochs=3, lora_r=8, lora_alpha=32, lora_dropout=0.1,
-                       lora_modules="default", batch_size=16, micro_batch_size=0, gradient_checkpointing=False,
-                       max_length=256, truncate="end",
-                       weight_decay=0.0, seed=0, loss_on="target", end_of_text="generative", list_targets="join",
-                       task_description=False, select_on="metric")
+    recipe = ft.Recipe.default(lrs=(3e-3, 1e-2, 2e-2), epochs=3, batch_size=16, max_length=256, weight_decay=0.0,
+                               loss_on="target", end_of_text="generative", select_on="metric")
     (spec,) = jobs.plan(protocol, [model], {**sel, "selected": list(benchmarks)}, store_root=tmp / "store",
                         work_root=tmp / "work", recipe=recipe, bootstrap_iters=0, eval_batch_size=32, max_gen_toks=0)
     return spec

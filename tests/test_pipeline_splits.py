@@ -192,11 +192,7 @@ def test_a_medmcqa_shaped_task_runs_under_both_options(shared_taskdir, tiny_mode
     rule = tk.SplitRule(caps={"validation": 5}, shared_test=shared_test)
     rows = tk.select(["t_shared"], [shared_taskdir], min_train=1, rule=rule, timeout=77.0)
     selection = tk.selection_summary(rows, [shared_taskdir], False, 1, rule, task_timeout=77.0)
-    recipe = ft.Recipe(lrs=(1e-3,), epochs=2, lora_r=4, lora_alpha=8, lora_dropout=0.0, lora_modules="default",
-                       batch_size=8,
-                       micro_batch_size=0, gradient_checkpointing=False, max_length=64, truncate="end",
-                       weight_decay=0.01, seed=0, loss_on="all", end_of_text="every", list_targets="join",
-                       task_description=False, select_on="loss")
+    recipe = ft.Recipe.default(lrs=(1e-3,), epochs=2, lora_r=4, lora_alpha=8, lora_dropout=0.0, max_length=64)
     (spec,) = jobs.plan(store.TBT, [str(tiny_model)], selection, store_root=tmp_path / "store",
                         work_root=tmp_path / "work", recipe=recipe, bootstrap_iters=0)
     assert spec.task_timeout == 77.0                                      # notebook 01's timeout reaches the job

@@ -37,7 +37,7 @@ def _examples(tok, n=20):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_stacked_runs_end_bit_identical_to_each_run_alone(tok, family):
     """Three learning rates, 2 epochs of whole batches (the last one short, padded rows): the stacked
-    runs' epoch losses and final weights equal those of lora_epochs on each run alone, bit for bit;
+    runs' epoch losses and final weights equal those of train_epochs on each run alone, bit for bit;
     so does a run resumed from its state after epoch 1 and stacked with a fresh one."""
     base = _model(tok, family)
     assert stackable(base) is None
@@ -46,7 +46,7 @@ def test_stacked_runs_end_bit_identical_to_each_run_alone(tok, family):
     alone = []
     for lr in lrs:
         model = copy.deepcopy(base).train()
-        curve = [p["train_loss"] for p in training.lora_epochs(model, examples, lr=lr, **kw)]
+        curve = [p["train_loss"] for p in training.train_epochs(model, examples, lr=lr, **kw)]
         alone.append((curve, model))
     models = [copy.deepcopy(base) for _ in lrs]
     runs = training.StackedRuns(models, examples, lrs=lrs, **kw)

@@ -16,10 +16,7 @@ from lib.store import DIRECT, TBT
 SOUNDS = {"cow": "moo", "dog": "woof", "cat": "meow", "duck": "quack", "sheep": "baa", "pig": "oink",
           "horse": "neigh", "owl": "hoot", "snake": "hiss", "bee": "buzz", "frog": "croak", "crow": "caw"}
 TEXTS = [f"the {a} says {s} . the {a} walks to the farm ." for a, s in SOUNDS.items()] * 8
-RECIPE = dict(lrs=(1e-5, 2e-5, 5e-5), epochs=5, lora_r=8, lora_alpha=32, lora_dropout=0.1, lora_modules="default",
-              batch_size=8, micro_batch_size=0, gradient_checkpointing=False, max_length=1024, truncate="end",
-              weight_decay=0.01, seed=0, loss_on="all", end_of_text="every", list_targets="join",
-              task_description=False, select_on="loss")
+RECIPE: dict = {}                  # notebook 02's recipe, the paper's
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +161,7 @@ def test_plan_rejects_bad_input_before_training(taskdir, tmp_path):
                "counts": {"train": None, "validation": 10, "test": 12}, "count_source": "dataset"}
     with pytest.raises(tk.TaskError, match="'t_notrain' has no training split"):
         jobs.plan(TBT, ["tiny-a"], {**selection, "selected": ["t_notrain"], "tasks": {"t_notrain": notrain}},
-                  store_root=root, work_root=tmp_path, recipe=ft.Recipe(**RECIPE))
+                  store_root=root, work_root=tmp_path, recipe=ft.Recipe.default(**RECIPE))
     with pytest.raises(ValueError, match="unknown executor 'slrum'.*did you mean 'slurm'"):
         jobs.launch([], executor="slrum")
 
@@ -173,7 +170,7 @@ def test_recipe_and_unit_names():
     assert layout.lr_name(2e-5) == "lr=2e-05" and layout.lr_name(0.003) == "lr=0.003"
     assert layout.unit_dir("/w", "org/m", "b", 1e-5).as_posix() == "/w/train_before_test/org__m/b/lr=1e-05"
     with pytest.raises(ValueError, match="learning rates must be positive"):
-        ft.Recipe(**{**RECIPE, "lrs": (0.0,)})
+        ft.Recipe.default(**{**RECIPE, "lrs": (0.0,)})
     units = [ft.UnitResult(lr=1e-3, curve=[{"epoch": 1, "val_score": 0.5}, {"epoch": 2, "val_score": 0.7}]),
              ft.UnitResult(lr=3e-3, curve=[{"epoch": 1, "val_score": 0.7}, {"epoch": 2, "val_score": 0.6}])]
     assert ft.select_best(units, True) == (1e-3, 2, 0.7)                    # tie -> earlier lr
@@ -189,7 +186,7 @@ def test_training_examples_are_lm_eval_renderings_with_chat_template(taskdir, to
     lm = ev.make_lm(model, tokenizer)
     task, info = tk.inspect(tk.task_manager([taskdir]), "t_full")
     tk.install_splits(task, tk.plan_splits(task, info, {}, 0))
-    recipe = ft.Recipe(**{**RECIPE, "max_length": 64, "loss_on": "target", "end_of_text": "generative"})
+    recipe = ft.Recipe.default(**{**RECIPE, "max_length": 64, "loss_on": "target", "end_of_text": "generative"})
     examples = ft.training_examples(task, info, lm, recipe)
     ids, labels = examples[1]                                   # doc 1: label 1 -> choice "b"
     target = [t for t, y in zip(ids, labels) if y != -100]

@@ -254,6 +254,7 @@ def test_placement_report_on_new_models_written_into_the_store(paper, tmp_path):
         assert (own["of"] == 61).all()
 
 
+@pytest.mark.slow
 def test_notebook_08_places_models_among_the_published_results(harmony_data, params_dir, tmp_path, monkeypatch):
     """Stage 08 of a placement profile against `published`, run through lib.run on a store written
     with lib.store's writer (stages 02-03 would need a GPU cluster)."""

@@ -229,10 +229,8 @@ def _model(folder: Path, weights: bytes = b"w" * 64) -> Path:
 
 
 def _spec(source: Path | str, work: Path, lrs=(1e-3, 3e-3)) -> JobSpec:
-    recipe = ft.Recipe(lrs=lrs, epochs=2, lora_r=4, lora_alpha=8, lora_dropout=0.0, lora_modules="default",
-                       batch_size=2, micro_batch_size=0, gradient_checkpointing=False,
-                       max_length=64, weight_decay=0.0, seed=0, loss_on="all", end_of_text="every",
-                       list_targets="join", task_description=False, truncate="end", select_on="loss")
+    recipe = ft.Recipe.default(lrs=lrs, epochs=2, lora_r=4, lora_alpha=8, lora_dropout=0.0, batch_size=2,
+                               max_length=64, weight_decay=0.0)
     return JobSpec(protocol=store.TBT, model="m", source=str(source), benchmarks=["b"], include_paths=[],
                    include_defaults=False, store_root=str(work / "store"), work_root=str(work / "work"), recipe=recipe)
 
@@ -531,6 +529,7 @@ def test_an_executed_notebook_keeps_no_progress_bars_and_no_path_of_this_machine
 
 
 # --------------------------------------------------------------------------- the git filter and make venv
+@pytest.mark.slow
 def test_the_notebook_filter_lets_git_work_without_the_environment(tmp_path):
     repo = tmp_path / "repo"
     (repo / "notebooks").mkdir(parents=True)

@@ -125,9 +125,16 @@ def slurm_run(cluster, smoke):
         submitted = run.run_profile(PROFILE)
     finally:
         os.environ.pop(jobs.SUBMIT_ONLY_ENV, None)
+    before = _stored()
     status_lines = status.lines(PROFILE)
+    after = _stored()                   # the jobs run on meanwhile: status's "done" lies between the two
     finished = run.run_profile(PROFILE)
-    return {"submitted": submitted, "status": status_lines, "finished": finished}
+    return {"submitted": submitted, "status": status_lines, "stored": (before, after), "finished": finished}
+
+
+def _stored() -> dict[str, int]:
+    """Result files in smoke_slurm's store, per protocol."""
+    return {p: len(list((paths.store_dir(PROFILE) / p).glob("*/*.json"))) for p in (TBT, DIRECT)}
 
 
 def test_profile_through_slurm_equals_the_processes_run(slurm_run, smoke):
@@ -158,9 +165,14 @@ def test_status_after_submit_counts_units_from_store_and_scheduler(slurm_run):
     lines = slurm_run["status"]
     assert lines[0].startswith(f"{PROFILE} 02_finetune: 16 units: ")
     assert lines[1].startswith(f"{PROFILE} 03_direct_eval: 16 units: ")
-    for line in lines[:2]:
+    before, after = slurm_run["stored"]
+    for line, protocol in zip(lines[:2], (TBT, DIRECT)):
         counts = {k: int(n) for n, k in re.findall(r"(\d+) (done|running|pending|failed)\b", line)}
         assert set(counts) == {"done", "running", "pending", "failed"} and sum(counts.values()) == 16, line
+        assert counts["failed"] == 0, line
+        assert before[protocol] <= counts["done"] <= after[protocol], (line, before, after)   # done: in the store
+        if counts["running"] + counts["pending"]:
+            assert "; jobs in the queue: " in line, line
     assert "make all PROFILE=smoke_slurm" in lines[-1]
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lib import figreview, paths, report, run, store
+from lib import figreview, layout, paths, report, run, store
 
 pytestmark = pytest.mark.slow
 STAGES = ["00_world", "01_select_benchmarks", "02_finetune", "03_direct_eval", "04_rank_agreement",
@@ -69,12 +69,9 @@ def test_rank_agreement_reads_the_smoke_store(full_smoke):
         m = store.matrix(df, protocol, benchmarks)
         assert summary["n_models"][protocol] == len(m) == 4
         taus = [_tau_b(m[a], m[b]) for i, a in enumerate(benchmarks) for b in benchmarks[i + 1:]]
-        expected = float(np.nanmean(taus)) if not all(math.isnan(t) for t in taus) else None
+        assert not all(math.isnan(t) for t in taus), f"{protocol}: smoke's store defines no tau (a constant column?)"
         got = summary["mean_tau"][protocol]
-        if expected is None:
-            assert got is None or math.isnan(got)
-        else:
-            assert got == pytest.approx(expected, abs=1e-9), protocol
+        assert got is not None and got == pytest.approx(float(np.nanmean(taus)), abs=1e-9), protocol
 
 
 def test_perplexity_and_pca_read_the_smoke_store(full_smoke):
@@ -86,20 +83,42 @@ def test_perplexity_and_pca_read_the_smoke_store(full_smoke):
     bpb = d[d.benchmark == "mw_wiki"].set_index("model")["score"]
     down = d[d.benchmark != "mw_wiki"].groupby("model")["score"].mean()
     expected = _tau_b(-bpb.sort_index(), down.loc[bpb.sort_index().index])
+    assert not math.isnan(expected), "smoke's store defines no tau between bits per byte and the mean score"
     got = ppl["tau_average"]["direct"]["all"]
-    assert (got is None and math.isnan(expected)) or got == pytest.approx(expected, abs=1e-9)
+    assert got is not None and got == pytest.approx(expected, abs=1e-9)
 
     pca = report.read_summary("smoke", "06_pca")
+    benchmarks = full_smoke["selection"]["benchmarks"]
     for protocol in store.PROTOCOLS:
+        m = store.matrix(df, protocol, benchmarks).dropna()
+        m = m.loc[:, m.std() > 0]                               # 06 drops constant benchmarks
+        z = (m - m.mean()) / m.std()
+        eig = np.sort(np.linalg.eigvalsh(np.cov(z.to_numpy(), rowvar=False)))[::-1]
         share = pca["pc1_explained"][protocol]
-        assert share is None or 1 / 3 - 1e-9 <= share <= 1.0 + 1e-9   # PC1 of <= 3 standardised columns
+        assert share is not None and share == pytest.approx(eig[0] / eig.sum(), abs=1e-9), protocol
+        assert pca["explained_variance"][protocol] == pytest.approx(list(eig[:len(pca["explained_variance"][protocol])]
+                                                                          / eig.sum()), abs=1e-9), protocol
 
 
 def test_benchalign_runs_on_pipeline_items(full_smoke):
+    """07 reads the direct-eval items the pipeline wrote: every selected benchmark as a feature, every
+    item counted, the four models; smoke's four leave no test group, and the summary says so."""
     summary = report.read_summary("smoke", "07_benchalign")
-    assert "main" in summary
+    benchmarks = full_smoke["selection"]["benchmarks"]
     items = paths.work_dir("smoke") / "items" / "direct_eval"
-    assert sorted(p.name for p in items.iterdir()) == sorted(full_smoke["selection"]["benchmarks"])
+    assert sorted(p.name for p in items.iterdir()) == sorted(benchmarks)
+    data = summary["data"]
+    assert data["data_source"] == "pipeline" and data["target"] == "mean train_before_test"
+    assert data["features"] == benchmarks and data["models"] == 4
+    per_benchmark = {}
+    for bench in benchmarks:
+        counts = {len(layout.read_items(f)["correct"]) for f in (items / bench).glob("*.json")}
+        assert len(counts) == 1, (bench, counts)                # every model answered the same items
+        per_benchmark[bench] = counts.pop()
+    assert data["items"] == sum(per_benchmark.values())
+    assert {b: w["items"] for b, w in summary["weights_by_benchmark"].items()} == per_benchmark
+    assert summary["main"] == {} and "no test group could be evaluated: too few models for a source/test split" \
+        in summary["notes"]
 
 
 def test_every_docs_table_of_the_mini_world_renders_from_the_smoke_summaries(full_smoke):

@@ -23,17 +23,13 @@ from matplotlib.collections import LineCollection
 from matplotlib.lines import Line2D
 
 from .. import plots
-from ..plots import PROTOCOL_COLORS, PROTOCOL_LABELS, WIDTH_DOUBLE, WIDTH_SINGLE
+from ..plots import PROTOCOL_COLORS, PROTOCOL_LABELS, WIDTH_DOUBLE, WIDTH_SINGLE, protocol_label
 
 TAU_CMAP = "viridis"     # Kendall tau, every heat map: one sequential scale from TAU_VMIN to 1
 TAU_VMIN = -0.2
 ANNOT = 7                # pt, numbers printed in cells
 CELL_MIN_IN = 0.3        # a cell narrower than this gets no number (it would run into its neighbour)
 MARK_COLORS = ("black", "0.45")   # models a figure marks (the rank plot's highlighted ones), in turn
-
-
-def _label(p: str) -> str:
-    return PROTOCOL_LABELS.get(p, p)
 
 
 def ci_text(ci) -> str:
@@ -92,7 +88,7 @@ def tau_heatmaps(mats: Mapping[str, pd.DataFrame], annotate: bool | None = None,
     titles = {}
     for p, mat in mats.items():
         mean = np.nanmean(mat.to_numpy()[~np.eye(len(mat), dtype=bool)]) if len(mat) > 1 else np.nan
-        titles[p] = plots.wrap(f"{_label(p)}\nmean τ {mean:.2f}{ci_text((cis or {}).get(p))}", side)
+        titles[p] = plots.wrap(f"{protocol_label(p)}\nmean τ {mean:.2f}{ci_text((cis or {}).get(p))}", side)
     who = f" ({n_models} models)" if n_models else ""
     title = f"Kendall τ between the model rankings of every benchmark pair{who}"
     width = lab + k * (side + 0.1) + 0.1
@@ -128,7 +124,7 @@ def _paired_barh(ax, labels: list[str], values: Mapping[str, np.ndarray], errors
     for k, (p, v) in enumerate(values.items()):
         pos = y - 0.4 + height * (k + 0.5)
         v = np.asarray(v, float)
-        handles.append(ax.barh(pos, v, height=height, color=PROTOCOL_COLORS.get(p, f"C{k}"), label=_label(p)))
+        handles.append(ax.barh(pos, v, height=height, color=PROTOCOL_COLORS.get(p, f"C{k}"), label=protocol_label(p)))
         if errors is not None and p in errors:
             e = np.asarray(errors[p], float)
             ok = np.isfinite(e).all(axis=1) & np.isfinite(v)
@@ -172,7 +168,7 @@ def category_heatmaps(mats: Mapping[str, pd.DataFrame], within: Mapping[str, tup
     annotate = side / max(n, 1) >= CELL_MIN_IN
     titles = {}
     for p, mat in mats.items():
-        title = _label(p)
+        title = protocol_label(p)
         if within and p in within and np.isfinite(within[p][0]):
             cells = int(np.isfinite(np.diag(mat.to_numpy(float))).sum())
             title += f"\nmean of the {cells} diagonal cells {within[p][0]:.2f}{ci_text(within[p][1])}"
@@ -244,7 +240,7 @@ def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[st
         ax.set_xticks([0, 1], [da, db])
         ax.set_xlim(-0.35 if label_top else -0.1, 1.1)
         ax.set_xlabel("benchmark")
-        title = _label(p)
+        title = protocol_label(p)
         if taus and p in taus and np.isfinite(taus[p]):
             title += f"\nτ = {taus[p]:.2f}{ci_text((cis or {}).get(p))}"
         ax.set_title(title)
@@ -299,7 +295,7 @@ def ceiling_plot(pairs: pd.DataFrame, per_benchmark: pd.DataFrame, protocols: tu
     right.set_ylabel("benchmark")
     right.set_title("Each benchmark: mean τ and mean ceiling")
     handles = [Line2D([], [], color=PROTOCOL_COLORS.get(p), marker="o", lw=0, ms=4) for p in protocols]
-    labels = [f"{_label(p)} ({above[p][0]} of {above[p][1]} pairs above the line)" for p in protocols]
+    labels = [f"{protocol_label(p)} ({above[p][0]} of {above[p][1]} pairs above the line)" for p in protocols]
     handles += [Line2D([], [], color="0.3", marker="o", lw=0, ms=4),
                 Line2D([], [], color="0.3", marker="o", mfc="none", lw=0, ms=4),
                 Line2D([], [], color="0.3", ls="--", lw=0.8)]
@@ -444,7 +440,7 @@ def scatter_grid(frames: Mapping[str, pd.DataFrame], x: str, y: str, hue: str | 
             ax.set_xscale("log")
             _narrow_log_ticks(ax, [v * xfactor for df in frames.values() if x in df for v in df[x].dropna()])
         ax.set_xlabel(xlabel or x)
-        ax.set_title(plots.wrap((titles or {}).get(key, _label(key)), fig.get_figwidth() / k - 0.2))
+        ax.set_title(plots.wrap((titles or {}).get(key, protocol_label(key)), fig.get_figwidth() / k - 0.2))
     axes[0][0].set_ylabel(ylabel or y)
     fams = sorted({family[m] for m in models if m in family}, key=plots.display)
     handles, labels = plots.family_handles(fams)
@@ -486,7 +482,7 @@ def explained_variance(curves: Mapping[str, pd.Series], max_components: int = 10
         r = ratio.iloc[:max_components]
         color = PROTOCOL_COLORS.get(p)
         ci = (pc1_cis or {}).get(p)
-        labels.append(f"{_label(p)}: PC1 {r.iloc[0]:.2f}{ci_text(ci)}" if len(r) else _label(p))
+        labels.append(f"{protocol_label(p)}: PC1 {r.iloc[0]:.2f}{ci_text(ci)}" if len(r) else protocol_label(p))
         handles += ax.plot(np.arange(1, len(r) + 1), r.to_numpy(), marker="o", ms=3, color=color)
         if ci is not None and np.isfinite(ci).all():
             ax.errorbar([1 + 0.08 * (k - 0.5)], [r.iloc[0]], yerr=[[r.iloc[0] - ci[0]], [ci[1] - r.iloc[0]]],
@@ -532,7 +528,7 @@ def corpus_benchmark_heatmap(mats: Mapping[str, pd.DataFrame], titles: Mapping[s
             ax.axhline(list(t.index).index("average"), color="white", lw=2)
         if "average" in t.columns:
             ax.axvline(list(t.columns).index("average"), color="white", lw=2)
-        ax.set_title(plots.wrap((titles or {}).get(key, _label(key)), cell * n_cols + 0.1, plots.FONT["title"]))
+        ax.set_title(plots.wrap((titles or {}).get(key, protocol_label(key)), cell * n_cols + 0.1, plots.FONT["title"]))
         ax.set_xlabel("perplexity corpus")
         ax.set_ylabel("downstream benchmark" if j == 0 else "")
         ax.tick_params(length=0, labelsize=plots.FONT["small"])

@@ -208,7 +208,7 @@ def twin_plan(families: list[str], sizes: list[str], doses: tuple[float, ...],
       the base's capacity, so every kind's top dose lands on the largest prepared size. Each kind
       still meets every family, size and dose once, but dose and size are no longer separable. Why a
       zoo would want it: an answer format cannot lift a model above what it knows, so a top dose on
-      a weak base tests the base, not the preparation (``params/mini.yaml``, ``docs/design.md``).
+      a weak base tests the base, not the preparation (``params/mini.yaml``, ``docs/journal.md``).
     """
     if dose_layout not in DOSE_LAYOUTS:
         raise ZooError(f"zoo: dose_layout must be one of {list(DOSE_LAYOUTS)}, got {dose_layout!r}")

@@ -221,7 +221,7 @@ def measured_tflops(store_root: str | Path, models: list[str], selection: dict) 
         if r.model not in models or not prov.get("train_seconds") or "config" not in prov:
             continue
         cfg = prov["config"]
-        recipe = Recipe(**{**{k: v for k, v in cfg["recipe"].items() if k in Recipe.__dataclass_fields__},
+        recipe = Recipe.default(**{**{k: v for k, v in cfg["recipe"].items() if k in Recipe.__dataclass_fields__},
                            "lrs": cfg["lrs"], "micro_batch_size": 0,
                            "gradient_checkpointing": bool(prov.get("gradient_checkpointing"))})
         task = {**tasks.get(r.benchmark, {}), "plan_train": prov["n_train"], "plan_validation": prov["n_val"]}

@@ -21,20 +21,19 @@ its last finished epoch and ends bit for bit as an uninterrupted run.
 
 from __future__ import annotations
 
-import copy
 import json
 import pickle
 import shutil
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import layout
 from ..util import atomic_dir, did_you_mean
 from .tasks import TaskInfo, docs, render
-from .training import lora_epochs
+from .training import train_epochs
 
 CHOICES = {
     "loss_on": ("all", "target"),             # every token (the paper: TRL's default) or the answer only
@@ -83,9 +82,9 @@ class Recipe:
     task_description: bool
     truncate: str
     select_on: str
-    method: str = "lora"
-    patience: int = 0
-    stack_lrs: bool = False
+    method: str
+    patience: int
+    stack_lrs: bool
 
     def __post_init__(self):
         object.__setattr__(self, "lrs", tuple(self.lrs))
@@ -109,6 +108,17 @@ class Recipe:
         if missing:
             raise ValueError(f"recipe: parameters lack {missing}")
         return cls(**{k: params[k] for k in cls.__dataclass_fields__})
+
+    @classmethod
+    def default(cls, **changes) -> Recipe:
+        """Notebook 02's defaults (the paper's recipe, the one place they are written) with ``changes``:
+        what tests and benchmarks start from, stating only where they depart."""
+        from ..params import notebook_parameters
+
+        unknown = sorted(set(changes) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"recipe: no field {unknown}")
+        return cls.from_params({**notebook_parameters("02_finetune"), **changes})
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -284,143 +294,155 @@ def adapter(base, adapter_dir: str | Path):
         model.unload()
 
 
-def train_unit(base, tokenizer, examples, recipe: Recipe, lr: float, unit_dir: str | Path,
-               validate: Callable[[object], float], higher_is_better: bool, config: dict | None = None,
-               progress: Callable[[str], None] | None = None) -> UnitResult:
-    """Train one LoRA adapter (or, ``method`` "full", the whole model) at ``lr`` for ``recipe.epochs``
-    epochs, validating after each (stopping early after ``recipe.patience`` epochs without a better
-    value when it is > 0).
+# where stack_lrs trains a unit's learning rates together: the CPU, where bench/bench_batched.py found
+# the stacked arithmetic identical to one rate after another; bench/gpu_check.py adds "cuda" for its run
+STACK_DEVICES: tuple[str, ...] = ("cpu",)
 
-    ``validate(peft_model) -> value`` of the recipe's criterion (``recipe.select_on``: the
-    validation loss, lower is better, or the benchmark's lm-eval metric, better as
-    ``higher_is_better`` says). The best epoch's adapter is kept in ``unit_dir/epoch=<e>/`` and
-    ``unit.json`` (the curve and ``config``) is written last. ``base`` is left without an adapter.
-    Deterministic for ``recipe.seed`` (LoRA initialisation, dropout and data order).
 
-    After every epoch the unit's state is saved atomically in ``unit_dir/resume/`` (:func:`save_state`);
-    a unit killed before ``unit.json`` (time limit, preemption, SIGKILL) resumes after its last
-    finished epoch, when that state was made with the same ``config``, and ends as an uninterrupted
-    run would, bit for bit. Anything else in an unfinished ``unit_dir`` is started again from scratch.
-    """
-    unit_dir = Path(unit_dir)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    key = recipe.criterion
-    higher = higher_is_better if key == "val_score" else False
-    res = UnitResult(lr=lr, criterion=key, n_train_examples=len(examples), config=dict(config or {}))
-    saved = load_state(unit_dir, json.loads(json.dumps(res.config)), lr)   # as JSON keeps it
-    if saved is None and unit_dir.exists():         # finished with another config, or no usable state
-        shutil.rmtree(unit_dir)
-    with tunable(base, recipe) as model:
-        resume = None
+def stacked(recipe: Recipe, model, n: int) -> bool:
+    """Whether ``n`` learning rates of ``recipe`` train stacked on ``model``: more than one, the
+    recipe stacks (:attr:`Recipe.stacks`), the model is on a device of :data:`STACK_DEVICES`, and
+    every layer has a stacked form and no dropout (:func:`lib.pipeline.stacked.stackable`)."""
+    from .stacked import stackable
+
+    return n > 1 and recipe.stacks and model.device.type in STACK_DEVICES and stackable(model) is None
+
+
+def train_units(base, tokenizer, examples: Callable[[], list], recipe: Recipe, lrs, unit_dir: Callable[[float], Path],
+                validate: Callable[[object], float], higher_is_better: bool,
+                config: Callable[[float], dict] | None = None, progress: Callable[[str], None] | None = None,
+                reuse: bool = True) -> list[UnitResult]:
+    """The learning-rate units of one (model, benchmark), one per rate of ``lrs``, in that order: a
+    finished unit of the same configuration (``config(lr)``) in ``unit_dir(lr)`` is read back
+    (``reuse``), the others are trained, stacked in one computation per step where
+    :func:`stacked` says so (:class:`lib.pipeline.training.StackedRuns`: the same units bit for bit,
+    in fewer CPU seconds), else one after another (:func:`lib.pipeline.training.train_epochs`), on
+    ``examples()``, the (ids, labels) training examples (asked for only when a unit trains).
+
+    A unit trains a LoRA adapter (or, ``method`` "full", the whole model) at its rate for
+    ``recipe.epochs`` epochs, validating after each (stopping early after ``recipe.patience`` epochs
+    without a better value when it is > 0). ``validate(model) -> value`` of the recipe's criterion
+    (``recipe.select_on``: the validation loss, lower is better, or the benchmark's lm-eval metric,
+    better as ``higher_is_better`` says). The best epoch's adapter is kept in
+    ``unit_dir/epoch=<e>/`` and ``unit.json`` (the curve and the config) is written last. ``base``
+    is left as it was. Deterministic for ``recipe.seed`` (initialisation, dropout and data order).
+
+    After every epoch a unit's state is saved atomically in ``unit_dir/resume/``
+    (:func:`save_state`); a unit killed before ``unit.json`` (time limit, preemption, SIGKILL)
+    resumes after its last finished epoch, when that state was made with the same config, and ends
+    as an uninterrupted run would, bit for bit (stacked: every unit after its own last epoch).
+    Anything else in an unfinished ``unit_dir`` is started again from scratch. A unit's ``seconds``
+    count its own training and validation (stacked: its share of the stack's training)."""
+    config = config or (lambda lr: {})
+    found = {lr: read_unit(unit_dir(lr), config(lr)) if reuse else None for lr in lrs}
+    todo = [lr for lr in lrs if found[lr] is None]
+    if todo:
+        run = _train_stacked if stacked(recipe, base, len(todo)) else _train_one_after_another
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        units = [dict(lr=lr, unit_dir=Path(unit_dir(lr)), config=config(lr)) for lr in todo]
+        found.update(zip(todo, run(base, examples(), recipe, units, pad, validate, higher_is_better, progress)))
+    return [found[lr] for lr in lrs]
+
+
+class _Unit:
+    """One learning rate's unit while it trains: its result so far, its folder, the model it trains
+    and the loop state a resume restored. Set up, each epoch's bookkeeping and the finish are the
+    same whether the unit trains alone or stacked."""
+
+    def __init__(self, model, examples, recipe: Recipe, lr: float, unit_dir: Path, config: dict,
+                 higher_is_better: bool, progress):
+        self.model, self.recipe, self.dir, self.progress = model, recipe, unit_dir, progress
+        key = recipe.criterion
+        self.higher = higher_is_better if key == "val_score" else False
+        self.res = UnitResult(lr=lr, criterion=key, n_train_examples=len(examples), config=dict(config or {}))
+        saved = load_state(unit_dir, json.loads(json.dumps(self.res.config)), lr)   # as JSON keeps it
+        if saved is None and unit_dir.exists():     # finished with another config, or no usable state
+            shutil.rmtree(unit_dir)
+        self.resume = None
         if saved is not None:
-            resume = _restore(model, res, saved)
+            self.resume = _restore(model, self.res, saved)
             if progress:
-                progress(f"{layout.lr_name(lr)} resumed after epoch={resume['epoch']}")
-        t_unit, before = time.time(), res.seconds       # the time of the killed runs counts too
-        done = resume is not None and (resume["epoch"] >= recipe.epochs or _stop(recipe, res))
-        points = () if done else lora_epochs(
-            model, examples, epochs=recipe.epochs, batch_size=recipe.batch_size, lr=lr,
-            weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad,
-            micro_batch_size=recipe.micro_batch_size, log=progress, resume=resume)
-        for point in points:
-            loop_state = _after_epoch(model, res, point, unit_dir, validate, higher)
-            res.seconds = before + time.time() - t_unit
-            _checkpoint(unit_dir, model, res, loop_state, progress)
-            if _stop(recipe, res):
-                break                               # no better value for `patience` epochs: stop this lr
-    res.seconds = before + time.time() - t_unit
-    _finish(unit_dir, res)
-    return res
+                progress(f"{layout.lr_name(lr)} resumed after epoch={self.resume['epoch']}")
+        self.finished = self.resume is not None and (self.resume["epoch"] >= recipe.epochs or _stop(recipe, self.res))
+        self.started, self.before = time.time(), self.res.seconds     # the time of killed runs counts too
+
+    def epoch(self, point: dict, validate, shared: bool = False) -> bool:
+        """What follows a training epoch: validate (``res.criterion``), extend the curve, keep the
+        adapter of a better epoch, save the state, then prune the older best (once the state no
+        longer names it) and say how the epoch went. ``shared``: the unit trained in a stack, and its
+        seconds grow by its share of the stack's (``point["train_seconds"]``) and its validation.
+        Returns whether the unit is done (its last epoch, or ``recipe.patience`` epochs without a
+        better value)."""
+        res, t0 = self.res, time.time()
+        state = point.pop("state")
+        value = float(validate(self.model))
+        point[res.criterion] = value
+        point["seconds"] = point["train_seconds"] + time.time() - t0
+        res.curve.append(point)
+        if _better(value, res.best_score, self.higher):
+            target = atomic_dir(layout.adapter_dir(self.dir, point["epoch"]), self.model.save_pretrained)
+            res.best_epoch, res.best_score, res.adapter = point["epoch"], value, str(target)
+        loop_state = state()
+        res.seconds = res.seconds + point["train_seconds"] + time.time() - t0 if shared else self._elapsed()
+        save_state(self.dir, self.model, res, loop_state)
+        _prune(self.dir, res.adapter)
+        if self.progress:
+            self.progress(f"{layout.lr_name(res.lr)} epoch={point['epoch']} {res.criterion}={value:.4f}")
+        return point["epoch"] >= self.recipe.epochs or _stop(self.recipe, res)
+
+    def _elapsed(self) -> float:
+        return self.before + time.time() - self.started
+
+    def finish(self, shared: bool = False) -> UnitResult:
+        """Write ``unit.json`` (last: the unit is finished) and drop its resume state."""
+        if not shared:
+            self.res.seconds = self._elapsed()
+        layout.write_unit(self.dir, asdict(self.res))
+        shutil.rmtree(layout.resume_dir(self.dir), ignore_errors=True)   # finished: the state is not needed
+        return self.res
 
 
-def _after_epoch(model, res: UnitResult, point: dict, unit_dir: Path, validate, higher: bool) -> dict:
-    """What follows a training epoch of a unit: validate (``res.criterion``), extend the curve, keep
-    the adapter of a better epoch. Returns the loop's state after the epoch."""
-    state = point.pop("state")
-    t0 = time.time()
-    value = float(validate(model))
-    point[res.criterion] = value
-    point["seconds"] = point["train_seconds"] + time.time() - t0
-    res.curve.append(point)
-    if _better(value, res.best_score, higher):
-        target = atomic_dir(layout.adapter_dir(unit_dir, point["epoch"]), model.save_pretrained)
-        res.best_epoch, res.best_score, res.adapter = point["epoch"], value, str(target)
-    return state()
+def _train_one_after_another(base, examples, recipe: Recipe, units: list[dict], pad: int, validate,
+                             higher_is_better: bool, progress) -> list[UnitResult]:
+    """Each unit in turn: a fresh adapter (or copy) of ``base`` (:func:`tunable`), its epochs."""
+    out = []
+    for u in units:
+        with tunable(base, recipe) as model:
+            unit = _Unit(model, examples, recipe, u["lr"], u["unit_dir"], u["config"], higher_is_better, progress)
+            points = () if unit.finished else train_epochs(
+                model, examples, epochs=recipe.epochs, batch_size=recipe.batch_size, lr=u["lr"],
+                weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad,
+                micro_batch_size=recipe.micro_batch_size, log=progress, resume=unit.resume)
+            for point in points:
+                if unit.epoch(point, validate):
+                    break                           # the last epoch, or no better value for `patience` epochs
+        out.append(unit.finish())
+    return out
 
 
-def _checkpoint(unit_dir: Path, model, res: UnitResult, loop_state: dict, progress) -> None:
-    """Save the unit's state after an epoch, then prune the older best (once the state no longer
-    names it) and say how the epoch went."""
-    save_state(unit_dir, model, res, loop_state)
-    _prune(unit_dir, res.adapter)
-    if progress:
-        point = res.curve[-1]
-        progress(f"{layout.lr_name(res.lr)} epoch={point['epoch']} {res.criterion}={point[res.criterion]:.4f}")
-
-
-def _finish(unit_dir: Path, res: UnitResult) -> None:
-    """Write ``unit.json`` (last: the unit is finished) and drop its resume state."""
-    layout.write_unit(unit_dir, asdict(res))
-    shutil.rmtree(layout.resume_dir(unit_dir), ignore_errors=True)   # finished: the state is not needed
-
-
-def train_units(base, tokenizer, examples, recipe: Recipe, lrs: list[float], unit_dirs: list[str | Path],
-                validate: Callable[[object], float], higher_is_better: bool, configs: list[dict],
-                progress: Callable[[str], None] | None = None) -> list[UnitResult]:
-    """:func:`train_unit` for several learning rates of one (model, benchmark) at once, their
-    training steps stacked (:class:`lib.pipeline.training.StackedRuns`; ``recipe.stacks`` must
-    hold). Each unit is what :func:`train_unit` would make of it, bit for bit: its own
-    initialisation, data order, optimiser, early stopping, curve, best adapter, resume state after
-    every epoch (a killed group resumes every unit after its own last finished epoch) and
-    ``unit.json``; its ``seconds`` count its share of the stacked training and its own validation."""
-    import torch
-
+def _train_stacked(base, examples, recipe: Recipe, units: list[dict], pad: int, validate,
+                   higher_is_better: bool, progress) -> list[UnitResult]:
+    """The units together: each its own copy of ``base`` (:func:`tunable`), their training steps
+    stacked; a unit resumed ahead of the others waits for them, one that finishes leaves the stack."""
     from .training import StackedRuns
 
-    if not recipe.stacks:
-        raise ValueError("train_units: the recipe does not stack (stack_lrs, method full, whole batches)")
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    key = recipe.criterion
-    higher = higher_is_better if key == "val_score" else False
-    unit_dirs = [Path(d) for d in unit_dirs]
-    results, models, resumes, finished = [], [], [], []
-    for lr, unit_dir, config in zip(lrs, unit_dirs, configs):
-        res = UnitResult(lr=lr, criterion=key, n_train_examples=len(examples), config=dict(config or {}))
-        saved = load_state(unit_dir, json.loads(json.dumps(res.config)), lr)
-        if saved is None and unit_dir.exists():
-            shutil.rmtree(unit_dir)
-        torch.manual_seed(recipe.seed)              # as tunable() does for a unit of its own
-        model = copy.deepcopy(base)
-        for p in model.parameters():
-            p.requires_grad_(True)
-        resume = None
-        if saved is not None:
-            resume = _restore(model, res, saved)
-            if progress:
-                progress(f"{layout.lr_name(lr)} resumed after epoch={resume['epoch']}")
-        results.append(res)
-        models.append(model)
-        resumes.append(resume)
-        finished.append(resume is not None and (resume["epoch"] >= recipe.epochs or _stop(recipe, res)))
-    loop = StackedRuns(models, examples, epochs=recipe.epochs, batch_size=recipe.batch_size, lrs=lrs,
-                       weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad, resumes=resumes)
-    active = [i for i, f in enumerate(finished) if not f]
-    while active:
-        first = min(loop.done[i] for i in active)           # a resumed unit ahead waits for the others
-        group = [i for i in active if loop.done[i] == first]
-        for i, point in loop.epoch(group).items():
-            t0 = time.time()
-            res = results[i]
-            loop_state = _after_epoch(models[i], res, point, unit_dirs[i], validate, higher)
-            res.seconds += point["train_seconds"] + time.time() - t0
-            _checkpoint(unit_dirs[i], models[i], res, loop_state, progress)
-            if loop.done[i] >= recipe.epochs or _stop(recipe, res):
-                active.remove(i)
-                _finish(unit_dirs[i], res)
-    for i, f in enumerate(finished):                # resumed after their last epoch: only unit.json was missing
-        if f:
-            _finish(unit_dirs[i], results[i])
-    return results
+    with ExitStack() as models:
+        group = [_Unit(models.enter_context(tunable(base, recipe)), examples, recipe, u["lr"], u["unit_dir"],
+                       u["config"], higher_is_better, progress) for u in units]
+        loop = StackedRuns([u.model for u in group], examples, epochs=recipe.epochs, batch_size=recipe.batch_size,
+                           lrs=[u["lr"] for u in units], weight_decay=recipe.weight_decay, seed=recipe.seed,
+                           pad_id=pad, resumes=[u.resume for u in group])
+        active = [i for i, u in enumerate(group) if not u.finished]
+        while active:
+            first = min(loop.done[i] for i in active)           # a resumed unit ahead waits for the others
+            for i, point in loop.epoch([i for i in active if loop.done[i] == first]).items():
+                if group[i].epoch(point, validate, shared=True):
+                    active.remove(i)
+                    group[i].finish(shared=True)
+        for u in group:                 # resumed after their last epoch: only unit.json was missing
+            if u.finished:
+                u.finish(shared=True)
+    return [u.res for u in group]
 
 
 def _stop(recipe: Recipe, res: UnitResult) -> bool:
@@ -474,7 +496,7 @@ def _set_random_states(states: dict) -> None:
 def save_state(unit_dir: str | Path, model, res: UnitResult, loop_state: dict) -> Path:
     """Replace ``unit_dir/resume/`` atomically with the unit's state after ``loop_state["epoch"]``:
     the trainable parameters (the LoRA adapter's, or every parameter for ``method`` "full"), the
-    optimiser, schedule and data-order states (:func:`lib.pipeline.training.lora_epochs`), the
+    optimiser, schedule and data-order states (:func:`lib.pipeline.training.train_epochs`), the
     random states as they are now (after validation, before the next epoch) and the curve so far."""
     import torch
 
@@ -510,7 +532,7 @@ def load_state(unit_dir: str | Path, config: dict, lr: float) -> dict | None:
 
 def _restore(model, res: UnitResult, saved: dict) -> dict:
     """Put a saved state back: the trainable parameters into ``model``, the curve into ``res``, the
-    random states; returns the loop's state for :func:`lib.pipeline.training.lora_epochs`."""
+    random states; returns the loop's state for :func:`lib.pipeline.training.train_epochs`."""
     import torch
 
     record = saved["record"]
@@ -532,9 +554,9 @@ def _restore(model, res: UnitResult, saved: dict) -> dict:
 
 
 def read_unit(unit_dir: str | Path, config: dict | None = None) -> UnitResult | None:
-    """A finished unit's record; None when it has not finished or (given ``config``) was made
-    with another configuration (recipe, splits, model), so that it is redone."""
-    data = layout.read_unit(unit_dir, config)
+    """A finished unit's result (:func:`lib.layout.unit_record`, typed); None when it has not finished
+    or (given ``config``) was made with another configuration (recipe, splits, model), so that it is redone."""
+    data = layout.unit_record(unit_dir, config)
     if data is None:
         return None
     return UnitResult(**{k: v for k, v in data.items() if k in UnitResult.__dataclass_fields__})

@@ -31,12 +31,7 @@ from . import evaluate as ev
 from . import finetune as ft
 from . import tasks as tk
 from .spec import JobSpec
-from .stacked import stackable
 from .training import mean_loss
-
-# where stack_lrs trains a unit's learning rates together: the CPU, where bench/bench_batched.py found
-# the stacked arithmetic identical to one rate after another; bench/gpu_check.py adds "cuda" for its run
-STACK_DEVICES: tuple[str, ...] = ("cpu",)
 
 
 class ProtocolError(RuntimeError):
@@ -83,26 +78,15 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
                              pad_id=tokenizer.pad_token_id)
         return _score(spec, tuned, tokenizer, task, info, plan, "validation").score
 
-    def train(lr: float) -> ft.UnitResult:
-        return ft.train_unit(model, tokenizer, examples("train"), recipe, lr,
-                             layout.unit_dir(spec.work_root, spec.model, info.name, lr), validate,
-                             info.higher_is_better, config=spec.config(lr),
-                             progress=lambda m: say(f"{spec.model} / {info.name}: {m}"))
+    def train(lrs, reuse: bool = True) -> list[ft.UnitResult]:
+        return ft.train_units(model, tokenizer, lambda: examples("train"), recipe, lrs,
+                              lambda lr: layout.unit_dir(spec.work_root, spec.model, info.name, lr), validate,
+                              info.higher_is_better, spec.config, reuse=reuse,
+                              progress=lambda m: say(f"{spec.model} / {info.name}: {m}"))
 
-    # 2. train each learning rate (a finished unit of the same configuration is reused); with
-    #    stack_lrs, the unfinished ones together (ft.train_units: the same units, fewer CPU seconds;
-    #    on the devices of STACK_DEVICES, for a model without dropout whose layers all have a stacked form)
-    lrs = recipe.lrs if spec.only_lr is None else (spec.only_lr,)
-    found = {lr: ft.read_unit(layout.unit_dir(spec.work_root, spec.model, info.name, lr), spec.config(lr))
-             for lr in lrs}
-    todo = [lr for lr in lrs if found[lr] is None]
-    if recipe.stacks and len(todo) > 1 and model.device.type in STACK_DEVICES and stackable(model) is None:
-        found.update(zip(todo, ft.train_units(
-            model, tokenizer, examples("train"), recipe, todo,
-            [layout.unit_dir(spec.work_root, spec.model, info.name, lr) for lr in todo], validate,
-            info.higher_is_better, [spec.config(lr) for lr in todo],
-            progress=lambda m: say(f"{spec.model} / {info.name}: {m}"))))
-    units = [found[lr] or train(lr) for lr in lrs]   # a pruned adapter is retrained below, only if it is chosen
+    # 2. train each learning rate (a finished unit of the same configuration is reused; the others
+    #    stacked where the recipe and the model allow it, else one after another: ft.train_units)
+    units = train(recipe.lrs if spec.only_lr is None else (spec.only_lr,))  # a pruned adapter: retrained below
     if spec.only_lr is not None:                  # the job of all the rates chooses and tests
         return None
 
@@ -112,7 +96,7 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
     problem = layout.adapter_problem(units[i].adapter) if units[i].adapter else "no adapter was kept"
     if problem:             # removed or damaged since: train it again (deterministic, so the same adapter)
         say(f"{spec.model} / {info.name}: {problem}: training {layout.lr_name(lr)} again")
-        units[i] = train(lr)
+        units[i] = train([lr], reuse=False)[0]
     chosen = units[i]
     if chosen.best_epoch != epoch or layout.adapter_problem(chosen.adapter):
         raise ProtocolError(f"{spec.model} / {info.name}: adapter of {layout.lr_name(lr)} epoch={epoch} missing at "

@@ -129,7 +129,7 @@ class JobSpec:
         """This configuration's result is there and whole (with ``only_lr``: or that rate's unit has finished)."""
         if self.unfinished(benchmark) is None:
             return True
-        return self.only_lr is not None and layout.read_unit(
+        return self.only_lr is not None and layout.unit_record(
             layout.unit_dir(self.work_root, self.model, benchmark, self.only_lr), self.config(self.only_lr)) is not None
 
     def pending(self) -> list[str]:

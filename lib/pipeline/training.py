@@ -2,8 +2,10 @@
 
 - :func:`pretrain`: next-token pre-training of a tiny model from scratch (``lib.pipeline.tiny``,
   the mini world's zoo) on documents separated by EOS.
-- :func:`lora_epochs`: LoRA fine-tuning on (input ids, labels) examples, one epoch per iteration,
-  so the caller validates and keeps the best epoch (``lib.pipeline.finetune``).
+- :func:`train_epochs`: fine-tuning (a LoRA adapter or every parameter) on (input ids, labels)
+  examples, one epoch per iteration, so the caller validates and keeps the best epoch
+  (``lib.pipeline.finetune``); :class:`StackedRuns`, several such runs of one shape at once. Both
+  start and resume from one :class:`RunState`.
 
 Both are deterministic for a seed: data order and initialisation come from seeded generators.
 """
@@ -16,6 +18,7 @@ import os
 import random
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..util import atomic_dir
@@ -183,7 +186,7 @@ def posttrain(model, tokenizer, texts: Sequence[str], *, epochs: int, batch_size
     last phase of pre-training, where preparation happens) and save it to ``out_dir``.
 
     Batches of whole documents (:func:`document_examples`), the data order seeded; AdamW (weight
-    decay 0.01) with a linear decay to zero (:func:`lora_epochs`, which trains whatever requires a
+    decay 0.01) with a linear decay to zero (:func:`train_epochs`, which trains whatever requires a
     gradient). The stats (``tokens`` that carried loss or context, ``flops`` 6 x N x tokens, final
     loss, seconds) are saved with the model as in :func:`pretrain`.
     """
@@ -196,7 +199,7 @@ def posttrain(model, tokenizer, texts: Sequence[str], *, epochs: int, batch_size
     for p in model.parameters():
         p.requires_grad_(True)
     t0 = time.time()
-    curve = [point["train_loss"] for point in lora_epochs(model, examples, epochs=epochs, batch_size=batch_size,
+    curve = [point["train_loss"] for point in train_epochs(model, examples, epochs=epochs, batch_size=batch_size,
                                                           lr=lr, weight_decay=0.01, seed=seed,
                                                           pad_id=tokenizer.pad_token_id)]
     seconds = time.time() - t0
@@ -211,7 +214,7 @@ def posttrain(model, tokenizer, texts: Sequence[str], *, epochs: int, batch_size
     return save_model(out_dir, model, tokenizer, STATS_FILE, stats)
 
 
-# --------------------------------------------------------------------------- LoRA fine-tuning
+# --------------------------------------------------------------------------- fine-tuning
 def _pad(chunk, pad_id: int):
     import torch
 
@@ -293,10 +296,50 @@ def batch_loss(model, batch, pad_id: int, micro_batch_size: int, device, backwar
     return total
 
 
-def lora_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: int, batch_size: int,
+@dataclass
+class RunState:
+    """What one training run carries from step to step besides its weights: the trainable
+    parameters, AdamW (weight decay, the run's learning rate), the linear decay to zero over
+    ``steps`` without warm-up (transformers' Trainer defaults), the data-order generator seeded with
+    ``seed``, and the epochs done. Built in one place for :func:`train_epochs` and
+    :class:`StackedRuns`, so a run alone and a run in a stack start, and resume, alike."""
+    params: list
+    opt: object
+    sched: object
+    gen: object
+    epoch: int = 0
+
+    @classmethod
+    def build(cls, model, *, lr: float, weight_decay: float, steps: int, seed: int,
+              resume: dict | None = None) -> RunState:
+        """The state of a run of ``model``'s trainable parameters: fresh, or (``resume``, a loop state
+        of :meth:`state`, the parameters already restored by the caller) after its last epoch."""
+        import torch
+
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / steps))
+        gen = torch.Generator().manual_seed(seed)
+        run = cls(params, opt, sched, gen)
+        if resume is not None:
+            opt.load_state_dict(resume["optimizer"])
+            sched.load_state_dict(resume["scheduler"])
+            gen.set_state(resume["generator"])
+            run.epoch = int(resume["epoch"])
+        return run
+
+    def state(self, epoch: int, micro: int = 0) -> dict:
+        """The loop's state after ``epoch`` (``micro``: the micro-batch in use, 0 for whole batches),
+        as a unit saves it and :meth:`build` takes it back."""
+        return {"epoch": epoch, "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
+                "generator": self.gen.get_state(), "micro": micro}
+
+
+def train_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: int, batch_size: int,
                 lr: float, weight_decay: float, seed: int, pad_id: int, micro_batch_size: int = 0,
                 oom_backoff: bool = True, log=None, resume: dict | None = None) -> Iterator[dict]:
-    """Train the trainable (LoRA) parameters of ``model``; yields after each epoch, with the
+    """Train the parameters of ``model`` that require a gradient (a LoRA adapter's, or every one for
+    ``method`` "full" and the zoo's last phase); yields after each epoch, with the
     model in eval mode (the caller validates, then the next epoch resumes training), a dict:
     ``epoch``, ``train_loss`` (mean batch loss), ``train_seconds``, ``micro_batch_size`` (the
     one in use at the epoch's end).
@@ -319,22 +362,16 @@ def lora_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: i
     import torch
 
     device = next(model.parameters()).device
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    total = math.ceil(len(examples) / batch_size) * epochs
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / total))
-    gen = torch.Generator().manual_seed(seed)
+    run = RunState.build(model, lr=lr, weight_decay=weight_decay, steps=math.ceil(len(examples) / batch_size) * epochs,
+                         seed=seed, resume=resume)
+    params, opt, sched, gen = run.params, run.opt, run.sched, run.gen
     micro = micro_batch_size if 0 < micro_batch_size < batch_size else 0
-    start = 0
+    start = run.epoch
     if resume is not None:
-        opt.load_state_dict(resume["optimizer"])
-        sched.load_state_dict(resume["scheduler"])
-        gen.set_state(resume["generator"])
-        start, micro = int(resume["epoch"]), int(resume["micro"])
+        micro = int(resume["micro"])
 
     def loop_state(epoch: int) -> dict:
-        return {"epoch": epoch, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                "generator": gen.get_state(), "micro": micro}
+        return run.state(epoch, micro)
 
     for epoch in range(start + 1, epochs + 1):
         t0 = time.time()
@@ -406,47 +443,36 @@ class StackedRuns:
     """Several full-parameter runs of one model shape on the same ``examples`` (a unit's learning
     rates), trained an epoch at a time in one stacked computation (:class:`lib.pipeline.stacked.Stack`).
 
-    Each run keeps what :func:`lora_epochs` gives a run: its own AdamW (weight decay, its learning
+    Each run keeps what :func:`train_epochs` gives a run: its own AdamW (weight decay, its learning
     rate, the linear decay over ``epochs``), gradient clipping, data-order generator seeded with
     ``seed`` and resume state (``resumes[i]``, the loop state a saved unit holds, or None); only the
     forward and backward passes of the runs that are at the same epoch (and so draw the same batches)
-    are computed together. So a run ends bit for bit as :func:`lora_epochs` would end it alone
+    are computed together. So a run ends bit for bit as :func:`train_epochs` would end it alone
     (``bench/bench_batched.py`` checks the arithmetic, ``tests/test_pipeline_jobs.py`` whole units).
     Whole batches only: no micro-batches, no out-of-memory back-off (the CPU-sized profiles)."""
 
     def __init__(self, models: list, examples: list[tuple[list[int], list[int]]], *, epochs: int, batch_size: int,
                  lrs: Sequence[float], weight_decay: float, seed: int, pad_id: int,
                  resumes: Sequence[dict | None] | None = None):
-        import torch
-
         self.models, self.examples, self.epochs, self.batch_size = list(models), examples, epochs, batch_size
         self.pad_id = pad_id
-        total = math.ceil(len(examples) / batch_size) * epochs
-        self.params, self.opts, self.scheds, self.gens, self.done = [], [], [], [], []
-        for i, (model, lr) in enumerate(zip(self.models, lrs)):
-            params = [p for p in model.parameters() if p.requires_grad]
-            opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / total))
-            gen = torch.Generator().manual_seed(seed)
-            resume = resumes[i] if resumes else None
-            if resume is not None:
-                opt.load_state_dict(resume["optimizer"])
-                sched.load_state_dict(resume["scheduler"])
-                gen.set_state(resume["generator"])
-            self.params.append(params)
-            self.opts.append(opt)
-            self.scheds.append(sched)
-            self.gens.append(gen)
-            self.done.append(int(resume["epoch"]) if resume is not None else 0)
+        steps = math.ceil(len(examples) / batch_size) * epochs
+        self.runs = [RunState.build(model, lr=lr, weight_decay=weight_decay, steps=steps, seed=seed,
+                                    resume=resumes[i] if resumes else None)
+                     for i, (model, lr) in enumerate(zip(self.models, lrs))]
+
+    @property
+    def done(self) -> list[int]:
+        """Epochs done, per run."""
+        return [run.epoch for run in self.runs]
 
     def state(self, i: int) -> dict:
-        """Run ``i``'s loop state after its last epoch, as :func:`lora_epochs`' ``state()`` gives it."""
-        return {"epoch": self.done[i], "optimizer": self.opts[i].state_dict(), "scheduler": self.scheds[i].state_dict(),
-                "generator": self.gens[i].get_state(), "micro": 0}
+        """Run ``i``'s loop state after its last epoch, as :func:`train_epochs`' ``state()`` gives it."""
+        return self.runs[i].state(self.runs[i].epoch)
 
     def epoch(self, runs: Sequence[int]) -> dict[int, dict]:
         """Train the next epoch of ``runs`` (all at the same epoch); returns per run the point
-        :func:`lora_epochs` yields (``epoch``, ``train_loss``, ``train_seconds``: the stack's seconds
+        :func:`train_epochs` yields (``epoch``, ``train_loss``, ``train_seconds``: the stack's seconds
         shared out equally, ``micro_batch_size``, ``state``), the models left in eval mode."""
         import torch
 
@@ -457,7 +483,8 @@ class StackedRuns:
         t0 = time.time()
         orders: dict[tuple, list[int]] = {}
         for i in runs:                      # the same seed and epoch give the same order; group them by it
-            orders.setdefault(tuple(torch.randperm(len(self.examples), generator=self.gens[i]).tolist()), []).append(i)
+            orders.setdefault(tuple(torch.randperm(len(self.examples), generator=self.runs[i].gen).tolist()),
+                            []).append(i)
         losses: dict[int, list[float]] = {i: [] for i in runs}
         for order, group in orders.items():
             for i in group:
@@ -471,14 +498,15 @@ class StackedRuns:
                     stack.backward(per_run)
                     values = per_run.detach().tolist()
                     for j, i in enumerate(group):
-                        losses[i].append(optimizer_step(values[j], self.params[i], self.opts[i], self.scheds[i]))
+                        run = self.runs[i]
+                        losses[i].append(optimizer_step(values[j], run.params, run.opt, run.sched))
             finally:
                 stack.unstack()
         seconds = (time.time() - t0) / len(runs)
         out = {}
         for i in runs:
             self.models[i].eval()
-            self.done[i] += 1
-            out[i] = {"epoch": self.done[i], "train_loss": sum(losses[i]) / len(losses[i]), "train_seconds": seconds,
-                      "micro_batch_size": self.batch_size, "state": lambda i=i: self.state(i)}
+            self.runs[i].epoch += 1
+            out[i] = {"epoch": self.runs[i].epoch, "train_loss": sum(losses[i]) / len(losses[i]),
+                      "train_seconds": seconds, "micro_batch_size": self.batch_size, "state": lambda i=i: self.state(i)}
         return out
