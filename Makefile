@@ -101,7 +101,7 @@ submit: $(STAMP) ## run PROFILE's stages up to its Slurm jobs, submit them and r
 	TBT_MAKE_GOAL="make submit PROFILE=$(PROFILE)" TBT_SUBMIT_ONLY=1 $(PY) -m lib.run $(PROFILE)
 
 status: $(STAMP) ## units done / running / pending (with Slurm's reason) / failed of PROFILE, from the store and the scheduler
-	$(PY) -m lib.pipeline.status $(PROFILE)
+	$(PY) -m lib.pipeline.launch.status $(PROFILE)
 
 run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAGES="04 05" FORCE=1` (WAIT=1 queues)
 	TBT_MAKE_GOAL='make run PROFILE=$(PROFILE) STAGES="$(STAGES)"' \

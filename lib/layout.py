@@ -311,7 +311,7 @@ def _job_name(benchmark: str, lr: float | None) -> str:
 
 
 def lock_path(work: Work, protocol: str, model: str, benchmark: str, lr: float | None = None) -> Path:
-    """The lock a job holds while it works on one (model, benchmark) (:mod:`lib.pipeline.locks`);
+    """The lock a job holds while it works on one (model, benchmark) (:mod:`lib.pipeline.launch.locks`);
     given ``lr``, on that learning rate of it alone (a unit the preflight split)."""
     return Path(work) / "locks" / protocol / slug(model) / f"{_job_name(benchmark, lr)}.lock"
 

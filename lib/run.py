@@ -16,7 +16,7 @@ figures). A stage is skipped when nothing it depends on changed since its last s
   that changed them is redone; and a summary.json that parses.
 
 So editing ``lib/benchalign`` re-runs only 07, and a stage whose upstream outputs came out the
-same stays cached. Long stages also cache per unit of work (``lib.pipeline.jobs``, and 07's
+same stays cached. Long stages also cache per unit of work (``lib.pipeline.launch.jobs``, and 07's
 ``lib.benchalign.experiments``), so an interrupted run resumes where it stopped.
 
 One run per profile at a time: a run holds ``outputs/<profile>/.lock`` (``flock``, released by the
@@ -72,7 +72,9 @@ from .params import (
     notebook_path,
 )
 from .pipeline.device import pin_arithmetic
-from .progress import HEARTBEAT_ENV, STAGE_ENV, SUBMIT_ONLY_ENV, clock
+from .pipeline.launch.slurm import SUBMIT_ONLY_ENV
+from .pipeline.launch.status import JOB_STAGES
+from .progress import HEARTBEAT_ENV, STAGE_ENV, clock
 from .util import (
     READS_ENV,
     CorruptFile,
@@ -469,7 +471,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
                 print(f"[{name}] {stage}: cached", flush=True)
                 log[stage] = {"status": "cached", "seconds": 0.0}
                 continue
-            if submit_only and any(v["status"] == "submitted" for v in log.values()) and "executor" not in params:
+            if submit_only and any(v["status"] == "submitted" for v in log.values()) and stage not in JOB_STAGES:
                 print(f"[{name}] {stage}: waits for the submitted jobs", flush=True)
                 log[stage] = {"status": "waits", "seconds": 0.0}
                 continue

@@ -86,12 +86,12 @@ def test_the_checks_see_lazy_imports_and_cycles(tmp_path):
     assert lazy == {"lib.pipeline.finetune"}
     (cycle,) = _cycles({**GRAPH, "lib.pipeline.tasks": GRAPH["lib.pipeline.tasks"] | lazy})
     assert set(cycle.split(" -> ")) == {"lib.pipeline.finetune", "lib.pipeline.tasks"}
-    assert _layer("lib.analysis.budget") > _layer("lib.pipeline.jobs") > _layer("lib.layout")
+    assert _layer("lib.analysis.budget") > _layer("lib.pipeline.launch.jobs") > _layer("lib.layout")
 
 
 @pytest.mark.parametrize("profile", ["mini", "published"])
 def test_analysis_stages_do_not_depend_on_the_pipeline(profile):
-    """Editing lib/pipeline/jobs.py or locks.py (the launcher) re-runs no analysis stage: the cache
+    """Editing lib/pipeline/launch/jobs.py or locks.py (the launcher) re-runs no analysis stage: the cache
     keys of 04-07 hold no lib/pipeline module."""
     prof = params.load_profile(profile)
     for stage in prof.stages:
@@ -99,6 +99,6 @@ def test_analysis_stages_do_not_depend_on_the_pipeline(profile):
             files = run.stage_key(stage, prof.params(stage))["lib"]
             assert not [f for f in files if f.startswith("lib/pipeline/")], (stage, sorted(files))
     keys = {s: run.stage_key(s, prof.params(s))["lib"] for s in prof.stages}
-    for module in ("lib/pipeline/jobs.py", "lib/pipeline/locks.py"):
+    for module in ("lib/pipeline/launch/jobs.py", "lib/pipeline/launch/locks.py"):
         assert [s for s, files in keys.items() if module in files] == \
             [s for s in prof.stages if s[:2] in ("02", "03")], module

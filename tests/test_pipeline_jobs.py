@@ -15,10 +15,11 @@ import time
 import pytest
 
 from lib import layout, paths, store
-from lib.pipeline import cluster, jobs, localtasks, tiny
+from lib.pipeline import cluster, localtasks, tiny
 from lib.pipeline import finetune as ft
 from lib.pipeline import tasks as tk
-from lib.pipeline.locks import UnitBusy, UnitLock
+from lib.pipeline.launch import jobs, outcome
+from lib.pipeline.launch.locks import UnitBusy, UnitLock
 
 RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, lora_modules="default",
               batch_size=8, micro_batch_size=0, gradient_checkpointing=False, max_length=64, truncate="end",
@@ -82,7 +83,7 @@ def test_one_failing_unit_does_not_stop_the_others_and_is_reported_with_its_retr
 
 _HOLD = """
 import sys, time
-from lib.pipeline.locks import UnitLock
+from lib.pipeline.launch.locks import UnitLock
 lock = UnitLock(sys.argv[1], heartbeat=0.2).acquire()
 print("held", flush=True)
 time.sleep(120)
@@ -99,8 +100,8 @@ def test_a_duplicate_never_deletes_the_work_of_a_running_unit(world, tmp_path):
     try:
         assert holder.stdout.readline().strip() == "held"
         report = jobs.run_job(spec)                                 # a duplicate job for the same unit
-        assert report["scores"] == {} and report["failed"] == {} and "t_a" in report["busy"]
-        assert f"process {holder.pid}" in report["busy"]["t_a"]
+        assert report.scores == {} and report.failed == {} and "t_a" in report.busy
+        assert f"process {holder.pid}" in report.busy["t_a"]
         assert (partial / "half-written").exists()                  # untouched
         with pytest.raises(jobs.JobError, match="RUNNING ELSEWHERE train_before_test tiny-m / t_a"):
             jobs.launch([spec], executor="local")                   # not resubmitted
@@ -109,7 +110,7 @@ def test_a_duplicate_never_deletes_the_work_of_a_running_unit(world, tmp_path):
         holder.kill()
         holder.wait()
     report = jobs.run_job(spec)                                     # its owner died: the lock is stale
-    assert set(report["scores"]) == {"t_a"} and not (partial / "half-written").exists()
+    assert set(report.scores) == {"t_a"} and not (partial / "half-written").exists()
     assert not jobs.unit_lock(spec, "t_a").path.exists()
 
 
@@ -142,8 +143,7 @@ class _FakeJob:
     def result(self):
         if self.fail:
             raise RuntimeError("Job (task=0) failed during processing with trace: killed by the OOM killer")
-        return {"model": self.spec.model, "protocol": self.spec.protocol,
-                "scores": {b: 0.5 for b in self.spec.benchmarks}, "failed": {}, "busy": {}}
+        return outcome.JobReport.of(self.spec, scores={b: 0.5 for b in self.spec.benchmarks})
 
 
 def _many_specs(world, tmp, n):
@@ -153,16 +153,16 @@ def _many_specs(world, tmp, n):
 
 def test_slurm_helpers_without_a_scheduler(world, tmp_path, monkeypatch):
     """What the Slurm path computes by itself (tests/test_slurm.py runs it against a real cluster)."""
-    from lib.pipeline import slurm
+    from lib.pipeline.launch import slurm
 
-    assert jobs.chunks(list(range(1464)), 1000) == [list(range(1000)), list(range(1000, 1464))]
+    assert slurm.chunks(list(range(1464)), 1000) == [list(range(1000)), list(range(1000, 1464))]
     assert [slurm.minutes(t) for t in ("2:00", "00:02:00", "30", "1-00:00:00", "2-12", "UNLIMITED")] == \
         [2.0, 2.0, 30.0, 1440.0, 3600.0, None]
     assert slurm._expand("12_[0-2,5]") == ["12_0", "12_1", "12_2", "12_5"] and slurm._expand("12_3") == ["12_3"]
     drained = slurm.JobState("7", "PENDING", "ReqNodeNotAvail, UnavailableNodes:n1")
     assert "State=RESUME" in drained.stuck and slurm.JobState("8", "PENDING", "Resources").stuck is None
     specs = _many_specs(world, tmp_path, 2)
-    note = jobs._pending_note([(specs[0], drained), (specs[1], slurm.JobState("9", "RUNNING"))])
+    note = slurm.pending_note([(specs[0], drained), (specs[1], slurm.JobState("9", "RUNNING"))])
     assert note.startswith("slurm: 1 job(s) pending (ReqNodeNotAvail, UnavailableNodes:n1): its node is drained")
     record = slurm.Record(tmp_path / "logs")
     record.add([(specs[0], "41_0"), (specs[1], "41_1")])
@@ -173,12 +173,12 @@ def test_slurm_helpers_without_a_scheduler(world, tmp_path, monkeypatch):
         m.setattr(slurm, "_run", lambda cmd, timeout=30.0: shown)
         assert [slurm._controller_state(j) for j in ("39_0", "39_1", "39_2", "40")] == \
             ["CANCELLED", "PENDING", None, "CANCELLED"]
-    gone = jobs._ended_report(specs[1], "41_1", slurm.JobState("41_1", "UNKNOWN"))
-    assert "neither squeue, sacct nor scontrol knows it" in next(iter(gone["failed"].values()))
+    gone = slurm.ended_report(specs[1], "41_1", slurm.JobState("41_1", "UNKNOWN"))
+    assert "neither squeue, sacct nor scontrol knows it" in next(iter(gone.failed.values()))
     monkeypatch.setenv("PATH", str(tmp_path))                 # no Slurm commands here
     assert slurm.available().startswith("scontrol is not installed here")
-    assert jobs.array_size(1000) == 1000                       # nobody to ask: max_array as given
-    monkeypatch.setenv(jobs.SUBMIT_ONLY_ENV, "1")
+    assert slurm.array_size(1000) == 1000                       # nobody to ask: max_array as given
+    monkeypatch.setenv(slurm.SUBMIT_ONLY_ENV, "1")
     with pytest.raises(jobs.JobError, match="`make submit` needs executor: slurm"):
         jobs.launch(specs, executor="processes")
 
@@ -338,7 +338,7 @@ def test_a_unit_split_by_learning_rate_ends_where_one_job_would(world, tmp_path)
     (spec,) = _specs(world, tmp_path / "split", store.TBT, names=("t_a",))
     first = spec.by_lr()[0]
     report = jobs.run_job(first)                                    # one rate alone: trained, nothing scored
-    assert report["trained"] == ["t_a"] and report["scores"] == {} and first.done("t_a") and not spec.done("t_a")
+    assert report.trained == ["t_a"] and report.scores == {} and first.done("t_a") and not spec.done("t_a")
     assert ft.read_unit(layout.unit_dir(spec.work_root, "tiny-m", "t_a", 3e-3)) is None
     results = jobs.launch([*spec.by_lr(), spec], executor="local")  # the other rate, then choose and test
     got = store.read(store.path_for(spec.store_root, store.TBT, "t_a", "tiny-m"))
@@ -384,7 +384,8 @@ def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(
 
 KILLER = """
 import json, os, signal, sys
-from lib.pipeline import jobs, training
+from lib.pipeline import training
+from lib.pipeline.launch import jobs
 n, kill_at = 0, int(sys.argv[2])
 step = training.optimizer_step
 

@@ -389,10 +389,10 @@ RAISE = {   # a cell body -> what the one line must say
                   ["01_demo is on a read-only file system", "ln -s"]),
     "full": ("raise OSError(28, 'No space left on device', str(ctx.out / 'table.csv'))",
              ["no space left on the disk of", "free;", "holds"]),
-    "units": ("from lib.pipeline import jobs\nfrom lib.pipeline.spec import JobSpec\n"
+    "units": ("from lib.pipeline.launch import outcome\nfrom lib.pipeline.spec import JobSpec\n"
               "spec = JobSpec('direct_eval', 'm', 'm', ['b'], [], False, str(ctx.store), str(ctx.work))\n"
-              "jobs._summarise([{'model': 'm', 'protocol': 'direct_eval', 'scores': {}, 'busy': {},\n"
-              "                  'failed': {'b': 'OSError: [Errno 28] No space left on device'}}], [spec])",
+              "full = {'b': 'OSError: [Errno 28] No space left on device'}\n"
+              "outcome.summarise([outcome.JobReport.of(spec, failed=full)], [spec])",
               ["no space left on the disk of"]),
 }
 

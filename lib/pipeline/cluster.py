@@ -25,7 +25,8 @@ import pandas as pd
 
 from .. import paths, store
 from ..util import did_you_mean
-from . import datasets, hub, slurm
+from . import datasets, hub
+from .launch import slurm
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # sustained TFLOP/s assumed for the time estimate: an A100/H100-class GPU at about 40 % of peak
@@ -320,26 +321,6 @@ def _names(rows: pd.DataFrame, n: int = 4) -> str:
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
-def scheduler_resources(resources: dict) -> tuple[dict, list[str]]:
-    """``resources`` with the Slurm partition's real time limit applied (``scontrol``): a
-    ``timeout_min`` over the partition's ``MaxTime`` would be refused or pend forever, so the
-    preflight plans (and jobs are submitted) with the partition's limit, and one line says so. Where
-    no scheduler answers, ``resources`` as they are and one line saying they are trusted. An unknown
-    partition raises ValueError naming the partitions there are."""
-    try:
-        lim = slurm.limits(resources.get("slurm_partition"))
-    except slurm.SchedulerDown as exc:
-        return dict(resources), [f"preflight: no Slurm scheduler answers here ({exc}): trusting timeout_min "
-                                 "and max_array as given"]
-    out, notes = dict(resources), []
-    wanted = resources.get("timeout_min")
-    if lim.max_time_min is not None and (wanted is None or wanted > lim.max_time_min):
-        out["timeout_min"] = int(lim.max_time_min)
-        notes.append(f"preflight: partition {lim.partition} allows {lim.max_time_min:g} min a job, not timeout_min "
-                     f"{wanted if wanted is not None else '(unset)'}: planning with {lim.max_time_min:g} min")
-    return out, notes
-
-
 def preflight(specs, selection: dict, resources: dict | None = None, tflops: float = 0.0,
               gpu_memory_gb: float = 80.0, executor: str = "") -> Preflight:
     """Before any job is submitted: per (model, benchmark) the GPU-hours (:func:`unit_flops` at the
@@ -351,11 +332,12 @@ def preflight(specs, selection: dict, resources: dict | None = None, tflops: flo
     whose single learning rate (or test) is still over the limit, or that does not fit
     ``gpu_memory_gb`` even at micro-batch 1 with gradient checkpointing, is refused with one line
     saying what to change (:meth:`Preflight.check` raises with them). With ``executor="slurm"`` the
-    scheduler is asked for the partition's time limit first (:func:`scheduler_resources`)."""
+    scheduler is asked for the partition's time limit first
+    (:func:`lib.pipeline.launch.slurm.scheduler_resources`)."""
     resources = resources or {}
     notes: list[str] = []
     if executor == "slurm":
-        resources, notes = scheduler_resources(resources)
+        resources, notes = slurm.scheduler_resources(resources)
     limit = resources.get("timeout_min") / 60 * SAFETY if resources.get("timeout_min") else None
     dtype = specs[0].dtype if specs else "float32"
     rate, source = throughput(dtype, tflops)
