@@ -101,7 +101,7 @@ submit: $(STAMP) ## run PROFILE's stages up to its Slurm jobs, submit them and r
 	TBT_MAKE_GOAL="make submit PROFILE=$(PROFILE)" TBT_SUBMIT_ONLY=1 $(PY) -m lib.run $(PROFILE)
 
 status: $(STAMP) ## units done / running / pending (with Slurm's reason) / failed of PROFILE, from the store and the scheduler
-	$(PY) -m lib.pipeline.status $(PROFILE)
+	$(PY) -m lib.pipeline.launch.status $(PROFILE)
 
 run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAGES="04 05" FORCE=1` (WAIT=1 queues)
 	TBT_MAKE_GOAL='make run PROFILE=$(PROFILE) STAGES="$(STAGES)"' \
@@ -157,10 +157,10 @@ data: $(STAMP) ## download the published reference data (pinned commits, sha256-
 	$(PY) -m lib.data download
 
 models: $(STAMP) ## download and check every model and dataset of PROFILE before GPU jobs start (hub profiles)
-	$(PY) -m lib.pipeline.cluster models $(PROFILE) $(if $(CHECK_ONLY),--check-only,)
+	$(PY) -m lib.pipeline.launch.fetch $(PROFILE) $(if $(CHECK_ONLY),--check-only,)
 
 preflight: $(STAMP) ## GPU-hours, memory and jobs of PROFILE's notebook 02 before submitting (offline: a preview)
-	$(PY) -m lib.pipeline.cluster preflight $(PROFILE)
+	$(PY) -m lib.pipeline.launch.preflight $(PROFILE)
 
 bench: $(STAMP) ## run the speed benchmarks quoted in the README (writes bench/results/*.json)
 	for s in bench/bench_*.py; do echo "== $$s"; $(PY) $$s || exit 1; done

@@ -163,12 +163,12 @@ def measure(family: str, size: str, steps: int, reps: int, ks: list[int], modes:
 def units(models: list[str], world: Path, tasks: list[str], tmp: Path, save=None) -> dict:
     """Whole 02 units on pre-trained models of the mini zoo and the world's tasks, with the mini
     profile's recipe (params/mini.yaml), once one rate after another and once stacked: wall seconds
-    of the four learning rates (training and validation, through ``lib.pipeline.jobs`` in this
+    of the four learning rates (training and validation, through ``lib.pipeline.launch.jobs`` in this
     process) and whether the two ends (choice, test score, curves, chosen weights) are identical."""
     from lib import params, store
     from lib.pipeline import finetune as ft
-    from lib.pipeline import jobs
     from lib.pipeline import tasks as tk
+    from lib.pipeline.launch import jobs
     from lib.util import sha256_file
 
     prof = params.load_profile("mini")

@@ -51,7 +51,7 @@ CONFIGS = {"lora": {},                                                      # th
 DIRECT = "direct"                                    # stage 03, the same for every configuration
 # what stages 02 and 03 import (the rest follows from these): lib's layers below the analyses, and lm-eval's
 # model, evaluator and metrics modules, which it loads only when a task is scored
-ENTRY_MODULES = ("lib.pipeline.jobs", "lib.pipeline.protocols", "lib.placement", "lm_eval.evaluator",
+ENTRY_MODULES = ("lib.pipeline.launch.jobs", "lib.pipeline.protocols", "lib.placement", "lm_eval.evaluator",
                  "lm_eval.models.huggingface", "lm_eval.api.metrics", "lm_eval.filters", "peft")
 TARGET_PYTHON = "3.12"                               # the GPU image's python3 (/work/.library/device/KINDS.md)
 
@@ -228,7 +228,7 @@ def run_units(config: str, device: str, manifest: dict, tasks_dir: Path) -> dict
 
     from lib import store
     from lib.pipeline import finetune as ft
-    from lib.pipeline import jobs
+    from lib.pipeline.launch import jobs
 
     p = manifest["params"]["03_direct_eval" if config == DIRECT else "02_finetune"]
     root = RUNS / device / config

@@ -26,6 +26,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from .errors import UserError
 from .store import TBT, slug
 from .util import CorruptFile, atomic_write_json, jsonable, note_read, read_json
 
@@ -102,7 +103,7 @@ def write_unit(unit: Work, record: dict) -> Path:
 
 def unit_record(unit: Work, config: dict | None = None) -> dict | None:
     """A finished unit's record (``unit.json``, its adapter as a path under the unit's folder);
-    None when it has not finished, its record is damaged (:func:`unit_problem`) or, given
+    None when it has not finished, its record is damaged (:func:`check_unit`) or, given
     ``config``, it was made with another configuration (so that it is redone)."""
     record, _ = check_unit(unit, config)
     return record
@@ -252,7 +253,7 @@ def curves_frame(work: Work, models: list[str], benchmarks: list[str]):
 
 
 # --------------------------------------------------------------------------- per-item correctness
-class ItemFileError(ValueError):
+class ItemFileError(UserError, ValueError):
     """A per-item results file is malformed; the message names it."""
 
 
@@ -311,7 +312,7 @@ def _job_name(benchmark: str, lr: float | None) -> str:
 
 
 def lock_path(work: Work, protocol: str, model: str, benchmark: str, lr: float | None = None) -> Path:
-    """The lock a job holds while it works on one (model, benchmark) (:mod:`lib.pipeline.locks`);
+    """The lock a job holds while it works on one (model, benchmark) (:mod:`lib.pipeline.launch.locks`);
     given ``lr``, on that learning rate of it alone (a unit the preflight split)."""
     return Path(work) / "locks" / protocol / slug(model) / f"{_job_name(benchmark, lr)}.lock"
 

@@ -47,6 +47,7 @@ from typing import Any
 import yaml
 
 from . import paths
+from .errors import UserError
 from .util import READS_ENV, current, did_you_mean, short_warning_paths
 
 TOP_KEYS = {"description", "base", "offline", "prepare", "common", "stages", "reference"}
@@ -57,11 +58,12 @@ LOCK_FILE = ".lock"              # outputs/<profile>/.lock: held by the run of t
 PREPARED_STAMP = ".prepared.json"   # outputs/<profile>/.prepared.json: its prepare hooks finished (lib.run)
 
 
-class ParamsError(ValueError):
+class ParamsError(UserError, ValueError):
     """A params file or a notebook parameter cell is invalid; the message names file and key."""
+    plain = True          # a mistyped key explains itself: no traceback
 
 
-class PrerequisiteError(RuntimeError):
+class PrerequisiteError(UserError, RuntimeError):
     """What a notebook needs has not been made yet; the message names the command that makes it."""
 
 
@@ -641,3 +643,14 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return type(a) is type(b) and a == b
+
+
+def profile_needs(profile: str) -> tuple[list[str], list[str]]:
+    """(models, tasks) a profile's stages 01-03 name."""
+    prof = load_profile(profile)
+    models: list[str] = []
+    for stage in ("02_finetune", "03_direct_eval"):
+        if stage in prof.stages:
+            models += [m for m in prof.params(stage)["models"] if m not in models]
+    s1 = prof.params("01_select_benchmarks") if "01_select_benchmarks" in prof.stages else {}
+    return models, list(s1.get("tasks", [])) + list(s1.get("corpora", []))

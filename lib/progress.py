@@ -18,14 +18,24 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 
 STAGE_ENV = "TBT_STAGE"      # set by lib.run while a stage runs: prefixes the lines with its name
-SUBMIT_ONLY_ENV = "TBT_SUBMIT_ONLY"   # `make submit`: a Slurm stage submits its jobs and returns (lib.pipeline.jobs)
 HEARTBEAT_ENV = "TBT_HEARTBEAT"   # set by lib.run: a file written at every line ("done total label"), so
                                   # its heartbeat stays quiet and an interrupted run can say how far it got
+
+
+def tell(line: str) -> None:
+    """A line for the notebook and for the console that runs it (a kernel's own output goes only
+    into the notebook)."""
+    print(line, flush=True)
+    if sys.stdout is not sys.__stdout__ and sys.__stderr__ is not None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.__stderr__.write(line + "\n")
+            sys.__stderr__.flush()
 
 
 def clock(seconds: float) -> str:

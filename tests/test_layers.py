@@ -4,11 +4,12 @@ analysis stages' cache keys hold no pipeline module (editing the launcher re-run
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 
 import lib
-from lib import params, paths, run
+from lib import params, paths, stagecache
 
 
 def _modules() -> dict[str, object]:
@@ -86,19 +87,43 @@ def test_the_checks_see_lazy_imports_and_cycles(tmp_path):
     assert lazy == {"lib.pipeline.finetune"}
     (cycle,) = _cycles({**GRAPH, "lib.pipeline.tasks": GRAPH["lib.pipeline.tasks"] | lazy})
     assert set(cycle.split(" -> ")) == {"lib.pipeline.finetune", "lib.pipeline.tasks"}
-    assert _layer("lib.analysis.budget") > _layer("lib.pipeline.jobs") > _layer("lib.layout")
+    assert _layer("lib.analysis.budget") > _layer("lib.pipeline.launch.jobs") > _layer("lib.layout")
 
 
 @pytest.mark.parametrize("profile", ["mini", "published"])
 def test_analysis_stages_do_not_depend_on_the_pipeline(profile):
-    """Editing lib/pipeline/jobs.py or locks.py (the launcher) re-runs no analysis stage: the cache
+    """Editing lib/pipeline/launch/jobs.py or locks.py (the launcher) re-runs no analysis stage: the cache
     keys of 04-07 hold no lib/pipeline module."""
     prof = params.load_profile(profile)
     for stage in prof.stages:
         if stage[:2] in ("04", "05", "06", "07"):
-            files = run.stage_key(stage, prof.params(stage))["lib"]
+            files = stagecache.stage_key(stage, prof.params(stage))["lib"]
             assert not [f for f in files if f.startswith("lib/pipeline/")], (stage, sorted(files))
-    keys = {s: run.stage_key(s, prof.params(s))["lib"] for s in prof.stages}
-    for module in ("lib/pipeline/jobs.py", "lib/pipeline/locks.py"):
+    keys = {s: stagecache.stage_key(s, prof.params(s))["lib"] for s in prof.stages}
+    for module in ("lib/pipeline/launch/jobs.py", "lib/pipeline/launch/locks.py"):
         assert [s for s, files in keys.items() if module in files] == \
             [s for s in prof.stages if s[:2] in ("02", "03")], module
+
+
+MAP_LINE = re.compile(r"^    (\w+)\s{2,}\S", re.M)     # "    module   what it is" in a package's docstring
+
+
+def _packages() -> list:
+    return sorted(p.parent for p in (paths.ROOT / "lib").rglob("__init__.py"))
+
+
+def test_every_module_is_named_in_its_packages_map_and_every_name_exists():
+    """The package docstrings are the map of lib (README and docs/running.md link to them): each names
+    its modules and subpackages, one line each; a new module missing from it, or a name left behind
+    by a module that moved, fails here."""
+    wrong = []
+    for folder in _packages():
+        on_disk = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"} | \
+            {p.parent.name for p in folder.glob("*/__init__.py")}
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()), clean=False) or ""
+        named = set(MAP_LINE.findall(doc))
+        package = ".".join(folder.relative_to(paths.ROOT).parts)
+        wrong += [f"{package}.{m} is in no map: add a line to {package}'s docstring" for m in sorted(on_disk - named)]
+        wrong += [f"{package}'s docstring names {m}, which does not exist" for m in sorted(named - on_disk)]
+    assert not wrong, "\n".join(wrong)
+    assert {f.name for f in _packages()} == {"lib", "pipeline", "launch", "analysis", "benchalign", "miniworld"}

@@ -14,11 +14,12 @@ import time
 
 import pytest
 
-from lib import layout, paths, store
-from lib.pipeline import cluster, jobs, localtasks, tiny
+from lib import layout, params, paths, published, store
 from lib.pipeline import finetune as ft
+from lib.pipeline import localtasks, tiny
 from lib.pipeline import tasks as tk
-from lib.pipeline.locks import UnitBusy, UnitLock
+from lib.pipeline.launch import fetch, jobs, outcome, preflight
+from lib.pipeline.launch.locks import UnitBusy, UnitLock
 
 RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, max_length=64,
               stack_lrs=False)          # notebook 02's recipe, small; stacked only where a test says so
@@ -80,7 +81,7 @@ def test_one_failing_unit_does_not_stop_the_others_and_is_reported_with_its_retr
 
 _HOLD = """
 import sys, time
-from lib.pipeline.locks import UnitLock
+from lib.pipeline.launch.locks import UnitLock
 lock = UnitLock(sys.argv[1], heartbeat=0.2).acquire()
 print("held", flush=True)
 time.sleep(120)
@@ -98,8 +99,8 @@ def test_a_duplicate_never_deletes_the_work_of_a_running_unit(world, tmp_path):
     try:
         assert holder.stdout.readline().strip() == "held"
         report = jobs.run_job(spec)                                 # a duplicate job for the same unit
-        assert report["scores"] == {} and report["failed"] == {} and "t_a" in report["busy"]
-        assert f"process {holder.pid}" in report["busy"]["t_a"]
+        assert report.scores == {} and report.failed == {} and "t_a" in report.busy
+        assert f"process {holder.pid}" in report.busy["t_a"]
         assert (partial / "half-written").exists()                  # untouched
         with pytest.raises(jobs.JobError, match="RUNNING ELSEWHERE train_before_test tiny-m / t_a"):
             jobs.launch([spec], executor="local")                   # not resubmitted
@@ -108,7 +109,7 @@ def test_a_duplicate_never_deletes_the_work_of_a_running_unit(world, tmp_path):
         holder.kill()
         holder.wait()
     report = jobs.run_job(spec)                                     # its owner died: the lock is stale
-    assert set(report["scores"]) == {"t_a"} and not (partial / "half-written").exists()
+    assert set(report.scores) == {"t_a"} and not (partial / "half-written").exists()
     assert not jobs.unit_lock(spec, "t_a").path.exists()
 
 
@@ -141,8 +142,7 @@ class _FakeJob:
     def result(self):
         if self.fail:
             raise RuntimeError("Job (task=0) failed during processing with trace: killed by the OOM killer")
-        return {"model": self.spec.model, "protocol": self.spec.protocol,
-                "scores": {b: 0.5 for b in self.spec.benchmarks}, "failed": {}, "busy": {}}
+        return outcome.JobReport.of(self.spec, scores={b: 0.5 for b in self.spec.benchmarks})
 
 
 def _many_specs(world, tmp, n):
@@ -152,16 +152,16 @@ def _many_specs(world, tmp, n):
 
 def test_slurm_helpers_without_a_scheduler(world, tmp_path, monkeypatch):
     """What the Slurm path computes by itself (tests/test_slurm.py runs it against a real cluster)."""
-    from lib.pipeline import slurm
+    from lib.pipeline.launch import slurm
 
-    assert jobs.chunks(list(range(1464)), 1000) == [list(range(1000)), list(range(1000, 1464))]
+    assert slurm.chunks(list(range(1464)), 1000) == [list(range(1000)), list(range(1000, 1464))]
     assert [slurm.minutes(t) for t in ("2:00", "00:02:00", "30", "1-00:00:00", "2-12", "UNLIMITED")] == \
         [2.0, 2.0, 30.0, 1440.0, 3600.0, None]
     assert slurm._expand("12_[0-2,5]") == ["12_0", "12_1", "12_2", "12_5"] and slurm._expand("12_3") == ["12_3"]
     drained = slurm.JobState("7", "PENDING", "ReqNodeNotAvail, UnavailableNodes:n1")
     assert "State=RESUME" in drained.stuck and slurm.JobState("8", "PENDING", "Resources").stuck is None
     specs = _many_specs(world, tmp_path, 2)
-    note = jobs._pending_note([(specs[0], drained), (specs[1], slurm.JobState("9", "RUNNING"))])
+    note = slurm.pending_note([(specs[0], drained), (specs[1], slurm.JobState("9", "RUNNING"))])
     assert note.startswith("slurm: 1 job(s) pending (ReqNodeNotAvail, UnavailableNodes:n1): its node is drained")
     record = slurm.Record(tmp_path / "logs")
     record.add([(specs[0], "41_0"), (specs[1], "41_1")])
@@ -172,12 +172,13 @@ def test_slurm_helpers_without_a_scheduler(world, tmp_path, monkeypatch):
         m.setattr(slurm, "_run", lambda cmd, timeout=30.0: shown)
         assert [slurm._controller_state(j) for j in ("39_0", "39_1", "39_2", "40")] == \
             ["CANCELLED", "PENDING", None, "CANCELLED"]
-    gone = jobs._ended_report(specs[1], "41_1", slurm.JobState("41_1", "UNKNOWN"))
-    assert "neither squeue, sacct nor scontrol knows it" in next(iter(gone["failed"].values()))
+    gone = slurm.ended_report(specs[1], "41_1", slurm.JobState("41_1", "UNKNOWN"))
+    assert "neither squeue, sacct nor scontrol knows it" in next(iter(gone.failed.values()))
     monkeypatch.setenv("PATH", str(tmp_path))                 # no Slurm commands here
-    assert slurm.available().startswith("scontrol is not installed here")
-    assert jobs.array_size(1000) == 1000                       # nobody to ask: max_array as given
-    monkeypatch.setenv(jobs.SUBMIT_ONLY_ENV, "1")
+    with pytest.raises(slurm.SchedulerDown, match="^scontrol is not installed here"):
+        slurm.limits()
+    assert slurm.array_size(1000) == 1000                       # nobody to ask: max_array as given
+    monkeypatch.setenv(slurm.SUBMIT_ONLY_ENV, "1")
     with pytest.raises(jobs.JobError, match="`make submit` needs executor: slurm"):
         jobs.launch(specs, executor="processes")
 
@@ -272,53 +273,51 @@ def test_gated_models_are_named_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     models = ["EleutherAI/pythia-70m-deduped", "meta-llama/Llama-3.2-1B", "google/gemma-2b", "nobody/x", str(tmp_path)]
     (tmp_path / "config.json").write_text("{}")
-    problems = cluster.check_models(models, download=False)
+    problems = fetch.check_models(models, download=False)
     assert problems["ok"] == ["EleutherAI/pythia-70m-deduped", str(tmp_path)]
     assert problems["gated"] == ["meta-llama/Llama-3.2-1B", "google/gemma-2b"] and problems["missing"] == ["nobody/x"]
-    first = cluster.models_error(problems, "paper").splitlines()[0]
+    first = fetch.models_error(problems, "paper").splitlines()[0]
     assert first.startswith("gated models need access (2): meta-llama/Llama-3.2-1B, google/gemma-2b; request access")
     assert "make models PROFILE=paper" in first
-    assert cluster.models_error({"ok": models}, "paper") is None
+    assert fetch.models_error({"ok": models}, "paper") is None
 
 
 def test_models_are_not_downloaded_into_the_repository(monkeypatch):
-    monkeypatch.setattr(cluster, "hub_cache", lambda: paths.ROOT / ".cache" / "hf" / "hub")
-    with pytest.raises(cluster.HubError, match="inside the repository: set HF_HOME"):
-        cluster.fetch("paper_slice")
+    monkeypatch.setattr(fetch, "hub_cache", lambda: paths.ROOT / ".cache" / "hf" / "hub")
+    with pytest.raises(fetch.HubError, match="inside the repository: set HF_HOME"):
+        fetch.fetch("paper_slice")
 
 
 def test_memory_and_time_estimate(world, tmp_path):
     (spec,) = _specs(world, tmp_path, store.TBT)
     rows = tk.select(["t_a", "t_b", "t_c"], [world / "tasks"], min_train=1)
     selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}))
-    shape = cluster.model_shape(spec.source)
+    shape = preflight.model_shape(spec.source)
     from transformers import AutoModelForCausalLM
 
     assert shape["n_params"] == sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(spec.source).parameters())
-    table = cluster.estimate([spec], selection, gpu_memory_gb=80)
-    row = table.iloc[0]
-    assert row["family"] == "gpt2" and row["gpu_hours"] > 0 and row["micro_batch_that_fits"] == 8
-    mem = [cluster.training_memory_gb(shape, "float32", m, 1024) for m in (1, 2, 8)]
+    row = preflight.preflight([spec], selection, gpu_memory_gb=80).table.iloc[0]
+    assert row["family"] == "gpt2" and row["gpu_hours"] > 0 and row["micro_batch"] == 8 and not row["checkpointing"]
+    mem = [preflight.training_memory_gb(shape, "float32", m, 1024) for m in (1, 2, 8)]
     assert mem[0] < mem[1] < mem[2]
     # a 9B Gemma in float32 at batch 8 x 1,024 tokens does not fit 80 GB; a micro-batch does
     gemma = {"family": "gemma2", "n_params": 9.24e9, "layers": 42, "hidden": 3584, "heads": 16, "vocab": 256000}
-    assert cluster.training_memory_gb(gemma, "float32", 8, 1024) > 80 > \
-        cluster.training_memory_gb(gemma, "float32", 1, 1024)
-    assert cluster.training_memory_gb(gemma, "float32", 8, 1024, checkpointing=True) < \
-        cluster.training_memory_gb(gemma, "float32", 2, 1024)                     # checkpointing: 42 layers -> ~1
-    tight = cluster.estimate([spec], selection, gpu_memory_gb=1.0)          # less than the CUDA context
-    line = cluster.family_lines(tight, gpu_memory_gb=1.0)[0]
-    assert line.startswith("gpt2: 1 model(s)") and "> 1 GB even at micro-batch 1: set gradient_checkpointing" in line
+    assert preflight.training_memory_gb(gemma, "float32", 8, 1024) > 80 > \
+        preflight.training_memory_gb(gemma, "float32", 1, 1024)
+    assert preflight.training_memory_gb(gemma, "float32", 8, 1024, checkpointing=True) < \
+        preflight.training_memory_gb(gemma, "float32", 2, 1024)                     # checkpointing: 42 layers -> ~1
+    tight = preflight.preflight([spec], selection, gpu_memory_gb=1.0)       # less than the CUDA context
+    assert tight.refused and "does not fit 1 GB even at micro-batch 1 with gradient checkpointing" in tight.refused[0]
 
 
 def test_published_comparison_of_a_first_run(harmony_data, tmp_path):
     models, benchmarks = ["EleutherAI/pythia-160m-deduped", "Qwen/Qwen2.5-0.5B"], ["arc_easy", "rte", "medmcqa"]
-    assert cluster.profile_needs("paper_slice") == (models, benchmarks)
-    pub = cluster.published_scores(models, benchmarks)
+    assert params.profile_needs("paper_slice") == (models, benchmarks)
+    pub = published.published_scores(models, benchmarks)
     first = pub.iloc[0]
     store.write(tmp_path, store.Result(protocol=store.DIRECT, benchmark=first["benchmark"], model=first["model"],
                                        metric="acc_norm", score=first["published"] + first["published_stderr"]))
-    table = cluster.compare(tmp_path, models, benchmarks)
+    table = published.compare(tmp_path, models, benchmarks)
     assert table.iloc[0]["z"] == pytest.approx(1.0) and table.iloc[0]["within"]
     assert table["ours"].isna().sum() == 5
     # docs/cluster.md's table of what paper_slice should reproduce is the published data
@@ -337,7 +336,7 @@ def test_a_unit_split_by_learning_rate_ends_where_one_job_would(world, tmp_path)
     (spec,) = _specs(world, tmp_path / "split", store.TBT, names=("t_a",))
     first = spec.by_lr()[0]
     report = jobs.run_job(first)                                    # one rate alone: trained, nothing scored
-    assert report["trained"] == ["t_a"] and report["scores"] == {} and first.done("t_a") and not spec.done("t_a")
+    assert report.trained == ["t_a"] and report.scores == {} and first.done("t_a") and not spec.done("t_a")
     assert ft.read_unit(layout.unit_dir(spec.work_root, "tiny-m", "t_a", 3e-3)) is None
     results = jobs.launch([*spec.by_lr(), spec], executor="local")  # the other rate, then choose and test
     got = store.read(store.path_for(spec.store_root, store.TBT, "t_a", "tiny-m"))
@@ -383,7 +382,8 @@ def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(
 
 KILLER = """
 import json, os, signal, sys
-from lib.pipeline import jobs, training
+from lib.pipeline import training
+from lib.pipeline.launch import jobs
 n, kill_at = 0, int(sys.argv[2])
 step = training.optimizer_step
 

@@ -17,7 +17,7 @@ import pytest
 from lib import layout, paths, report, store
 from lib.pipeline import evaluate as ev
 from lib.pipeline import finetune as ft
-from lib.pipeline import jobs
+from lib.pipeline.launch import jobs
 from lib.store import DIRECT, TBT
 
 pytestmark = pytest.mark.slow
@@ -168,7 +168,7 @@ def test_killed_run_resumes_to_the_same_results_and_same_seed_same_scores(smoke,
     spec_file.write_text(json.dumps(spec_b.to_dict()))
     first = layout.unit_dir(spec_b.work_root, spec_b.model, "mw_quiz", 3e-3) / layout.UNIT_FILE
     second = layout.unit_dir(spec_b.work_root, spec_b.model, "mw_quiz", 1e-2)
-    proc = subprocess.Popen([sys.executable, "-m", "lib.pipeline.jobs", str(spec_file)], cwd=paths.ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "lib.pipeline.launch.jobs", str(spec_file)], cwd=paths.ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while not first.exists() and proc.poll() is None and time.time() < deadline:
@@ -185,7 +185,7 @@ def test_killed_run_resumes_to_the_same_results_and_same_seed_same_scores(smoke,
     jobs.run_job(spec_b)
     assert first.stat().st_mtime == mtime
     assert _outcome(spec_b) == a
-    assert jobs.run_job(spec_b)["scores"] == {}                        # finished: nothing to do
+    assert jobs.run_job(spec_b).scores == {}                        # finished: nothing to do
     changed = dataclasses.replace(spec_b, recipe=dataclasses.replace(spec_b.recipe, epochs=2))
     assert changed.pending() == ["mw_quiz"]                       # another recipe is not reused
     assert ft.read_unit(first.parent, changed.config(3e-3)) is None

@@ -10,8 +10,9 @@ import yaml
 
 from lib import store
 from lib.pipeline import finetune as ft
-from lib.pipeline import jobs, localtasks, tiny
+from lib.pipeline import localtasks, tiny
 from lib.pipeline import tasks as tk
+from lib.pipeline.launch import jobs
 
 
 # --------------------------------------------------------------------------- the paper's procedure, written out
@@ -197,7 +198,7 @@ def test_a_medmcqa_shaped_task_runs_under_both_options(shared_taskdir, tiny_mode
                         work_root=tmp_path / "work", recipe=recipe, bootstrap_iters=0)
     assert spec.task_timeout == 77.0                                      # notebook 01's timeout reaches the job
     report = jobs.run_job(spec)
-    assert report["failed"] == {} and set(report["scores"]) == {"t_shared"}
+    assert report.failed == {} and set(report.scores) == {"t_shared"}
     res = store.read(store.path_for(tmp_path / "store", store.TBT, "t_shared", "tiny-a"))
     prov = res.provenance
     assert (prov["validation_in_test"], prov["validation_carved_from_train"]) == \

@@ -9,8 +9,9 @@ import pytest
 from lib import layout, store
 from lib.pipeline import evaluate as ev
 from lib.pipeline import finetune as ft
-from lib.pipeline import jobs, localtasks, tiny, training
+from lib.pipeline import localtasks, tiny, training
 from lib.pipeline import tasks as tk
+from lib.pipeline.launch import jobs
 from lib.store import DIRECT, TBT
 
 SOUNDS = {"cow": "moo", "dog": "woof", "cat": "meow", "duck": "quack", "sheep": "baa", "pig": "oink",

@@ -12,8 +12,9 @@ import pytest
 
 from lib import layout, params, paths, store
 from lib.pipeline import finetune as ft
-from lib.pipeline import jobs, realmodel
+from lib.pipeline import realmodel
 from lib.pipeline import tasks as tk
+from lib.pipeline.launch import jobs
 
 pytestmark = [pytest.mark.slow, pytest.mark.real]
 
@@ -51,8 +52,8 @@ def test_both_protocols_run_on_the_real_model_in_the_papers_format(real):
                             recipe=recipe if protocol == store.TBT else None, bootstrap_iters=0, max_gen_toks=40,
                             chat_template=defaults["chat_template"])
         report = jobs.run_job(spec)
-        assert not report["failed"], report["failed"]
-        scores[protocol] = report["scores"]
+        assert not report.failed, report.failed
+        scores[protocol] = report.scores
     for protocol, got in scores.items():
         assert set(got) == {"arc_easy", "gsm8k"} and all(0 <= s <= 1 for s in got.values()), (protocol, got)
     model = spec.model

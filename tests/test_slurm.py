@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from lib import layout, paths, store
-from lib.pipeline import jobs, slurm
+from lib.pipeline.launch import jobs, slurm
 from lib.store import DIRECT, TBT
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -114,17 +114,17 @@ def _release_requeued():
 def slurm_run(cluster, smoke):
     """`make submit`, `make status`, then `make all` of smoke_slurm (stages 00-07 through the cluster)."""
     from lib import run
-    from lib.pipeline import status
+    from lib.pipeline.launch import status
 
     prof_dir = paths.profile_dir(PROFILE)
     for sub in ("01_select_benchmarks", "02_finetune", "03_direct_eval", "store", "work/train_before_test",
                 "work/items", "work/submitit", "work/failed"):
         subprocess.run(["rm", "-rf", str(prof_dir / sub)], check=True)
-    os.environ[jobs.SUBMIT_ONLY_ENV] = "1"
+    os.environ[slurm.SUBMIT_ONLY_ENV] = "1"
     try:
         submitted = run.run_profile(PROFILE)
     finally:
-        os.environ.pop(jobs.SUBMIT_ONLY_ENV, None)
+        os.environ.pop(slurm.SUBMIT_ONLY_ENV, None)
     before = _stored()
     status_lines = status.lines(PROFILE)
     after = _stored()                   # the jobs run on meanwhile: status's "done" lies between the two
@@ -313,7 +313,7 @@ def test_cancelled_job_is_listed_with_its_retry_while_the_other_finishes(slurm_r
     t.join(timeout=300)
     line = str(box["error"])
     assert f"FAILED direct_eval mw-gpt2-s / mw_facts: job {victim} was cancelled (CANCELLED" in line
-    assert "retry: " in line and "-m lib.pipeline.jobs" in line
+    assert "retry: " in line and "-m lib.pipeline.launch.jobs" in line
     _same_as_profile(specs[0])                                    # the other one finished
 
 
@@ -342,7 +342,7 @@ def test_waiting_process_killed_and_restarted_reattaches_and_submits_nothing_twi
     specs = _direct_specs(tmp_path, ["mw-llama-s", "mw-gpt2-s", "mw-llama-s-contam50"])
     folder = tmp_path / "logs"
     (tmp_path / "specs.json").write_text(json.dumps([s.to_dict() for s in specs]))
-    code = ("import json, sys; from lib.pipeline import jobs; from lib.pipeline.spec import JobSpec; "
+    code = ("import json, sys; from lib.pipeline.launch import jobs; from lib.pipeline.spec import JobSpec; "
             "jobs.POLL_SECONDS['slurm'] = 1.0; "
             f"jobs.launch([JobSpec.from_dict(d) for d in json.load(open({str(tmp_path / 'specs.json')!r}))], "
             f"executor='slurm', resources={{'cpus_per_task': 1}}, log_folder={str(folder)!r})")
@@ -395,7 +395,7 @@ def test_controller_stopped_and_started_mid_run_the_waiter_keeps_polling(slurm_r
 
 
 def test_drained_node_jobs_pend_with_the_reason_shown(slurm_run, tmp_path, capsys):
-    from lib.pipeline import status
+    from lib.pipeline.launch import status
 
     specs = _direct_specs(tmp_path, ["mw-gpt2-s"], benchmarks=("mw_quiz",))
     _sh("scontrol", "update", "NodeName=tbt-node", "State=DRAIN", "Reason=maintenance")
@@ -425,12 +425,11 @@ def test_preflight_asks_the_scheduler_for_the_partition_limit_and_array_size(slu
     lim = slurm.limits("short")
     assert lim.max_time_min == 1 and lim.max_array_size == 3
     assert slurm.limits(None).partition == "normal" and slurm.limits(None).max_time_min is None
-    assert jobs.array_size(1000) == 3
+    assert slurm.array_size(1000) == 3
     assert "MaxArraySize is 3 on this cluster, max_array 1000: arrays of 3 tasks" in "".join(capsys.readouterr())
-    from lib.pipeline import cluster as cl
 
-    res, lines = cl.scheduler_resources({"slurm_partition": "short", "timeout_min": 30})
+    res, lines = slurm.scheduler_resources({"slurm_partition": "short", "timeout_min": 30})
     assert res["timeout_min"] == 1
     assert lines == ["preflight: partition short allows 1 min a job, not timeout_min 30: planning with 1 min"]
     with pytest.raises(ValueError, match="partition 'gpu' does not exist on this cluster"):
-        cl.scheduler_resources({"slurm_partition": "gpu", "timeout_min": 30})
+        slurm.scheduler_resources({"slurm_partition": "gpu", "timeout_min": 30})

@@ -14,7 +14,7 @@ fixed recipe (:class:`lib.pipeline.finetune.Recipe`), then scores it on the same
 5. record the score, its per-item values and its provenance; keep only the chosen adapter.
 
 The test split never takes part in the choice. Which units run where and when (the grid, locks,
-failures, local or Slurm jobs) is the job launcher's business (:mod:`lib.pipeline.jobs`); where
+failures, local or Slurm jobs) is the job launcher's business (:mod:`lib.pipeline.launch.jobs`); where
 the files go is :mod:`lib.layout`'s.
 """
 

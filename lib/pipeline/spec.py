@@ -2,7 +2,7 @@
 evaluation settings; and, from them, what determines a result (:meth:`JobSpec.config`, stored with
 it so that a result of another configuration is redone) and a result's provenance.
 
-The job grid (:mod:`lib.pipeline.jobs`) makes the specs and launches them; the protocols
+The job grid (:mod:`lib.pipeline.launch.jobs`) makes the specs and launches them; the protocols
 (:mod:`lib.pipeline.protocols`) run one (model, benchmark) of a spec.
 """
 

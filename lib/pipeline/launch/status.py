@@ -14,8 +14,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from .. import layout, paths
+from ... import layout, paths
+from ..spec import JobSpec
 from . import slurm
+from .outcome import retry_command
 
 JOB_STAGES = ("02_finetune", "03_direct_eval")     # the stages whose notebooks launch jobs
 
@@ -24,8 +26,6 @@ def stage_status(folder: Path) -> dict:
     """Counts of one stage's recorded jobs' units: ``done``, ``running``, ``pending`` (with
     ``reasons``: {reason: units}), ``failed`` (with ``failures``: lines), ``jobs`` (ids still queued),
     ``scheduler`` (None, or why it did not answer); None when nothing was submitted from ``folder``."""
-    from .spec import JobSpec
-
     entries = slurm.Record(folder).read()
     if not entries:
         return None
@@ -53,7 +53,7 @@ def stage_status(folder: Path) -> dict:
             else:
                 out["failed"] += 1
                 record = layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, spec.only_lr)
-                retry = (f"{paths.show(sys.executable)} -m lib.pipeline.jobs {paths.show(record)}" if record.exists()
+                retry = (retry_command(spec, bench, spec.only_lr) if record.exists()
                          else "run the stage again (make all)")
                 out["failures"].append(f"  FAILED {spec.model} / {bench}: job {jid} {st.state}; retry: {retry}")
     return out
@@ -61,7 +61,7 @@ def stage_status(folder: Path) -> dict:
 
 def lines(profile: str) -> list[str]:
     """The report of ``make status``: a line per stage that submits jobs, then the failed units."""
-    from .. import params
+    from ... import params
 
     prof = params.load_profile(profile)
     work = paths.work_dir(profile)
@@ -103,7 +103,7 @@ def lines(profile: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lib.pipeline.status", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lib.pipeline.launch.status", description=__doc__.splitlines()[0])
     ap.add_argument("profile")
     args = ap.parse_args(argv)
     print("\n".join(lines(args.profile)))

@@ -2,13 +2,14 @@
 
 What one (model, benchmark) does is :mod:`lib.pipeline.protocols`; what a job runs and what
 determines its results, :class:`lib.pipeline.spec.JobSpec`; where the files go, :mod:`lib.layout`
-and :mod:`lib.store`. This module plans the grid, runs jobs under locks, collects failures and
-launches the jobs.
+and :mod:`lib.store`. This module plans the grid, runs jobs under locks and launches them; what a
+job reports and the failure list, :mod:`lib.pipeline.launch.outcome`; Slurm,
+:mod:`lib.pipeline.launch.slurm`.
 
 Every file is written atomically and the last one of a unit marks it done, so finished units are
 skipped, a unit killed mid-training resumes after its last finished epoch (bit for bit,
-:func:`lib.pipeline.finetune.train_unit`), and nothing is read half-written. A
-(model, benchmark) is worked on under its lock (:mod:`lib.pipeline.locks`): a second job for the
+:func:`lib.pipeline.finetune.train_units`), and nothing is read half-written. A
+(model, benchmark) is worked on under its lock (:mod:`lib.pipeline.launch.locks`): a second job for the
 same unit (a re-run while the first still runs) skips it instead of deleting its work.
 
 A *job* is one model with a list of benchmarks: the base model is loaded once per job and kept
@@ -24,47 +25,30 @@ files the jobs write.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 import threading
 import time
-import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from .. import layout, paths, store
-from ..progress import SUBMIT_ONLY_ENV, Progress, clock
-from ..store import TBT
-from ..util import atomic_write_json, did_you_mean
-from . import evaluate as ev
-from . import finetune as ft
-from . import protocols, slurm
-from . import tasks as tk
-from .device import free_memory
+from ... import layout, store
+from ...progress import Progress, tell
+from ...store import TBT
+from ...util import did_you_mean
+from .. import evaluate as ev
+from .. import finetune as ft
+from .. import protocols
+from .. import tasks as tk
+from ..device import free_memory, pin_arithmetic
+from ..spec import JobSpec
+from . import slurm
 from .locks import UnitBusy, UnitLock
-from .spec import JobSpec
+from .outcome import JobError, JobReport, record_failure, summarise
 
 EXECUTORS = ("local", "processes", "slurm", "submitit_local")
 POLL_SECONDS = {"local": 2.0, "processes": 2.0, "submitit_local": 2.0, "slurm": 30.0}   # job state checks
-
-
-class JobError(RuntimeError):
-    """Jobs failed or could not run (the message lists every failed unit and how to retry it)."""
-
-
-class JobsSubmitted(JobError):
-    """``make submit``: the jobs are submitted (or were already queued) and nobody waits for them;
-    ``make status`` follows them, ``make all`` re-attaches, waits and goes on."""
-
-
-ACCOUNTING_LAG_S = 60.0                 # slurm: how long a job may be in neither squeue nor sacct
-# slurm: how long a job that left the queue without a result must stay out before it counts as ended:
-# a requeue (`scontrol requeue`, preemption) kills the run and puts the job back, and in between squeue
-# may not list it while sacct reports the killed run FAILED (seen in a clean-clone test run)
-REQUEUE_GRACE_S = 15.0
-MAX_REQUEUES = 3                        # slurm: requeues of a job after time limits (preemptions do not count)
 
 
 def unit_lock(spec: JobSpec, benchmark: str) -> UnitLock:
@@ -90,7 +74,7 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
     only (by ``lib.metadata``). Unknown models/tasks, tasks that cannot be trained on and an
     unknown ``dtype`` raise here.
     """
-    from .. import metadata
+    from ... import metadata
 
     if protocol == TBT and recipe is None:
         raise ValueError("plan: train-before-test needs a recipe")
@@ -138,29 +122,17 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
 # running one job
 
 
-def _tell(line: str) -> None:
-    """A line for the notebook and for the console that runs it (a kernel's own output goes only
-    into the notebook)."""
-    print(line, flush=True)
-    if sys.stdout is not sys.__stdout__ and sys.__stderr__ is not None:
-        with contextlib.suppress(OSError, ValueError):
-            sys.__stderr__.write(line + "\n")
-            sys.__stderr__.flush()
-
-
 def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_job(spec: JobSpec | dict, progress=None) -> dict:
+def run_job(spec: JobSpec | dict, progress=None) -> JobReport:
     """Run the pending benchmarks of one job, each under its lock; one that fails does not stop
-    the others. Returns ``{"model", "protocol", "scores": {benchmark: score}, "failed":
-    {benchmark: reason}, "busy": {benchmark: who holds it}}``; every failure is also written to
-    ``<work>/failed/`` with its traceback and a spec that retries it."""
+    the others. Returns its :class:`JobReport`; every failure is also written to ``<work>/failed/``
+    with its traceback and a spec that retries it."""
     spec = JobSpec.from_dict(spec) if isinstance(spec, dict) else spec
     say = progress or _log
-    report = {"model": spec.model, "protocol": spec.protocol, "lr": spec.only_lr, "scores": {}, "trained": [],
-              "failed": {}, "busy": {}}
+    report = JobReport.of(spec)
     pending = spec.pending()
     if not pending:
         return report
@@ -169,7 +141,7 @@ def run_job(spec: JobSpec | dict, progress=None) -> dict:
         model, tokenizer = ev.load_model(spec.source, dtype=spec.dtype)          # once per job
     except Exception as exc:  # noqa: BLE001 - every benchmark of the job fails with the reason
         for bench in pending:
-            report["failed"][bench] = _record_failure(spec, bench, exc)
+            report.failed[bench] = record_failure(spec, bench, exc)
         return report
     for bench in pending:
         try:
@@ -178,35 +150,22 @@ def run_job(spec: JobSpec | dict, progress=None) -> dict:
                     continue
                 score = protocols.run(spec, manager, model, tokenizer, bench, say)
         except UnitBusy as busy:
-            report["busy"][bench] = str(busy)
+            report.busy[bench] = str(busy)
             say(f"{spec.model} / {bench}: skipped, running elsewhere ({busy})")
             continue
         except Exception as exc:  # noqa: BLE001 - recorded, reported at the end of the launch
-            report["failed"][bench] = _record_failure(spec, bench, exc)
-            say(f"{spec.model} / {bench}: FAILED ({report['failed'][bench]})")
+            report.failed[bench] = record_failure(spec, bench, exc)
+            say(f"{spec.model} / {bench}: FAILED ({report.failed[bench]})")
             free_memory()
             continue
         layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, spec.only_lr).unlink(missing_ok=True)
         if score is None:                                 # a job of one learning rate: its unit is trained
-            report["trained"].append(bench)
+            report.trained.append(bench)
             say(f"{spec.model} / {bench}: {layout.lr_name(spec.only_lr)} trained")
             continue
-        report["scores"][bench] = score
+        report.scores[bench] = score
         say(f"{spec.model} / {bench}: {score:.4f}")
     return report
-
-
-def _record_failure(spec: JobSpec, bench: str, exc: BaseException) -> str:
-    reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-    _write_failure(spec, bench, reason, "".join(traceback.format_exception(exc)))
-    return reason
-
-
-def _write_failure(spec: JobSpec, bench: str, reason: str, trace: str) -> None:
-    """The failure record of one unit: why, the traceback, when, and the spec that retries it alone."""
-    atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, spec.only_lr), {
-        "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
-        "traceback": trace, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": spec.only(bench).to_dict()})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,16 +218,9 @@ def default_max_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def chunks(items: list, size: int) -> list[list]:
-    """``items`` in consecutive chunks of at most ``size`` (a Slurm array each)."""
-    if size < 1:
-        raise ValueError(f"chunk size must be >= 1, got {size}")
-    return [items[i:i + size] for i in range(0, len(items), size)]
-
-
 def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None = None,
            log_folder: str | Path | None = None, max_jobs: int = 0, max_array: int = 1000,
-           progress_every: float = 15.0, max_requeues: int = MAX_REQUEUES) -> dict[str, dict]:
+           progress_every: float = 15.0, max_requeues: int = slurm.MAX_REQUEUES) -> dict[str, dict]:
     """Run the jobs and collect every outcome; returns {model: {benchmark: score}} of what they
     finished, or raises :class:`JobError` listing every unit that failed or is still running
     elsewhere, each with the command that retries it (after all jobs have ended).
@@ -288,15 +240,16 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
 
     On Slurm a job stopped at its time limit or preempted is requeued (at most ``max_requeues``
     times after time limits) and resumes after its units' last finished epochs; every job id is
-    recorded the moment it is submitted (:class:`lib.pipeline.slurm.Record`), so a later launch of
+    recorded the moment it is submitted (:class:`lib.pipeline.launch.slurm.Record`), so a later launch of
     the same grid re-attaches to the jobs still queued or running instead of submitting them again,
     and a process killed while waiting loses nothing. With ``TBT_SUBMIT_ONLY=1`` (``make submit``)
-    it submits (or finds queued) and raises :class:`JobsSubmitted` instead of waiting.
+    it submits (or finds queued) and raises :class:`lib.pipeline.launch.slurm.JobsSubmitted` instead of
+    waiting.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}{did_you_mean(executor, EXECUTORS)}; "
                          f"expected one of {list(EXECUTORS)}")
-    submit_only = bool(os.environ.get(SUBMIT_ONLY_ENV))
+    submit_only = bool(os.environ.get(slurm.SUBMIT_ONLY_ENV))
     if submit_only and executor != "slurm":
         raise JobError(f"`make submit` needs executor: slurm (this stage's executor is {executor!r}); "
                        "`make all` runs it and waits")
@@ -304,28 +257,28 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
                max_array=max_array, progress_every=progress_every, max_requeues=max_requeues)
     split = [s for s in specs if s.only_lr is not None]     # units the preflight split by learning rate
     reports = _launch_wave(split, **run) if split else []
-    unfinished = {(r["model"], b) for r in reports for b in (*r["failed"], *r["busy"])}
+    unfinished = {(r.model, b) for r in reports for b in (*r.failed, *r.busy)}
     rest = []
     for spec in (s for s in specs if s.only_lr is None):      # a split unit chooses and tests once its rates ran
         keep = [b for b in spec.benchmarks if (spec.model, b) not in unfinished]
         if keep:
             rest.append(replace(spec, benchmarks=keep))
     reports += _launch_wave(rest, **run)
-    return _summarise(reports, specs)
+    return summarise(reports, specs)
 
 
 def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folder, max_jobs: int, max_array: int,
-                 progress_every: float, max_requeues: int = MAX_REQUEUES) -> list[dict]:
+                 progress_every: float, max_requeues: int = slurm.MAX_REQUEUES) -> list[JobReport]:
     """Run ``specs`` side by side (:func:`launch`); one report per job."""
     todo, reports = [], []
     folder = Path(log_folder or layout.submitit_dir(specs[0].work_root)) if specs else None
-    queued = _queued_jobs(specs, folder) if executor == "slurm" and specs else {}
+    queued = slurm.queued_jobs(specs, folder) if executor == "slurm" and specs else {}
     for spec in specs:
         why = {b: spec.unfinished(b) for b in spec.benchmarks}
         pending = [b for b in spec.benchmarks if why[b] is not None]
         for b in pending:
             if why[b]:                       # files of a finished unit went missing or were damaged
-                _tell(f"redoing {spec.protocol} {spec.model} / {b}: {why[b]}")
+                tell(f"redoing {spec.protocol} {spec.model} / {b}: {why[b]}")
         if not pending:
             continue
         if slurm.spec_key(spec) in queued:             # its job is queued or running: re-attach to it
@@ -334,8 +287,7 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
         held = {b: unit_lock(spec, b) for b in pending}
         busy = {b: lk.describe(lk.holder()) for b, lk in held.items() if lk.holder() is not None and not lk.stale()}
         if len(busy) == len(pending):                  # all of it runs elsewhere: do not resubmit
-            reports.append({"model": spec.model, "protocol": spec.protocol, "lr": spec.only_lr, "scores": {},
-                            "trained": [], "failed": {}, "busy": busy})
+            reports.append(JobReport.of(spec, busy=busy))
         else:
             todo.append(spec)
     if todo:
@@ -347,14 +299,15 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
             elif executor == "processes":
                 reports += _run_processes(todo, folder, max_jobs, counter, bar)
             elif executor == "slurm":
-                reports += _run_slurm(todo, queued, resources, folder, max_array, max_requeues, counter, bar)
+                reports += slurm.run(run_job, todo, queued, resources, folder, max_array, max_requeues, counter, bar,
+                                     poll=POLL_SECONDS["slurm"])
             else:
                 reports += _run_submitit(todo, executor, resources, folder, max_jobs, counter, bar)
             bar.update(counter.done())
     return reports
 
 
-def _run_local(todo: list[JobSpec], counter: UnitCounter, bar: Progress) -> list[dict]:
+def _run_local(todo: list[JobSpec], counter: UnitCounter, bar: Progress) -> list[JobReport]:
     stop = threading.Event()
 
     def watch():
@@ -371,7 +324,7 @@ def _run_local(todo: list[JobSpec], counter: UnitCounter, bar: Progress) -> list
 
 
 def _run_submitit(todo: list[JobSpec], executor: str, resources: dict, folder: Path, max_jobs: int,
-                  counter: UnitCounter, bar: Progress) -> list[dict]:
+                  counter: UnitCounter, bar: Progress) -> list[JobReport]:
     import submitit
 
     ex = submitit.LocalExecutor(folder=folder)      # it knows only generic parameters
@@ -385,178 +338,7 @@ def _run_submitit(todo: list[JobSpec], executor: str, resources: dict, folder: P
 
 
 # ---------------------------------------------------------------------------------------------
-# Slurm: submit once, requeue at time limits and preemptions, re-attach, wait through outages
-
-
-class RequeueableJob:
-    """What a Slurm job runs: :func:`run_job`, requeued at a time limit or a preemption. submitit
-    sends the job USR2 ``slurm_signal_delay_s`` before its limit (and a preempting scheduler does
-    too); it then calls :meth:`checkpoint` and requeues the job as it was: the requeued run skips
-    the finished units and resumes the interrupted one after its last finished epoch (every epoch's
-    state is on disk, :func:`lib.pipeline.finetune.train_unit`), so the numbers are those of an
-    uninterrupted run."""
-
-    def __call__(self, spec: JobSpec | dict) -> dict:
-        return run_job(spec)
-
-    def checkpoint(self, spec: JobSpec | dict):
-        import submitit
-
-        return submitit.helpers.DelayedSubmission(self, spec)
-
-
-def _queued_jobs(specs: list[JobSpec], folder: Path) -> dict[str, str]:
-    """{spec key: job id} of the recorded jobs of ``specs`` still queued or running."""
-    recorded = {k: v["job_id"] for k, v in slurm.Record(folder).read().items()}
-    mine = {slurm.spec_key(s): recorded[slurm.spec_key(s)] for s in specs if slurm.spec_key(s) in recorded}
-    if not mine:
-        return {}
-    try:
-        found = slurm.states(list(mine.values()))
-    except slurm.SchedulerDown as exc:
-        raise JobError(f"the scheduler does not answer ({exc}), so it cannot be told which of this stage's "
-                       f"{len(mine)} recorded jobs still run; run the same command again once it answers "
-                       "(`make slurm-up` restarts the one-machine cluster)") from None
-    return {k: j for k, j in mine.items() if found[j].queued}
-
-
-def slurm_executor(folder: Path, resources: dict, max_requeues: int = MAX_REQUEUES):
-    """submitit's Slurm executor with ``resources``, jobs requeueable (``--requeue``) and warned
-    before their time limit with time to stop (``slurm_signal_delay_s``: a quarter of the limit,
-    at most 90 s, unless given)."""
-    import submitit
-
-    ex = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=max_requeues)
-    res = {"name": "tbt", **resources}
-    if "slurm_signal_delay_s" not in res and res.get("timeout_min"):
-        res["slurm_signal_delay_s"] = int(min(90, max(10, res["timeout_min"] * 60 // 4)))
-    extra = dict(res.pop("slurm_additional_parameters", None) or {})
-    extra.setdefault("requeue", True)
-    ex.update_parameters(**res, slurm_additional_parameters=extra)
-    return ex
-
-
-def array_size(max_array: int) -> int:
-    """Tasks per job array: ``max_array``, or the cluster's ``MaxArraySize`` when that is smaller
-    (one line says so)."""
-    try:
-        cap = slurm.limits().max_array_size
-    except (slurm.SchedulerDown, ValueError):
-        return max_array
-    if cap and cap < max_array:
-        _tell(f"slurm: MaxArraySize is {cap} on this cluster, max_array {max_array}: arrays of {cap} tasks")
-        return cap
-    return max_array
-
-
-def _run_slurm(todo: list[JobSpec], queued: dict[str, str], resources: dict, folder: Path, max_array: int,
-               max_requeues: int, counter: UnitCounter, bar: Progress) -> list[dict]:
-    import submitit
-
-    record = slurm.Record(folder)
-    attached = [(s, queued[slurm.spec_key(s)]) for s in todo if slurm.spec_key(s) in queued]
-    fresh = [s for s in todo if slurm.spec_key(s) not in queued]
-    if attached:
-        _tell(f"slurm: re-attached to {len(attached)} job(s) still queued or running: "
-              f"{_id_list([j for _, j in attached])}")
-    submitted = []
-    if fresh:
-        ex = slurm_executor(folder, resources, max_requeues)
-        fn = RequeueableJob()
-        parts = chunks(fresh, array_size(max_array))
-        for part in parts:
-            jobs = ex.map_array(fn, part)
-            record.add([(spec, job.job_id) for spec, job in zip(part, jobs)])   # at once: nothing is submitted twice
-            submitted += [(spec, job.job_id) for spec, job in zip(part, jobs)]
-        _tell(f"slurm: submitted {len(submitted)} job(s) in {len(parts)} array(s): "
-              f"{_id_list([j for _, j in submitted])}; logs in {paths.show(folder)}")
-    entries = [(spec, jid, submitit.SlurmJob(folder=folder, job_id=jid)) for spec, jid in attached + submitted]
-    if os.environ.get(SUBMIT_ONLY_ENV):
-        raise JobsSubmitted(f"{len(submitted)} job(s) submitted, {len(attached)} already queued or running")
-    return _wait_slurm(entries, counter, bar, poll=POLL_SECONDS["slurm"])
-
-
-def _id_list(ids: list[str], n: int = 6) -> str:
-    return ", ".join(ids[:n]) + (f" and {len(ids) - n} more" if len(ids) > n else "")
-
-
-def _wait_slurm(entries: list[tuple], counter: UnitCounter, bar: Progress, poll: float) -> list[dict]:
-    """Wait for Slurm jobs (spec, job id, submitit job), asking the scheduler every ``poll``
-    seconds; one report per job. Says in one line when the scheduler stops answering (and goes on
-    polling), when it answers again, when a job is requeued, and why jobs pend when that changes
-    (with what to do when waiting will not help)."""
-    reports, seen, down_since, last_note = [], {}, None, None
-    entries = list(entries)
-    while entries:
-        asked = time.monotonic()
-        try:
-            found = slurm.states([jid for _, jid, _ in entries])
-        except slurm.SchedulerDown as exc:
-            if down_since is None:
-                down_since = asked
-                _tell(f"slurm: the scheduler does not answer ({exc}); the jobs run on, still polling every "
-                      f"{poll:g} s (Ctrl-C loses nothing: `make all` re-attaches)")
-            bar.update(counter.done())
-            time.sleep(poll)
-            continue
-        if down_since is not None:
-            _tell(f"slurm: the scheduler answers again (after {clock(time.monotonic() - down_since)})")
-            down_since = None
-        for entry in list(entries):
-            spec, jid, job = entry
-            st = found[jid]
-            if st.restarts > seen.get(jid, st.restarts):
-                _tell(f"slurm: job {jid} ({spec.model}) was requeued (time limit or preemption); it resumes "
-                      "after its last finished epoch")
-            seen[jid] = st.restarts
-            if st.queued:
-                seen.pop(f"{jid}/gone", None)
-                continue
-            result = getattr(getattr(job, "paths", None), "result_pickle", None)
-            if not (result and result.exists()):
-                # accounting (slurmdbd) may lag the queue; a requeued job may be briefly out of it
-                wait = ACCOUNTING_LAG_S if st.state == "UNKNOWN" else REQUEUE_GRACE_S
-                if time.monotonic() - seen.setdefault(f"{jid}/gone", time.monotonic()) < wait:
-                    continue
-            entries.remove(entry)
-            reports.append(_job_report(spec, job) if result and result.exists() else _ended_report(spec, jid, st))
-        note = _pending_note([(s, found[j]) for s, j, _ in entries])
-        if note != last_note:
-            if note:
-                _tell(note)
-            last_note = note
-        bar.update(counter.done())
-        if entries:
-            time.sleep(poll)
-    return reports
-
-
-def _pending_note(items: list[tuple]) -> str | None:
-    """One line on the jobs that pend, by reason, when one of them needs someone to act."""
-    pending = [(spec, st) for spec, st in items if st.state == "PENDING"]
-    stuck = [(spec, st) for spec, st in pending if st.stuck]
-    if not stuck:
-        return None
-    spec, st = stuck[0]
-    ids = _id_list([s.job_id for _, s in stuck])
-    return f"slurm: {len(stuck)} job(s) pending ({st.reason}): {st.stuck} [{ids}]"
-
-
-def _ended_report(spec: JobSpec, jid: str, st) -> dict:
-    """The report of a job that left the queue without a result of its own (cancelled, killed at
-    its time limit, node failure): what it finished is in the store, the rest failed."""
-    what = {"CANCELLED": "was cancelled", "TIMEOUT": "reached its time limit too often to be requeued",
-            "NODE_FAIL": "lost its node", "OUT_OF_MEMORY": "ran out of memory", "PREEMPTED": "was preempted",
-            "UNKNOWN": "left the queue and neither squeue, sacct nor scontrol knows it (an array task "
-                       "cancelled while it pended leaves no record)"}
-    word = st.state.split()[0] if st.state else "UNKNOWN"
-    why = what.get(word, "ended")
-    failed = {}
-    for bench in spec.pending():
-        failed[bench] = f"job {jid} {why} ({st.state}) before finishing it"
-        _write_failure(spec, bench, failed[bench], f"slurm job {jid}: {st.state}")
-    return {"model": spec.model, "protocol": spec.protocol, "lr": spec.only_lr, "scores": {}, "trained": [],
-            "failed": failed, "busy": {}}
+# the process pool
 
 
 def _pool_worker(log_folder: str) -> None:
@@ -569,7 +351,7 @@ def _pool_worker(log_folder: str) -> None:
     sys.stdout = sys.stderr = log
 
 
-def _pool_job(spec: JobSpec) -> dict:
+def _pool_job(spec: JobSpec) -> JobReport:
     try:
         return run_job(spec)
     finally:
@@ -577,7 +359,7 @@ def _pool_job(spec: JobSpec) -> dict:
 
 
 def _run_processes(todo: list[JobSpec], folder: Path, max_jobs: int, counter: UnitCounter,
-                   bar: Progress) -> list[dict]:
+                   bar: Progress) -> list[JobReport]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -589,7 +371,7 @@ def _run_processes(todo: list[JobSpec], folder: Path, max_jobs: int, counter: Un
 
 
 def _wait(running: list, queue: list[JobSpec], submit, counter: UnitCounter, bar: Progress,
-          limit: int = 0, poll: float = 2.0) -> list[dict]:
+          limit: int = 0, poll: float = 2.0) -> list[JobReport]:
     """Wait for ``running`` (spec, job) pairs; with ``submit`` start the specs of ``queue`` so that
     at most ``limit`` run at once. Returns one report per job (a failed job: all its pending
     benchmarks failed, with the job's log file)."""
@@ -602,77 +384,27 @@ def _wait(running: list, queue: list[JobSpec], submit, counter: UnitCounter, bar
         finished = [(s, j) for s, j in running if j.done()]
         for spec, job in finished:
             running.remove((spec, job))
-            reports.append(_job_report(spec, job))
+            reports.append(JobReport.died(spec, job))
         bar.update(counter.done())
         if not finished:
             time.sleep(poll)
     return reports
 
 
-def _job_report(spec: JobSpec, job) -> dict:
-    try:
-        return job.result()
-    except Exception as exc:  # noqa: BLE001 - the job itself died (killed, timed out, crashed)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        log = getattr(getattr(job, "paths", None), "stderr", None)
-        reason = f"job {getattr(job, 'job_id', '?')} died: {type(exc).__name__}: {first[:300]}" + \
-            (f" (log: {log})" if log else "")
-        failed = {}
-        for bench in spec.pending():
-            failed[bench] = reason
-            _write_failure(spec, bench, reason, str(exc))
-        return {"model": spec.model, "protocol": spec.protocol, "lr": spec.only_lr, "scores": {}, "trained": [],
-                "failed": failed, "busy": {}}
-
-
-def retry_command(spec: JobSpec, bench: str, lr: float | None = None) -> str:
-    """The command that retries one failed unit (given ``lr``, one learning rate of it) where it is
-    typed, from the repository's root (its spec is in the failure record); re-running the stage
-    retries every unfinished unit."""
-    path = layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, lr)
-    return f"{paths.show(sys.executable)} -m lib.pipeline.jobs {paths.show(path)}"
-
-
-def _summarise(reports: list[dict], specs: list[JobSpec]) -> dict[str, dict]:
-    results: dict[str, dict] = {}
-    lines = []
-    by_model = {(s.protocol, s.model): s for s in specs}
-    for rep in reports:
-        if rep["scores"]:
-            results.setdefault(rep["model"], {}).update(rep["scores"])
-        spec = by_model[(rep["protocol"], rep["model"])]
-        lr = rep.get("lr")
-        which = "" if lr is None else f" ({layout.lr_name(lr)})"
-        for bench, reason in rep["failed"].items():
-            lines.append(f"FAILED {rep['protocol']} {rep['model']} / {bench}{which}: {reason}\n"
-                         f"    retry: {retry_command(spec, bench, lr)}")
-        for bench, who in rep["busy"].items():
-            lines.append(f"RUNNING ELSEWHERE {rep['protocol']} {rep['model']} / {bench}{which}: {who}\n"
-                         "    wait for it to finish, then run the stage again")
-    if lines:
-        n_failed = sum(len(r["failed"]) for r in reports)
-        n_busy = sum(len(r["busy"]) for r in reports)
-        text = "\n".join(lines)
-        print(text, file=sys.__stderr__ or sys.stderr, flush=True)
-        raise JobError(f"{n_failed} unit(s) failed and {n_busy} run elsewhere; "
-                       f"{sum(len(v) for v in results.values())} finished now; the others are in the store. "
-                       f"Details:\n{text}")
-    return results
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m lib.pipeline.jobs SPEC.json``: run one job spec (a JobSpec, a list of them, or a
+    """``python -m lib.pipeline.launch.jobs SPEC.json``: run one job spec (a JobSpec, a list of them, or a
     failure record from ``<work>/failed/``, which holds the spec that retries it)."""
-    ap = argparse.ArgumentParser(prog="python -m lib.pipeline.jobs", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m lib.pipeline.launch.jobs", description=main.__doc__)
     ap.add_argument("spec", help="a JSON file holding one JobSpec, a list of them, or a failure record")
     args = ap.parse_args(argv)
+    pin_arithmetic()          # the arithmetic of `make all`, before torch loads (lib.pipeline.device)
     data = json.loads(Path(args.spec).read_text())
     items = data if isinstance(data, list) else [data.get("spec", data) if "reason" in data else data]
     failed = 0
     for item in items:
         report = run_job(JobSpec.from_dict(item), progress=_log)
-        failed += len(report["failed"]) + len(report["busy"])
-        print(json.dumps(report), flush=True)
+        failed += len(report.failed) + len(report.busy)
+        print(json.dumps(report.to_dict()), flush=True)
     return 1 if failed else 0
 
 

@@ -1,0 +1,120 @@
+"""What a job reports and what a launch makes of the reports: :class:`JobReport`, the failure record
+of a unit (``<work>/failed/``), the command that retries it, and the list of failures that ends a
+launch (:class:`JobError`).
+
+Every way a job ends gives one :class:`JobReport`: it ran (:func:`lib.pipeline.launch.jobs.run_job`),
+its process died (:meth:`JobReport.died`), Slurm ended it without a result
+(:func:`lib.pipeline.launch.slurm.ended_report`), or all of it runs elsewhere (:meth:`JobReport.of`
+with ``busy``). ``make status`` and the failure list name the same retry command
+(:func:`retry_command`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+
+from ... import layout, paths
+from ...errors import UserError
+from ...util import atomic_write_json
+from ..spec import JobSpec
+
+
+class JobError(UserError, RuntimeError):
+    """Jobs failed or could not run (the message lists every failed unit and how to retry it)."""
+    named = False         # the failed units were listed above, once: the console line is their count
+
+
+@dataclass
+class JobReport:
+    """The outcome of one job: ``scores`` {benchmark: test score}, ``trained`` (benchmarks whose one
+    learning rate it trained), ``failed`` {benchmark: reason}, ``busy`` {benchmark: who holds it}."""
+    model: str
+    protocol: str
+    lr: float | None = None            # a job of one learning rate (the preflight's split)
+    scores: dict[str, float] = field(default_factory=dict)
+    trained: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    busy: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, spec: JobSpec, **outcome) -> JobReport:
+        return cls(model=spec.model, protocol=spec.protocol, lr=spec.only_lr, **outcome)
+
+    @classmethod
+    def failing(cls, spec: JobSpec, reason: str, trace: str) -> JobReport:
+        """Every pending benchmark of ``spec`` failed for ``reason`` (each gets its failure record)."""
+        failed = {}
+        for bench in spec.pending():
+            failed[bench] = reason
+            write_failure(spec, bench, reason, trace)
+        return cls.of(spec, failed=failed)
+
+    @classmethod
+    def died(cls, spec: JobSpec, job) -> JobReport:
+        """The report a finished job returned, or, when the job itself died (killed, timed out,
+        crashed), one whose pending benchmarks all failed, naming the job's log file."""
+        try:
+            return job.result()
+        except Exception as exc:  # noqa: BLE001 - the job's death is its benchmarks' failure
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            log = getattr(getattr(job, "paths", None), "stderr", None)
+            reason = f"job {getattr(job, 'job_id', '?')} died: {type(exc).__name__}: {first[:300]}" + \
+                (f" (log: {log})" if log else "")
+            return cls.failing(spec, reason, str(exc))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def record_failure(spec: JobSpec, bench: str, exc: BaseException) -> str:
+    """Write the failure record of ``exc`` for one unit; returns its one-line reason."""
+    reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    write_failure(spec, bench, reason, "".join(traceback.format_exception(exc)))
+    return reason
+
+
+def write_failure(spec: JobSpec, bench: str, reason: str, trace: str) -> None:
+    """The failure record of one unit: why, the traceback, when, and the spec that retries it alone."""
+    atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, spec.only_lr), {
+        "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
+        "traceback": trace, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": spec.only(bench).to_dict()})
+
+
+def retry_command(spec: JobSpec, bench: str, lr: float | None = None) -> str:
+    """The command that retries one failed unit (given ``lr``, one learning rate of it) where it is
+    typed, from the repository's root (its spec is in the failure record); re-running the stage
+    retries every unfinished unit."""
+    path = layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, lr)
+    return f"{paths.show(sys.executable)} -m lib.pipeline.launch.jobs {paths.show(path)}"
+
+
+def summarise(reports: list[JobReport], specs: list[JobSpec]) -> dict[str, dict]:
+    """{model: {benchmark: score}} of what the jobs finished; or, when a unit failed or runs
+    elsewhere, the list of them (each failure with its retry command) on the console and
+    :class:`JobError`."""
+    results: dict[str, dict] = {}
+    lines = []
+    by_model = {(s.protocol, s.model): s for s in specs}
+    for rep in reports:
+        if rep.scores:
+            results.setdefault(rep.model, {}).update(rep.scores)
+        spec = by_model[(rep.protocol, rep.model)]
+        which = "" if rep.lr is None else f" ({layout.lr_name(rep.lr)})"
+        for bench, reason in rep.failed.items():
+            lines.append(f"FAILED {rep.protocol} {rep.model} / {bench}{which}: {reason}\n"
+                         f"    retry: {retry_command(spec, bench, rep.lr)}")
+        for bench, who in rep.busy.items():
+            lines.append(f"RUNNING ELSEWHERE {rep.protocol} {rep.model} / {bench}{which}: {who}\n"
+                         "    wait for it to finish, then run the stage again")
+    if lines:
+        n_failed = sum(len(r.failed) for r in reports)
+        n_busy = sum(len(r.busy) for r in reports)
+        text = "\n".join(lines)
+        print(text, file=sys.__stderr__ or sys.stderr, flush=True)
+        raise JobError(f"{n_failed} unit(s) failed and {n_busy} run elsewhere; "
+                       f"{sum(len(v) for v in results.values())} finished now; the others are in the store. "
+                       f"Details:\n{text}")
+    return results
