@@ -256,6 +256,30 @@ def validate_profile(prof: Profile) -> None:
         known = sorted({k for s in prof.stages for k in notebook_parameters(s)} - {"profile"})
         raise ParamsError(f"{prof.path}: common.{unused[0]}: no stage of this profile has that parameter"
                           f"{did_you_mean(unused[0], known)}")
+    check_scheduler(prof)
+
+
+def check_scheduler(prof: Profile) -> None:
+    """The ``resources`` of every stage run on Slurm against the nodes of its partition, where a
+    scheduler answers (``scontrol``): a request no node meets is one line naming the file and key,
+    before any work, not sbatch's refusal at 02."""
+    from .pipeline.launch import slurm
+
+    for stage_name, values in prof.stages.items():
+        merged = {**prof.common, **values}
+        resources = merged.get("resources")
+        if merged.get("executor") != "slurm" or not isinstance(resources, dict):
+            continue
+        scope = f"stages.{stage_name}" if "resources" in values else "common"
+        try:
+            partition = slurm.limits(resources.get("slurm_partition")).partition
+            problems = slurm.node_problems(resources, partition)
+        except slurm.SchedulerDown:
+            return                    # no scheduler here: the preflight says it trusts them
+        except ValueError as exc:     # an unknown partition
+            raise ParamsError(f"{prof.path}: {scope}.resources.slurm_partition: {exc}") from None
+        if problems:
+            raise ParamsError(f"{prof.path}: {scope}.resources.{problems[0][0]}: {problems[0][1]}")
 
 
 def _check_values(path: Path, where: str, stage_name: str, declared: dict, values: dict) -> None:
@@ -269,6 +293,31 @@ def _check_values(path: Path, where: str, stage_name: str, declared: dict, value
             also = "".join(f" or {v!r}" for v in ALSO_ALLOWED.get(key, ()))
             raise ParamsError(f"{path}: {where}.{key}: expected {_type_name(declared[key])}{also}, "
                               f"got {_type_name(value)} ({value!r})")
+        if key == "resources" and isinstance(value, dict):
+            check_resources(path, f"{where}.resources", value)
+
+
+# submitit's parameters of a job: what each must be (Slurm's own, ``slurm_<option>``, are passed to sbatch)
+RESOURCE_UNITS = {"timeout_min": (int, "minutes"), "mem_gb": ((int, float), "GB"), "cpus_per_task": (int, "CPUs"),
+                  "gpus_per_node": (int, "GPUs"), "nodes": (int, "nodes"), "tasks_per_node": (int, "tasks"),
+                  "slurm_array_parallelism": (int, "array tasks at once")}
+RESOURCE_STRINGS = ("slurm_", "name", "visible_gpus")
+
+
+def check_resources(path: Path, where: str, resources: dict) -> None:
+    """``resources`` (submitit's parameters) in types and units, before any work: ``mem_gb: "four"``
+    or ``timeout_min: -5`` is one line naming the file and the key, not submitit's assertion at 02."""
+    for key, value in resources.items():
+        if key in RESOURCE_UNITS:
+            kinds, unit = RESOURCE_UNITS[key]
+            if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+                what = "a positive number" if kinds != int else "a positive whole number"
+                raise ParamsError(f"{path}: {where}.{key}: expected {what} of {unit}, got {value!r}")
+        elif not str(key).startswith(RESOURCE_STRINGS):
+            raise ParamsError(f"{path}: {where}.{key}: not a submitit parameter{did_you_mean(str(key), RESOURCE_UNITS)}; "
+                              f"expected one of {sorted(RESOURCE_UNITS)} or slurm_<sbatch option>")
+        elif isinstance(value, (dict, list)) and key != "slurm_additional_parameters" and key != "visible_gpus":
+            raise ParamsError(f"{path}: {where}.{key}: expected a single value, got {value!r}")
 
 
 def check_stage(prof: Profile, stage_name: str) -> dict[str, Any]:

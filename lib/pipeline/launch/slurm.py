@@ -156,12 +156,16 @@ def scheduler_resources(resources: dict) -> tuple[dict, list[str]]:
     ``timeout_min`` over the partition's ``MaxTime`` would be refused or pend forever, so the
     preflight plans (and jobs are submitted) with the partition's limit, and one line says so. Where
     no scheduler answers, ``resources`` as they are and one line saying they are trusted. An unknown
-    partition raises ValueError naming the partitions there are."""
+    partition, or a request no node of the partition can meet (:func:`node_problems`), raises
+    ValueError naming the partitions there are or the key and what the nodes have."""
     try:
         lim = limits(resources.get("slurm_partition"))
     except SchedulerDown as exc:
         return dict(resources), [f"preflight: no Slurm scheduler answers here ({exc}): trusting timeout_min "
                                  "and max_array as given"]
+    problems = node_problems(resources, lim.partition)
+    if problems:
+        raise ValueError(f"resources.{problems[0][0]}: {problems[0][1]}")
     out, notes = dict(resources), []
     wanted = resources.get("timeout_min")
     if lim.max_time_min is not None and (wanted is None or wanted > lim.max_time_min):
@@ -169,6 +173,33 @@ def scheduler_resources(resources: dict) -> tuple[dict, list[str]]:
         notes.append(f"preflight: partition {lim.partition} allows {lim.max_time_min:g} min a job, not timeout_min "
                      f"{wanted if wanted is not None else '(unset)'}: planning with {lim.max_time_min:g} min")
     return out, notes
+
+
+def node_problems(resources: dict, partition: str) -> list[tuple[str, str]]:
+    """(key of ``resources``, why) for every request no node of ``partition`` can meet: memory
+    (``mem_gb`` against ``RealMemory``), CPUs (``cpus_per_task`` against ``CPUTot``), GPUs
+    (``gpus_per_node`` against the ``gpu`` of ``Gres``), from ``scontrol show node``
+    (:class:`SchedulerDown` when it does not answer). sbatch would refuse them at 02 with
+    "Memory specification can not be satisfied"; here it is before any work."""
+    nodes = [_fields(line) for line in _run(["scontrol", "show", "node", "--oneliner"]).splitlines() if line.strip()]
+    nodes = [n for n in nodes if partition in n.get("Partitions", "").split(",")]
+    if not nodes:
+        return []
+
+    def gpus(node: dict) -> int:
+        return sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:,(]+)?:(\d+)", node.get("Gres", "")))
+
+    have = {"mem_gb": (max(float(n.get("RealMemory", 0) or 0) for n in nodes) / 1024, "GB of memory"),
+            "cpus_per_task": (max(int(n.get("CPUTot", 0) or 0) for n in nodes), "CPUs"),
+            "gpus_per_node": (max(gpus(n) for n in nodes), "GPUs")}
+    problems = []
+    for key, (most, what) in have.items():
+        wanted = resources.get(key)
+        if isinstance(wanted, (int, float)) and wanted > most:
+            problems.append((key, f"{wanted:g} {what} asked, but the largest node of partition {partition} has "
+                                  f"{most:.4g} ({len(nodes)} node(s), `scontrol show node`): ask for at most "
+                                  f"{most:.4g}, or choose another slurm_partition"))
+    return problems
 
 
 def array_size(max_array: int) -> int:

@@ -1,0 +1,210 @@
+"""Issue 40: after a crash, a full disk or a hard kill, no false "running elsewhere", no orphaned
+workers, one line instead of a list, and resources checked before any work."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from lib.pipeline.launch import locks
+from lib.pipeline.launch.locks import UnitBusy, UnitLock
+from lib.pipeline.launch.outcome import JobError, JobReport, summarise
+from lib.pipeline.spec import JobSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- 1. locks a crash cannot leave
+@contextlib.contextmanager
+def small_disk(tmp_path: Path):
+    """A 1 MiB tmpfs when this machine lets us mount one (root on Linux), else None."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        yield None
+        return
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        yield None
+        return
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(folder: Path) -> Path:
+    filler = folder / "filler"
+    fd = os.open(filler, os.O_CREAT | os.O_WRONLY)
+    try:
+        with contextlib.suppress(OSError):
+            while os.write(fd, b"\0" * 4096):
+                pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_a_full_disk_leaves_no_lock_and_the_rerun_takes_it_at_once(tmp_path, monkeypatch, capsys):
+    with small_disk(tmp_path) as disk:
+        if disk is not None:                               # a real full disk
+            lock_path = disk / "locks" / "tbt" / "m" / "b.lock"
+            lock_path.parent.mkdir(parents=True)
+            filler = _fill(disk)
+            with pytest.raises(OSError) as info:
+                UnitLock(lock_path).acquire()
+            filler.unlink()
+        else:                                              # simulated: the record's write raises ENOSPC
+            lock_path = tmp_path / "locks" / "tbt" / "m" / "b.lock"
+            real_open = open
+
+            def full(path, mode="r", *a, **k):
+                fh = real_open(path, mode, *a, **k)
+                if "x" in mode:
+                    fh.close()
+                    raise OSError(errno.ENOSPC, "No space left on device", str(path))
+                return fh
+
+            monkeypatch.setattr(locks, "open", full, raising=False)
+            with pytest.raises(OSError) as info:
+                UnitLock(lock_path).acquire()
+            monkeypatch.undo()
+        assert info.value.errno == errno.ENOSPC
+        assert not lock_path.exists() and list(lock_path.parent.iterdir()) == []   # no lock, no record file
+        start = time.monotonic()
+        with UnitLock(lock_path) as lock:                    # the rerun at once: no RUNNING ELSEWHERE
+            assert lock.holder()["pid"] == os.getpid()
+        assert time.monotonic() - start < 2
+
+
+def test_an_empty_or_unreadable_lock_is_taken_over_after_seconds_with_a_line(tmp_path, capsys):
+    """A lock left empty (by an older version on a full disk, or a damaged file) blocks for a few
+    seconds, not ten minutes; the take-over says so."""
+    path = tmp_path / "b.lock"
+    for content in ("", "{not json"):
+        path.write_text(content)
+        with pytest.raises(UnitBusy):                        # a few seconds old: maybe being written
+            UnitLock(path).acquire()
+        old = time.time() - 10
+        os.utime(path, (old, old))
+        with UnitLock(path):
+            pass
+        out = capsys.readouterr().out
+        assert "b.lock: taken over, its record is empty or unreadable" in out, out
+        assert not path.exists()
+
+
+def test_a_lock_whose_owner_is_gone_is_taken_over_at_once(tmp_path, capsys):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path = tmp_path / "b.lock"
+    path.write_text(f'{{"host": "{locks.socket.gethostname()}", "pid": {dead.pid}, "since": "then"}}')
+    with UnitLock(path):
+        pass
+    assert f"its owner, process {dead.pid} on this host, is gone" in capsys.readouterr().out
+    live = UnitLock(path).acquire()
+    try:
+        with pytest.raises(UnitBusy, match=f"held by process {os.getpid()}"):
+            UnitLock(path).acquire()
+    finally:
+        live.release()
+
+
+# --------------------------------------------------------------------------- 2. workers die with their parent
+POOL_OWNER = """
+import os, sys, time
+from pathlib import Path
+from lib.pipeline.launch import jobs
+pool = jobs.worker_pool(2, Path(sys.argv[1]))
+futures = [pool.submit(time.sleep, 120) for _ in range(2)]
+while len(pool._processes) < 2 or not all(p.pid for p in pool._processes.values()):
+    time.sleep(0.1)
+time.sleep(2)                                    # the initialisers have run
+print(" ".join(str(pid) for pid in pool._processes), flush=True)
+time.sleep(120)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_hard_kill_of_the_pool_owner_leaves_no_worker_and_no_resource_tracker(tmp_path):
+    owner = subprocess.Popen([sys.executable, "-c", POOL_OWNER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        workers = [int(p) for p in owner.stdout.readline().split()]
+        assert len(workers) == 2
+        children = _children(owner.pid)              # the workers and multiprocessing's resource tracker
+        assert set(workers) <= set(children) and len(children) >= 3, children
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_alive(p) for p in children):
+            time.sleep(0.1)
+        assert not [p for p in children if _alive(p)], "processes of the pool outlived their parent"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(owner.pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- 3. one line for an interruption
+def _spec(tmp_path: Path, model: str) -> JobSpec:
+    return JobSpec(protocol="direct_eval", model=model, source="x", benchmarks=["b1", "b2"], include_paths=[],
+                   include_defaults=False, store_root=str(tmp_path / "store"), work_root=str(tmp_path / "work"))
+
+
+STOPPED = ("job ? died: BrokenProcessPool: A process in the process pool was terminated abruptly while the future "
+           "was running or pending.")
+
+
+def test_an_interruption_or_a_full_disk_is_one_line_and_own_failures_keep_their_retry(tmp_path, capfd, monkeypatch):
+    monkeypatch.setenv("TBT_MAKE_GOAL", "make all PROFILE=smoke")
+    specs = [_spec(tmp_path, m) for m in ("m1", "m2")]
+    stopped = [JobReport.of(s, failed={"b1": STOPPED, "b2": STOPPED}) for s in specs]
+    with pytest.raises(JobError) as info:
+        summarise(stopped, specs)
+    assert "FAILED" not in capfd.readouterr().err
+    assert str(info.value) == ("interrupted: 4 unit(s) stopped with their worker processes (Ctrl-C, a kill, or the "
+                               "out-of-memory killer); `make all PROFILE=smoke` resumes them (finished units are kept)")
+
+    full = "OSError: [Errno 28] No space left on device: '/o/smoke/work/x/adapter.safetensors'"
+    with pytest.raises(JobError) as info:
+        summarise([JobReport.of(s, failed={"b1": full}) for s in specs], specs)
+    assert "FAILED" not in capfd.readouterr().err
+    assert str(info.value).startswith("disk full: 2 unit(s) could not be written ([Errno 28] No space left on device: "
+                                      "'/o/smoke/work/x/adapter.safetensors'); free space, then run `make all "
+                                      "PROFILE=smoke` again")
+
+    own = JobReport.of(specs[0], failed={"b1": "ValueError: bad task"})
+    with pytest.raises(JobError) as info:
+        summarise([own, stopped[1]], specs)
+    err = capfd.readouterr().err
+    assert err.count("FAILED") == 1 and "FAILED direct_eval m1 / b1: ValueError: bad task" in err
+    assert "retry:" in err and "m2" not in err
+    assert str(info.value).startswith("interrupted: 2 unit(s) stopped")
