@@ -24,11 +24,11 @@ So the analyses (04-06) never import the pipeline: editing the launcher re-runs 
 __version__ = "0.1.0"
 
 LAYERS = (
-    ("lib.util", "lib.paths", "lib.progress", "lib.params", "lib.store", "lib.layout", "lib.metadata",
+    ("lib.errors", "lib.util", "lib.paths", "lib.progress", "lib.params", "lib.store", "lib.layout", "lib.metadata",
      "lib.figreview", "lib.plots", "lib.report", "lib.doctables", "lib.data", "lib.published"),
     ("lib.pipeline",),
     ("lib.analysis", "lib.placement"),
     ("lib.benchalign",),
     ("lib.miniworld",),
-    ("lib.plan", "lib.run", "lib.docblocks", "lib.leaderboard"),
+    ("lib.plan", "lib.run", "lib.stagecache", "lib.kernel", "lib.failures", "lib.docblocks", "lib.leaderboard"),
 )

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from . import paths
+from .errors import UserError
 from .util import atomic_write_bytes, sha256_bytes, sha256_file
 
 REQUIRED = "lm-harmony/all_results.json"      # present: the published data is there
@@ -40,11 +41,11 @@ LFS_TEMPLATE = "https://media.githubusercontent.com/media/{repo}/{commit}/{path}
 TIMEOUT_S = 60
 
 
-class DataError(RuntimeError):
+class DataError(UserError, RuntimeError):
     """A download or conversion failed; the message is one line naming the file."""
 
 
-class CorruptData(ValueError):
+class CorruptData(UserError, ValueError):
     """A file of the published data cannot be read as what it should be; the message names it and
     how to restore it (:func:`corrupt`)."""
 

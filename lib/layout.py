@@ -26,6 +26,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from .errors import UserError
 from .store import TBT, slug
 from .util import CorruptFile, atomic_write_json, jsonable, note_read, read_json
 
@@ -252,7 +253,7 @@ def curves_frame(work: Work, models: list[str], benchmarks: list[str]):
 
 
 # --------------------------------------------------------------------------- per-item correctness
-class ItemFileError(ValueError):
+class ItemFileError(UserError, ValueError):
     """A per-item results file is malformed; the message names it."""
 
 

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from . import data, paths
+from .errors import UserError
 from .store import read_meta
 from .util import did_you_mean, note_read
 
@@ -45,7 +46,7 @@ CATEGORIES = ("Language Understanding", "Commonsense Reasoning", "Question Answe
 LOWER_IS_BETTER_METRICS = {"bits_per_byte", "byte_perplexity", "word_perplexity", "perplexity"}
 
 
-class MetadataError(KeyError):
+class MetadataError(UserError, KeyError):
     """A benchmark or model has no metadata (the message names it and the closest known names)."""
 
     def __str__(self) -> str:          # KeyError would quote the message

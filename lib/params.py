@@ -47,6 +47,7 @@ from typing import Any
 import yaml
 
 from . import paths
+from .errors import UserError
 from .util import READS_ENV, current, did_you_mean, short_warning_paths
 
 TOP_KEYS = {"description", "base", "offline", "prepare", "common", "stages", "reference"}
@@ -57,11 +58,12 @@ LOCK_FILE = ".lock"              # outputs/<profile>/.lock: held by the run of t
 PREPARED_STAMP = ".prepared.json"   # outputs/<profile>/.prepared.json: its prepare hooks finished (lib.run)
 
 
-class ParamsError(ValueError):
+class ParamsError(UserError, ValueError):
     """A params file or a notebook parameter cell is invalid; the message names file and key."""
+    plain = True          # a mistyped key explains itself: no traceback
 
 
-class PrerequisiteError(RuntimeError):
+class PrerequisiteError(UserError, RuntimeError):
     """What a notebook needs has not been made yet; the message names the command that makes it."""
 
 

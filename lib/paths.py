@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .errors import UserError
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = Path(os.environ["TBT_NOTEBOOKS"]).resolve() if os.environ.get("TBT_NOTEBOOKS") else ROOT / "notebooks"
 PARAMS = Path(os.environ["TBT_PARAMS"]).resolve() if os.environ.get("TBT_PARAMS") else ROOT / "params"
@@ -17,8 +19,9 @@ DATA_ENV = "HARMONY_DATA"
 STAGE_STAMP = ".stage.json"     # in a stage's output folder: what its last successful run read (lib.run)
 
 
-class DataMissing(FileNotFoundError):
+class DataMissing(UserError, FileNotFoundError):
     """The published reference data cannot be found."""
+    plain = True          # the message says where it was looked for and how to provide it
 
 
 def data_root() -> Path:

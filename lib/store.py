@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import paths
+from .errors import UserError
 from .util import CorruptFile, atomic_write_json, note_read, read_json
 
 # The two protocols, spelled the same way in the store, the job grid, the tables and the figures.
@@ -32,7 +33,7 @@ COLUMNS = ["protocol", "benchmark", "model", "metric", "score", "stderr",
            "higher_is_better", "n", "provenance"]
 
 
-class StoreError(ValueError):
+class StoreError(UserError, ValueError):
     """A result (file) is malformed; the message names it."""
 
 

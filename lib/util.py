@@ -35,12 +35,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .errors import UserError
 from .paths import ROOT, portable
 
 READS_ENV = "TBT_READS"      # set by lib.run: file to which a running stage appends what it reads
 
 
-class CorruptFile(ValueError):
+class CorruptFile(UserError, ValueError):
     """A file that should hold JSON does not parse; the message names it and how to rebuild it."""
 
 

@@ -13,7 +13,7 @@ import nbclient
 import nbformat
 import pytest
 
-from lib import params, paths, report, run, store
+from lib import kernel, params, paths, report, run, store
 
 PROFILE = "smoke"        # the test suite's stand-in for the default profile (mini takes 15-30 minutes)
 # every notebook of the smoke profile; 08_placement, which needs a placement profile, is stepped through
@@ -23,7 +23,7 @@ COMMAND = re.compile(r"`(make (run|all|data)[^`]*|export HARMONY_DATA=[^`]*)`")
 
 
 def _client(nb: nbformat.NotebookNode) -> nbclient.NotebookClient:
-    return nbclient.NotebookClient(nb, kernel_name=params.KERNEL, kernel_manager_class=run.kernel_manager_class(),
+    return nbclient.NotebookClient(nb, kernel_name=params.KERNEL, kernel_manager_class=kernel.kernel_manager_class(),
                                    timeout=900, resources={"metadata": {"path": str(paths.NOTEBOOKS)}})
 
 

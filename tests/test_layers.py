@@ -8,7 +8,7 @@ import ast
 import pytest
 
 import lib
-from lib import params, paths, run
+from lib import params, paths, stagecache
 
 
 def _modules() -> dict[str, object]:
@@ -96,9 +96,9 @@ def test_analysis_stages_do_not_depend_on_the_pipeline(profile):
     prof = params.load_profile(profile)
     for stage in prof.stages:
         if stage[:2] in ("04", "05", "06", "07"):
-            files = run.stage_key(stage, prof.params(stage))["lib"]
+            files = stagecache.stage_key(stage, prof.params(stage))["lib"]
             assert not [f for f in files if f.startswith("lib/pipeline/")], (stage, sorted(files))
-    keys = {s: run.stage_key(s, prof.params(s))["lib"] for s in prof.stages}
+    keys = {s: stagecache.stage_key(s, prof.params(s))["lib"] for s in prof.stages}
     for module in ("lib/pipeline/launch/jobs.py", "lib/pipeline/launch/locks.py"):
         assert [s for s, files in keys.items() if module in files] == \
             [s for s in prof.stages if s[:2] in ("02", "03")], module

@@ -21,7 +21,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from lib import data, layout, params, paths, published, run, store, util
+from lib import data, failures, kernel, layout, params, paths, published, run, stagecache, store, util
 from lib.benchalign import data as bdata
 from lib.benchalign import experiments as ex
 from lib.benchalign import memo, methods
@@ -114,7 +114,7 @@ def _stage_folder(tmp_path, monkeypatch, data_dir: Path) -> tuple[Path, dict]:
     read = data_dir / "oll-v2-items" / "ifeval.npz"
     key = {"notebook": "n", "params": {"n": 1}, "lib": {}}
     util.mark(out / paths.STAGE_STAMP, key, reads={paths.portable(read): util.digest(read)},
-              outputs=run.results_digest(out))
+              outputs=stagecache.results_digest(out))
     return out, key
 
 
@@ -131,24 +131,24 @@ def test_a_stage_is_stale_when_what_it_read_or_wrote_differs_wherever_it_lies(tm
     not parse, or outputs changed since (JupyterLab), make the stage stale."""
     first = _data_copy(harmony_data, tmp_path / "first")
     out, key = _stage_folder(tmp_path, monkeypatch, first)
-    assert run.stale(out, key) is None
+    assert stagecache.stale(out, key) is None
     monkeypatch.setenv(paths.DATA_ENV, str(_data_copy(harmony_data, tmp_path / "identical")))
-    assert run.stale(out, key) is None                              # identical data elsewhere: cached
+    assert stagecache.stale(out, key) is None                              # identical data elsewhere: cached
     flipped = _data_copy(harmony_data, tmp_path / "flipped")
     with np.load(flipped / "oll-v2-items" / "ifeval.npz") as npz:
         np.savez_compressed(flipped / "oll-v2-items" / "ifeval.npz", scores=1 - npz["scores"], models=npz["models"])
     monkeypatch.setenv(paths.DATA_ENV, str(flipped))
-    assert run.stale(out, key) == "data:oll-v2-items/ifeval.npz changed"
+    assert stagecache.stale(out, key) == "data:oll-v2-items/ifeval.npz changed"
     monkeypatch.setenv(paths.DATA_ENV, str(first))
-    assert run.stale(out, {**key, "params": {"n": 2}}) == "its parameters changed (n)"
+    assert stagecache.stale(out, {**key, "params": {"n": 2}}) == "its parameters changed (n)"
     (out / "summary.json").write_text('{"rho": ')
-    assert run.stale(out, key) == "its summary.json does not parse"
+    assert stagecache.stale(out, key) == "its summary.json does not parse"
     (out / "summary.json").write_text('{"rho": 0.5}\n')
     (out / "figures").mkdir()
     (out / "figures" / "rho.pdf").write_bytes(b"%PDF CreationDate now")        # a figure drawn again by hand
-    assert run.stale(out, key) is None
+    assert stagecache.stale(out, key) is None
     (out / "numbers.tex").write_text("\\newcommand{\\Rho}{None}\n")      # written by a notebook run by hand
-    assert run.stale(out, key) == "its outputs differ from what its last run wrote"
+    assert stagecache.stale(out, key) == "its outputs differ from what its last run wrote"
 
 
 @pytest.mark.slow
@@ -375,9 +375,9 @@ def test_a_notebook_that_does_not_parse_says_git_checkout(project, capfd):
 
 
 def test_os_errors_name_the_folder_and_the_space():
-    full = run.os_error_line(errno.ENOSPC, str(paths.OUTPUTS / "smoke" / "02_finetune" / "x.json"), "smoke")
+    full = failures.os_error_line(errno.ENOSPC, str(paths.OUTPUTS / "smoke" / "02_finetune" / "x.json"), "smoke")
     assert full.startswith("no space left on the disk of ") and " free; " in full and "ln -s" in full
-    ro = run.os_error_line(errno.EROFS, "/tmp/x", "smoke")
+    ro = failures.os_error_line(errno.EROFS, "/tmp/x", "smoke")
     assert "read-only file system" in ro and "everything made so far stays cached" in ro
 
 
@@ -458,7 +458,7 @@ def test_a_value_typed_by_hand_counts_even_when_it_is_the_default(project, capsy
     assert run.run_profile("x")["01_demo"]["status"] == "ran"
     nb = nbformat.read(project / "notebooks" / "01_demo.ipynb", as_version=4)
     nb.cells.insert(2, nbformat.v4.new_code_cell("n = 1"))              # a cell typed in JupyterLab
-    nbclient.NotebookClient(nb, kernel_manager_class=run.kernel_manager_class(), kernel_name=params.KERNEL,
+    nbclient.NotebookClient(nb, kernel_manager_class=kernel.kernel_manager_class(), kernel_name=params.KERNEL,
                             resources={"metadata": {"path": str(project / "notebooks")}}).execute()
     said = "".join(o.get("text", "") for o in nb.cells[3].outputs)
     assert "changed by hand: n=1 (typed by hand: the notebook's default, which" in said and "sets to 7" in said
@@ -491,7 +491,7 @@ def test_06_in_jupyterlab_without_the_data_stops_and_make_all_repairs_damage(pub
     cell.source = cell.source.replace('profile = "mini"', 'profile = "published"')
     monkeypatch.setenv(paths.DATA_ENV, str(tmp_path))                 # a folder without the data
     monkeypatch.delenv("TBT_READS", raising=False)
-    client = nbclient.NotebookClient(nb, kernel_manager_class=run.kernel_manager_class(), kernel_name=params.KERNEL,
+    client = nbclient.NotebookClient(nb, kernel_manager_class=kernel.kernel_manager_class(), kernel_name=params.KERNEL,
                                      resources={"metadata": {"path": str(paths.NOTEBOOKS)}})
     with pytest.raises(nbclient.exceptions.CellExecutionError) as info:
         client.execute()
@@ -521,7 +521,7 @@ def test_an_executed_notebook_keeps_no_progress_bars_and_no_path_of_this_machine
                                 "output_path": str(out / ".02_finetune.partial.ipynb")}
     path = tmp_path / "nb.ipynb"
     nbformat.write(nb, path)
-    run._tidy(path, out / "02_finetune.ipynb")
+    kernel._tidy(path, out / "02_finetune.ipynb")
     text = path.read_text()
     assert "it/s" not in text and str(paths.ROOT) not in text
     kept = nbformat.read(path, as_version=4)

@@ -7,7 +7,7 @@ import json
 import nbformat
 import pytest
 
-from lib import params, paths, run
+from lib import failures, kernel, params, paths, run, stagecache
 
 
 def _notebook(path, body: str, default: int = 1):
@@ -108,10 +108,10 @@ def test_a_stage_key_covers_only_the_lib_modules_it_imports(tmp_path):
     root = tmp_path / "repo"
     shutil.copytree(paths.ROOT / "lib", root / "lib", ignore=shutil.ignore_patterns("__pycache__"))
     prof = params.load_profile("published")
-    before = {s: run.stage_key(s, prof.params(s), root) for s in prof.stages}
+    before = {s: stagecache.stage_key(s, prof.params(s), root) for s in prof.stages}
     rank = root / "lib" / "benchalign" / "rank.py"
     rank.write_text(rank.read_text() + "\n# an edit\n")
-    after = {s: run.stage_key(s, prof.params(s), root) for s in prof.stages}
+    after = {s: stagecache.stage_key(s, prof.params(s), root) for s in prof.stages}
     assert [s for s in prof.stages if before[s] != after[s]] == ["07_benchalign"]
     assert "lib/benchalign/rank.py" in after["07_benchalign"]["lib"]
     assert not any(f.startswith("lib/benchalign") for f in after["04_rank_agreement"]["lib"])
@@ -145,7 +145,7 @@ def test_the_runner_kernel_is_quiet(tmp_path, capfd):
     before = capfd.readouterr().err
     assert "KeyboardInterrupt caught in kernel" in before and "without encryption" in before
     pm.execute_notebook(str(nb), str(tmp_path / "ours.ipynb"), kernel_name=params.KERNEL, progress_bar=False,
-                        kernel_manager_class=run.kernel_manager_class())
+                        kernel_manager_class=kernel.kernel_manager_class())
     after = capfd.readouterr().err
     assert "KeyboardInterrupt" not in after and "WARNING" not in after and "ERROR" not in after, after
 
@@ -155,14 +155,14 @@ def test_heartbeat_prints_cells_and_elapsed_only_when_the_console_is_quiet(tmp_p
     import time
 
     out = io.StringIO()
-    with run.Heartbeat("[x] 02_demo", cells=5, every=0.2, stream=out) as beat:
+    with kernel.Heartbeat("[x] 02_demo", cells=5, every=0.2, stream=out) as beat:
         beat.on_cell_start(cell_index=1)
         time.sleep(0.75)
     lines = out.getvalue().splitlines()
     assert 2 <= len(lines) <= 4, lines
     assert all(line.startswith("[x] 02_demo: cell 2 of 5, ") and line.endswith("s elapsed") for line in lines)
     touch, quiet = tmp_path / ".heartbeat", io.StringIO()
-    with run.Heartbeat("[x] 02_demo", cells=5, every=0.3, stream=quiet, touch=touch):
+    with kernel.Heartbeat("[x] 02_demo", cells=5, every=0.3, stream=quiet, touch=touch):
         for _ in range(10):               # Progress lines of the kernel touch the file: no heartbeat needed
             touch.touch()
             time.sleep(0.08)
@@ -270,7 +270,7 @@ def test_an_interactive_run_with_changed_parameters_is_redone_by_the_next_run(pr
     assert run.run_profile("x")["01_demo"]["status"] == "ran"
     nb = nbformat.read(project / "notebooks" / "01_demo.ipynb", as_version=4)
     nb.cells[1].source = nb.cells[1].source.replace("n = 1", "n = 5")          # changed by hand in JupyterLab
-    nbclient.NotebookClient(nb, kernel_manager_class=run.kernel_manager_class(), kernel_name=params.KERNEL,
+    nbclient.NotebookClient(nb, kernel_manager_class=kernel.kernel_manager_class(), kernel_name=params.KERNEL,
                             resources={"metadata": {"path": str(project / "notebooks")}}).execute()
     said = "".join(o.get("text", "") for o in nb.cells[2].outputs)
     assert "changed by hand: n=5" in said and "clearing its cache" in said and "re-runs this stage" in said
@@ -318,3 +318,29 @@ def test_make_all_downloads_missing_published_data_or_says_how_to_provide_it(tmp
     assert (tmp_path / "data" / "published" / data.REQUIRED).read_bytes() == (harmony_data / data.REQUIRED).read_bytes()
     monkeypatch.setenv(paths.DATA_ENV, str(tmp_path / "elsewhere"))
     assert "does not contain" in run.ensure_published_data()     # an explicit HARMONY_DATA is never overridden
+
+
+def test_a_kernels_user_error_is_told_by_its_type_not_by_a_list_of_names():
+    """The console line of a failed cell: a lib.errors.UserError raised in the kernel (known there by
+    its name only) reads as its class says, with its hint; any other exception is a failed cell."""
+    from papermill.exceptions import PapermillExecutionError
+
+    from lib.errors import UserError, user_errors
+    from lib.pipeline.launch.slurm import JobsSubmitted
+
+    def cell(ename, evalue):
+        return PapermillExecutionError(3, 1, "x", ename, evalue, [])
+
+    where = failures.Where("paper", "02_finetune", 2, 8)
+    line = failures.failure_line(cell("PreflightError", "2 unit(s) cannot finish\nrefused: m / b"), where)
+    assert line == ("[paper] 02_finetune: PreflightError: 2 unit(s) cannot finish (`make preflight "
+                    "PROFILE=<profile>` lists each unit's estimate and what to change)")
+    assert failures.failure_line(cell("JobError", "1 unit(s) failed\nDetails"), where) == \
+        "[paper] 02_finetune: 1 unit(s) failed"                 # the units were listed above
+    assert "a cell failed (KeyError: 'x')" in failures.failure_line(cell("KeyError", "'x'"), where)
+    assert failures.failure_line(cell("KeyboardInterrupt", ""), where).startswith("interrupted in 02_finetune")
+    assert failures.raised(cell("JobsSubmitted", "3 job(s) submitted")) == (JobsSubmitted, "3 job(s) submitted")
+    assert failures.kernel_class("NoSuchError") is None
+    names = [c.__name__ for c in UserError.__subclasses__()]
+    assert len(names) == len(set(names)) and set(names) <= set(user_errors())
+    assert {"PreflightError", "HubError", "ModelError", "ZooError", "ItemDataError"} <= set(user_errors())

@@ -35,13 +35,14 @@ import numpy as np
 
 from .. import layout, paths
 from ..data import corrupt
+from ..errors import UserError
 from ..util import did_you_mean, note_read
 
 OLL_DIR = "oll-v2-items"
 DUPLICATES = ("first", "mean", "error")
 
 
-class ItemDataError(ValueError):
+class ItemDataError(UserError, ValueError):
     """Item data is missing, malformed or inconsistent; the message names the culprit."""
 
 

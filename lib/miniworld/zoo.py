@@ -64,6 +64,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import layout, paths, store
+from ..errors import UserError
 from ..pipeline import tiny, training
 from ..util import atomic_dir, atomic_write_json, current, did_you_mean, read_json, sha256_bytes
 from . import world as mw
@@ -94,7 +95,7 @@ TRUNK_VERSION = 4
 LAST_PHASE_VERSION = 3
 
 
-class ZooError(ValueError):
+class ZooError(UserError, ValueError):
     """Invalid zoo recipe (the message names the model and the field)."""
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import paths, store
+from ..errors import UserError
 from ..util import did_you_mean
 from . import datasets, hub
 from .launch import slurm
@@ -39,7 +40,7 @@ GATED_HELP = ("request access on each model's hub page with the account whose to
               "(HF_TOKEN, or `hf auth login`), then run `make models PROFILE={profile}` again")
 
 
-class HubError(RuntimeError):
+class HubError(UserError, RuntimeError):
     """Models or datasets cannot be fetched (the message names them and what to do)."""
 
 
@@ -181,8 +182,9 @@ def estimate(specs, selection: dict, gpu_memory_gb: float = 80.0, tflops: float 
 # the preflight: what each unit costs, and whether it can finish within the time limit
 
 
-class PreflightError(RuntimeError):
+class PreflightError(UserError, RuntimeError):
     """Units that cannot finish within the time limit or fit the GPU (one line each, with what to change)."""
+    hint = "`make preflight PROFILE=<profile>` lists each unit's estimate and what to change"
 
 
 SAFETY = 0.9         # the share of timeout_min a job may plan to use: loading and the estimate's error need the rest

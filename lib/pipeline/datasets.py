@@ -39,13 +39,15 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..errors import UserError
+
 PAPER_LM_EVAL = "0.4.8"
 PAPER_CONFIGS_FILE = Path(__file__).with_name("lm_eval_0.4.8.json")
 ROLES = ("train", "validation", "test")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A pinned revision or the configs file cannot be used (the message names it)."""
 
 

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import layout, store
+from ..errors import UserError
 from ..util import did_you_mean, digest, sha256_bytes
 from .tasks import TaskError, TaskInfo, docs, use_split
 
 log = logging.getLogger(__name__)
 
 
-class ModelError(ValueError):
+class ModelError(UserError, ValueError):
     """A model cannot be found or loaded (the message names it)."""
 
 

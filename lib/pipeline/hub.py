@@ -15,11 +15,13 @@ from __future__ import annotations
 import functools
 import os
 
+from ..errors import UserError
+
 PROBE_SECONDS = 5.0
 FALSE = ("", "0", "false", "False", "no", "off")
 
 
-class HubUnreachable(RuntimeError):
+class HubUnreachable(UserError, RuntimeError):
     """The hub is needed and cannot be used (the message says what to do, in one line)."""
 
 

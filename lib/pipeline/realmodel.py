@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from .. import layout, paths, store
+from ..errors import UserError
 from ..util import atomic_write_json, atomic_write_text, read_json
 from . import training
 
@@ -38,7 +39,7 @@ BUILD_FILE = "conversion.json"           # written last into a converted model f
 CONVERTER_VERSION = 1                    # bump when convert() changes what it writes
 
 
-class RealModelError(RuntimeError):
+class RealModelError(UserError, RuntimeError):
     """The packaged model cannot be found or converted (the message says what to do)."""
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
+from ..errors import UserError
 from ..metadata import Benchmark
 from ..util import did_you_mean, note_read
 from . import datasets
@@ -54,7 +55,7 @@ _INSTALLED = {"train": "tbt_train", "validation": "tbt_validation", "test": "tbt
 log = logging.getLogger(__name__)
 
 
-class TaskError(ValueError):
+class TaskError(UserError, ValueError):
     """A task cannot be used (unknown, malformed, no training split, empty, unreachable)."""
 
 

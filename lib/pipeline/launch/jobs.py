@@ -42,7 +42,7 @@ from .. import evaluate as ev
 from .. import finetune as ft
 from .. import protocols
 from .. import tasks as tk
-from ..device import free_memory
+from ..device import free_memory, pin_arithmetic
 from ..spec import JobSpec
 from . import slurm
 from .locks import UnitBusy, UnitLock
@@ -431,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lib.pipeline.launch.jobs", description=main.__doc__)
     ap.add_argument("spec", help="a JSON file holding one JobSpec, a list of them, or a failure record")
     args = ap.parse_args(argv)
+    pin_arithmetic()          # the arithmetic of `make all`, before torch loads (lib.pipeline.device)
     data = json.loads(Path(args.spec).read_text())
     items = data if isinstance(data, list) else [data.get("spec", data) if "reason" in data else data]
     failed = 0

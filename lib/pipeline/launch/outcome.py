@@ -20,12 +20,14 @@ import traceback
 from dataclasses import asdict, dataclass, field
 
 from ... import layout, paths
+from ...errors import UserError
 from ...util import atomic_write_json
 from ..spec import JobSpec
 
 
-class JobError(RuntimeError):
+class JobError(UserError, RuntimeError):
     """Jobs failed or could not run (the message lists every failed unit and how to retry it)."""
+    named = False         # the failed units were listed above, once: the console line is their count
 
 
 @dataclass

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import paths
+from ...errors import UserError
 from ...progress import clock, tell
 from ...util import atomic_write_json
 from .outcome import JobError, JobReport, write_failure
@@ -70,7 +71,7 @@ STUCK = {
 }
 
 
-class SchedulerDown(RuntimeError):
+class SchedulerDown(UserError, RuntimeError):
     """The scheduler's commands are missing or do not answer (the message says which and why)."""
 
 
