@@ -208,3 +208,62 @@ def test_an_interruption_or_a_full_disk_is_one_line_and_own_failures_keep_their_
     assert err.count("FAILED") == 1 and "FAILED direct_eval m1 / b1: ValueError: bad task" in err
     assert "retry:" in err and "m2" not in err
     assert str(info.value).startswith("interrupted: 2 unit(s) stopped")
+
+
+# --------------------------------------------------------------------------- 4. no path of this machine recorded
+RESOLVED_READER = """
+from pathlib import Path
+from lib import params, report, util
+ctx = params.stage("02_reader", globals())
+tasks = (ctx.out.parent / "01_demo").resolve()        # as lib.pipeline.tasks resolves its include paths
+util.note_read(tasks)
+report.write_summary(ctx.out, {"twice": 2 * report.read_summary(ctx.profile, "01_demo")["n_squared"]})
+"""
+
+
+def test_a_resolved_path_under_a_linked_profile_is_recorded_relative_to_it(tmp_path, monkeypatch):
+    from lib import paths
+
+    out, disk = tmp_path / "outputs", tmp_path / "disk"
+    (disk / "smoke" / "work" / "world" / "tasks").mkdir(parents=True)
+    out.mkdir()
+    (out / "smoke").symlink_to(disk / "smoke")
+    monkeypatch.setattr(paths, "OUTPUTS", out)
+    resolved = (out / "smoke" / "work" / "world" / "tasks").resolve()
+    assert str(resolved).startswith(str(disk.resolve()))
+    assert paths.portable(resolved) == "outputs:smoke/work/world/tasks"
+
+
+@pytest.mark.slow
+def test_a_linked_profile_moved_back_reruns_nothing(tmp_path, monkeypatch):
+    """A stage run while outputs/<profile> is a link to another disk, that resolved a path through
+    it, is cached once the folder is moved back (issue 40: 02 and 03 re-ran)."""
+    import nbformat
+
+    from lib import paths, run
+
+    nb_dir, params_dir, out = tmp_path / "notebooks", tmp_path / "params", tmp_path / "outputs"
+    nb_dir.mkdir(), params_dir.mkdir(), out.mkdir()
+    for name, body in (("01_demo", "from lib import params, report\nctx = params.stage('01_demo', globals())\n"
+                                   "report.write_summary(ctx.out, {'n_squared': n * n})\n"),
+                       ("02_reader", RESOLVED_READER)):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell('profile = "x"\nn = 1\n')
+        cell.metadata["tags"] = ["parameters"]
+        nb.cells = [cell, nbformat.v4.new_code_cell(body)]
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, nb_dir / f"{name}.ipynb")
+    (params_dir / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 7}\n  02_reader:\n")
+    for key, value in (("TBT_OUTPUTS", out), ("TBT_PARAMS", params_dir), ("TBT_NOTEBOOKS", nb_dir)):
+        monkeypatch.setenv(key, str(value))
+    monkeypatch.setattr(paths, "NOTEBOOKS", nb_dir)
+    monkeypatch.setattr(paths, "PARAMS", params_dir)
+    monkeypatch.setattr(paths, "OUTPUTS", out)
+    (tmp_path / "disk" / "x").mkdir(parents=True)
+    (out / "x").symlink_to(tmp_path / "disk" / "x")                 # the documented full-disk recovery
+    assert [s["status"] for s in run.run_profile("x").values()] == ["ran", "ran"]
+    recorded = "\n".join(p.read_text() for p in (tmp_path / "disk").rglob("*.json"))
+    assert str(tmp_path) not in recorded                            # no path of this machine
+    (out / "x").unlink()
+    shutil.move(tmp_path / "disk" / "x", out / "x")                 # moved back
+    assert [s["status"] for s in run.run_profile("x").values()] == ["cached", "cached"]

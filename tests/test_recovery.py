@@ -376,9 +376,11 @@ def test_a_notebook_that_does_not_parse_says_git_checkout(project, capfd):
 
 def test_os_errors_name_the_folder_and_the_space():
     full = failures.os_error_line(errno.ENOSPC, str(paths.OUTPUTS / "smoke" / "02_finetune" / "x.json"), "smoke")
-    assert full.startswith("no space left on the disk of ") and " free; " in full and "ln -s" in full
+    assert full.startswith("disk full writing outputs/smoke/02_finetune/x.json (") and " free on the disk of " in full
+    assert "free space there, then run `make all PROFILE=smoke` again" in full and "ln -s" in full
     ro = failures.os_error_line(errno.EROFS, "/tmp/x", "smoke")
-    assert "read-only file system" in ro and "everything made so far stays cached" in ro
+    assert ro.startswith("/tmp is on a read-only file system: remount it read-write, or move outputs/ to another disk")
+    assert "everything made so far stays cached" in ro and ro.endswith("then run `make all PROFILE=smoke` again")
 
 
 RAISE = {   # a cell body -> what the one line must say
@@ -388,12 +390,12 @@ RAISE = {   # a cell body -> what the one line must say
     "read-only": ("raise OSError(30, 'Read-only file system', str(ctx.out / 'table.csv'))",
                   ["01_demo is on a read-only file system", "ln -s"]),
     "full": ("raise OSError(28, 'No space left on device', str(ctx.out / 'table.csv'))",
-             ["no space left on the disk of", "free;", "holds"]),
+             ["disk full writing ", "table.csv", "free on the disk of", "holds"]),
     "units": ("from lib.pipeline.launch import outcome\nfrom lib.pipeline.spec import JobSpec\n"
               "spec = JobSpec('direct_eval', 'm', 'm', ['b'], [], False, str(ctx.store), str(ctx.work))\n"
               "full = {'b': 'OSError: [Errno 28] No space left on device'}\n"
               "outcome.summarise([outcome.JobReport.of(spec, failed=full)], [spec])",
-              ["no space left on the disk of"]),
+              ["disk full writing ", "free space there, then run"]),
 }
 
 
