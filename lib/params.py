@@ -259,6 +259,23 @@ def validate_profile(prof: Profile) -> None:
         raise ParamsError(f"{prof.path}: common.{unused[0]}: no stage of this profile has that parameter"
                           f"{did_you_mean(unused[0], known)}")
     check_scheduler(prof)
+    check_models(prof)
+
+
+def check_models(prof: Profile) -> None:
+    """The ``models`` a profile names as local folders (absolute, ``./``, ``~``) have a
+    ``config.json``, before prepare and any stage: else one line naming the file and the key. Hub
+    ids are checked by ``make models`` and at 02 (the hub may be unreachable while a profile is
+    validated); names of models its prepare step builds exist only after it (02 checks them)."""
+    for scope, values in [("common", prof.common), *((f"stages.{s}", v) for s, v in prof.stages.items())]:
+        models = values.get("models")
+        for i, entry in enumerate(models if isinstance(models, list) else []):
+            if isinstance(entry, str) and entry.startswith((".", "~", "/")):
+                folder = Path(entry).expanduser()
+                folder = folder if folder.is_absolute() else paths.ROOT / folder
+                if not (folder / "config.json").exists():
+                    raise ParamsError(f"{prof.path}: {scope}.models[{i}]: no model folder {entry!r} (no config.json "
+                                      "there)")
 
 
 def check_scheduler(prof: Profile) -> None:

@@ -267,3 +267,94 @@ def test_a_linked_profile_moved_back_reruns_nothing(tmp_path, monkeypatch):
     (out / "x").unlink()
     shutil.move(tmp_path / "disk" / "x", out / "x")                 # moved back
     assert [s["status"] for s in run.run_profile("x").values()] == ["cached", "cached"]
+
+
+# --------------------------------------------------------------------------- 5. resources checked before any work
+@pytest.fixture
+def params_dir(tmp_path, monkeypatch):
+    from lib import paths
+
+    monkeypatch.setattr(paths, "PARAMS", tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("resources, line", [
+    ('{mem_gb: "four"}', "stages.02_finetune.resources.mem_gb: expected a positive number of GB, got 'four'"),
+    ("{timeout_min: 0}", "stages.02_finetune.resources.timeout_min: expected a positive whole number of minutes, "
+                         "got 0"),
+    ("{cpus_per_task: 2.5}", "stages.02_finetune.resources.cpus_per_task: expected a positive whole number of CPUs"),
+    ("{mem_gbs: 4}", "stages.02_finetune.resources.mem_gbs: not a submitit parameter (did you mean 'mem_gb'?)"),
+])
+def test_resources_are_validated_with_the_params_in_one_line(params_dir, resources, line):
+    from lib import params
+
+    (params_dir / "x.yaml").write_text(f"description: demo\nstages:\n  02_finetune: {{executor: processes, "
+                                       f"resources: {resources}}}\n")
+    with pytest.raises(params.ParamsError) as info:
+        params.load_profile("x")
+    assert str(info.value).startswith(f"{params_dir / 'x.yaml'}: {line}"), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_the_runner_refuses_bad_resources_before_any_work(params_dir, tmp_path, monkeypatch, capsys):
+    from lib import paths, run
+
+    monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "outputs")
+    (params_dir / "x.yaml").write_text('description: demo\nstages:\n  00_world: {}\n'
+                                       '  02_finetune: {resources: {mem_gb: "four"}}\n')
+    assert run.main(["x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {params_dir / 'x.yaml'}: stages.02_finetune.resources.mem_gb: expected a positive number "
+                   "of GB, got 'four'"]
+    assert not (tmp_path / "outputs").exists()                   # nothing ran
+
+
+NODES = {
+    ("scontrol", "show", "config"): "MaxArraySize            = 1001\n",
+    ("scontrol", "show", "partition", "--oneliner"):
+        "PartitionName=normal Default=YES MaxTime=UNLIMITED Nodes=tbt-node\n"
+        "PartitionName=gpu Default=NO MaxTime=2-00:00:00 Nodes=g[1-2]\n",
+    ("scontrol", "show", "node", "--oneliner"):
+        "NodeName=tbt-node CPUTot=2 RealMemory=23000 Gres=(null) Partitions=normal\n"
+        "NodeName=g1 CPUTot=32 RealMemory=256000 Gres=gpu:a100:4(S:0-1) Partitions=gpu\n"
+        "NodeName=g2 CPUTot=32 RealMemory=128000 Gres=gpu:a100:4 Partitions=gpu\n",
+}
+
+
+@pytest.mark.parametrize("resources, key, says", [
+    ("{slurm_partition: normal, mem_gb: 100}", "mem_gb",
+     "100 GB of memory asked, but the largest node of partition normal has 22.46"),
+    ("{cpus_per_task: 8}", "cpus_per_task", "8 CPUs asked, but the largest node of partition normal has 2"),
+    ("{slurm_partition: gpu, gpus_per_node: 8}", "gpus_per_node", "8 GPUs asked, but the largest node of partition "
+                                                                   "gpu has 4"),
+])
+def test_resources_no_node_of_the_partition_meets_are_refused_at_validation(params_dir, monkeypatch, resources, key,
+                                                                            says):
+    from lib import params
+    from lib.pipeline.launch import slurm
+
+    monkeypatch.setattr(slurm, "_run", lambda cmd, timeout=30.0: NODES[tuple(cmd)])
+    (params_dir / "x.yaml").write_text(f"description: demo\ncommon: {{executor: slurm, resources: {resources}}}\n"
+                                       "stages:\n  02_finetune:\n")
+    with pytest.raises(params.ParamsError) as info:
+        params.load_profile("x")
+    assert str(info.value).startswith(f"{params_dir / 'x.yaml'}: common.resources.{key}: {says}"), str(info.value)
+    with pytest.raises(ValueError, match=f"resources.{key}: "):        # and in 02's preflight
+        slurm.scheduler_resources(params.load_profile("x", validate=False).params("02_finetune")["resources"])
+    fits = "{slurm_partition: gpu, gpus_per_node: 4, mem_gb: 200, cpus_per_task: 32}"
+    (params_dir / "x.yaml").write_text(f"description: demo\ncommon: {{executor: slurm, resources: {fits}}}\n"
+                                       "stages:\n  02_finetune:\n")
+    params.load_profile("x")
+
+
+def test_a_missing_model_folder_is_refused_before_prepare(params_dir, tmp_path):
+    from lib import params
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (params_dir / "x.yaml").write_text(f"description: demo\ncommon: {{models: [{tmp_path / 'm'}, "
+                                       f"{tmp_path / 'gone'}]}}\nstages:\n  02_finetune:\n")
+    with pytest.raises(params.ParamsError) as info:
+        params.load_profile("x")
+    assert str(info.value) == (f"{params_dir / 'x.yaml'}: common.models[1]: no model folder '{tmp_path / 'gone'}' "
+                               "(no config.json there)")
