@@ -330,11 +330,11 @@ def check_resources(path: Path, where: str, resources: dict) -> None:
         if key in RESOURCE_UNITS:
             kinds, unit = RESOURCE_UNITS[key]
             if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
-                what = "a positive number" if kinds != int else "a positive whole number"
+                what = "a positive whole number" if kinds is int else "a positive number"
                 raise ParamsError(f"{path}: {where}.{key}: expected {what} of {unit}, got {value!r}")
         elif not str(key).startswith(RESOURCE_STRINGS):
-            raise ParamsError(f"{path}: {where}.{key}: not a submitit parameter{did_you_mean(str(key), RESOURCE_UNITS)}; "
-                              f"expected one of {sorted(RESOURCE_UNITS)} or slurm_<sbatch option>")
+            raise ParamsError(f"{path}: {where}.{key}: not a submitit parameter"
+                              f"{did_you_mean(str(key), RESOURCE_UNITS)}; expected one of {sorted(RESOURCE_UNITS)} or slurm_<sbatch option>")
         elif isinstance(value, (dict, list)) and key != "slurm_additional_parameters" and key != "visible_gpus":
             raise ParamsError(f"{path}: {where}.{key}: expected a single value, got {value!r}")
 
