@@ -334,7 +334,8 @@ def check_resources(path: Path, where: str, resources: dict) -> None:
                 raise ParamsError(f"{path}: {where}.{key}: expected {what} of {unit}, got {value!r}")
         elif not str(key).startswith(RESOURCE_STRINGS):
             raise ParamsError(f"{path}: {where}.{key}: not a submitit parameter"
-                              f"{did_you_mean(str(key), RESOURCE_UNITS)}; expected one of {sorted(RESOURCE_UNITS)} or slurm_<sbatch option>")
+                              f"{did_you_mean(str(key), RESOURCE_UNITS)}; expected one of {sorted(RESOURCE_UNITS)} "
+                              "or slurm_<sbatch option>")
         elif isinstance(value, (dict, list)) and key != "slurm_additional_parameters" and key != "visible_gpus":
             raise ParamsError(f"{path}: {where}.{key}: expected a single value, got {value!r}")
 
