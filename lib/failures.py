@@ -125,7 +125,7 @@ def interrupted_line(where: Where) -> str:
     at = f"{where.stage} (stage {where.index + 1} of {where.n})"
     if where.units and where.units[1]:
         done, total, what = where.units
-        return (f"interrupted in {at}; `{command}` resumes from {done} of {total} units of {what} "
+        return (f"interrupted in {at}; `{command}` resumes from {done} of {total} {what} "
                 "(finished units are kept)")
     return f"interrupted in {at}; `{command}` resumes from this stage (the stages before it are cached)"
 

@@ -357,3 +357,93 @@ def test_a_missing_model_folder_is_refused_before_prepare(params_dir, tmp_path):
         params.load_profile("x")
     assert str(info.value) == (f"{params_dir / 'x.yaml'}: common.models[1]: no model folder '{tmp_path / 'gone'}' "
                                "(no config.json there)")
+
+
+# --------------------------------------------------------------------------- 6. the smaller points
+def test_a_damaged_result_being_redone_is_not_told_to_be_deleted(tmp_path):
+    from lib import store
+
+    spec = _spec(tmp_path, "m")
+    store.write(spec.store_root, store.Result(store.DIRECT, "b1", "m", "acc", 0.5,
+                                              provenance={"config": spec.config()}))
+    path = store.path_for(spec.store_root, store.DIRECT, "b1", "m")
+    path.write_text(path.read_text().replace('"score": 0.5', '"score": NaN'))
+    why = spec.unfinished("b1")
+    assert why.startswith("its result direct_eval/b1/m.json is damaged (") and "delete it" not in why, why
+
+
+def test_the_read_only_line_says_what_to_do_first():
+    from lib import failures
+
+    line = failures.os_error_line(errno.EROFS, "/proc/x", "smoke")
+    assert line.startswith("/proc is on a read-only file system: remount it read-write, or move outputs/"), line
+
+
+def test_make_status_after_an_interrupted_processes_run(params_dir, tmp_path, monkeypatch):
+    from lib import paths, store
+    from lib.pipeline.launch import status
+
+    monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "outputs")
+    (params_dir / "x.yaml").write_text("description: demo\ncommon: {executor: processes}\nstages:\n"
+                                       "  02_finetune:\n  03_direct_eval:\n")
+    store.write(paths.store_dir("x"), store.Result(store.TBT, "b", "m", "acc", 0.5))
+    assert status.lines("x") == [
+        "x 02_finetune: not finished; 1 units in the store so far (executor: processes, not Slurm): "
+        "`make all PROFILE=x` resumes it, finished units are kept",
+        "x 03_direct_eval: not finished; 0 units in the store so far (executor: processes, not Slurm): "
+        "`make all PROFILE=x` resumes it, finished units are kept"]
+
+
+def test_the_console_counts_steps_of_the_units_make_status_counts(tmp_path, capsys):
+    from lib.progress import Progress
+
+    bar = Progress(total=48, label="train_before_test (4 jobs, 16 units of 2 learning rates and a test)",
+                   unit="steps", stream=sys.stdout)
+    bar.update(8)
+    assert capsys.readouterr().out.startswith(
+        "train_before_test (4 jobs, 16 units of 2 learning rates and a test): 8/48 steps, ")
+
+
+class _Job:
+    def __init__(self, log: Path):
+        self.paths = type("P", (), {"stderr": log})()
+
+
+def test_a_requeue_is_named_by_its_cause(tmp_path):
+    from lib.pipeline.launch import slurm
+
+    log = tmp_path / "1_0_log.err"
+    log.write_text("submitit WARNING: Caught signal SIGUSR2 on n1: this job is timed-out.\n")
+    assert slurm.requeue_cause(_Job(log), 1) == "its time limit"
+    log.write_text("submitit WARNING: Caught signal SIGUSR2 on n1: this job is preempted.\n")
+    assert slurm.requeue_cause(_Job(log), 1) == "a preemption"
+    assert slurm.requeue_cause(_Job(log), 2).startswith("by an administrator (`scontrol requeue`)")
+    log.write_text("submitit WARNING: Bypassing signal SIGTERM\n")               # scontrol requeue
+    assert "not by its time limit" in slurm.requeue_cause(_Job(log), 1)
+    held = slurm.JobState("1_0", "PENDING", "JobHeldAdmin").stuck
+    assert "`scontrol release <job>`" in held and "`scontrol release <job>`" in slurm.JobState(
+        "1_0", "PENDING", "JobHeldUser").stuck
+
+
+def test_two_profiles_sharing_a_zoo_build_it_one_after_the_other(tmp_path, monkeypatch, capsys):
+    import threading
+
+    from lib import paths
+    from lib.miniworld import zoo
+
+    monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "outputs")
+    zoo._link_to("smoke_slurm", "smoke")                      # what prepare_as does first
+    order = []
+
+    def second():
+        with zoo.zoo_lock("smoke_slurm"):
+            order.append("b")
+
+    with zoo.zoo_lock("smoke"):
+        other = threading.Thread(target=second)
+        other.start()
+        time.sleep(0.5)
+        order.append("a")
+    other.join(timeout=5)
+    assert order == ["a", "b"]
+    assert "[smoke_slurm] waiting: another run is building the world and models in" in capsys.readouterr().out

@@ -293,8 +293,13 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
             todo.append(spec)
     if todo:
         counter = UnitCounter(todo)
-        what = "learning rates of split units" if todo[0].only_lr is not None else f"{len(todo)} jobs"
-        with Progress(total=counter.total, label=f"{todo[0].protocol} ({what})", every=progress_every) as bar:
+        what, unit = "learning rates of split units" if todo[0].only_lr is not None else f"{len(todo)} jobs", "units"
+        if todo[0].protocol == TBT and todo[0].only_lr is None:   # make status's unit: a (model, benchmark)
+            units = sum(len(spec.pending()) for spec in todo)
+            what += f", {units} units of {len(todo[0].recipe.lrs)} learning rates and a test"
+            unit = "steps"
+        with Progress(total=counter.total, label=f"{todo[0].protocol} ({what})", every=progress_every,
+                      unit=unit) as bar:
             if executor == "local":
                 reports += _run_local(todo, counter, bar)
             elif executor == "processes":

@@ -62,7 +62,8 @@ STUCK = {
     "PartitionTimeLimit": "timeout_min exceeds the partition's time limit: cancel (`scancel <job>`), lower "
                           "timeout_min and run again",
     "JobHeldUser": "it is held: `scontrol release <job>`",
-    "JobHeldAdmin": "an administrator holds it: ask them, or `scancel <job>` and run again",
+    "JobHeldAdmin": "an administrator holds it: ask them to release it (`scontrol release <job>`), or "
+                    "`scancel <job>` and run again",
     "QOSMaxJobsPerUserLimit": "your QOS allows no more running jobs: they start as others finish",
     "AssocGrpGRES": "your account's GPU allowance is used up: they start as others finish",
     "InvalidAccount": "the account is not valid: set slurm_account in resources",
@@ -231,6 +232,21 @@ class JobState:
         if self.state != "PENDING":
             return None
         return next((what for key, what in STUCK.items() if key in self.reason), None)
+
+
+def requeue_cause(job, restarts: int) -> str:
+    """Why a job was requeued, from its log: submitit writes "this job is timed-out" or "this job is
+    preempted" when the signal that precedes a time limit or a preemption reaches it. A requeue
+    without such a line (Slurm appends a requeued job's log) came from outside: an administrator's
+    ``scontrol requeue`` or a failed node."""
+    try:
+        text = Path(job.paths.stderr).read_text(errors="replace")
+    except (AttributeError, OSError, TypeError):
+        text = ""
+    said = re.findall(r"this job is (timed-out|preempted)", text)
+    if restarts and len(said) >= restarts:
+        return "its time limit" if said[-1] == "timed-out" else "a preemption"
+    return "by an administrator (`scontrol requeue`) or a failed node, not by its time limit"
 
 
 def _expand(job_id: str) -> list[str]:
@@ -457,8 +473,8 @@ def wait(entries: list[tuple], counter, bar, poll: float) -> list[JobReport]:
             spec, jid, job = entry
             st = found[jid]
             if st.restarts > seen.get(jid, st.restarts):
-                tell(f"slurm: job {jid} ({spec.model}) was requeued (time limit or preemption); it resumes "
-                     "after its last finished epoch")
+                tell(f"slurm: job {jid} ({spec.model}) was requeued ({requeue_cause(job, st.restarts)}); it "
+                     "resumes after its last finished epoch")
             seen[jid] = st.restarts
             if st.queued:
                 seen.pop(f"{jid}/gone", None)
