@@ -447,3 +447,75 @@ def test_two_profiles_sharing_a_zoo_build_it_one_after_the_other(tmp_path, monke
     other.join(timeout=5)
     assert order == ["a", "b"]
     assert "[smoke_slurm] waiting: another run is building the world and models in" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- 2 and 3 on a real run of 02
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        kids = _children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _start_02(smoke, tmp_path) -> tuple[subprocess.Popen, list[str]]:
+    """A copy of the smoke profile whose 02 has everything to redo, run by the runner in a session of
+    its own; returns once 02's progress line is on the console and its pool workers run."""
+    from lib import paths
+
+    out = tmp_path / "outputs"
+    shutil.copytree(paths.profile_dir("smoke"), out / "smoke", symlinks=True,
+                    ignore=shutil.ignore_patterns("train_before_test", "02_finetune", "03_direct_eval", "logs"))
+    env = {**os.environ, "TBT_OUTPUTS": str(out), "TBT_MAKE_GOAL": "make all PROFILE=smoke"}
+    proc = subprocess.Popen([sys.executable, "-m", "lib.run", "smoke", "--stages", "02"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line.rstrip("\n"))
+        if "train_before_test (" in line and "started" in line:
+            break
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any("multiprocessing" in _cmdline(p) for p in _descendants(proc.pid)):
+        time.sleep(0.2)
+    return proc, lines
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_hard_kill_of_the_runner_during_02_leaves_no_process_of_the_run(smoke, tmp_path):
+    proc, lines = _start_02(smoke, tmp_path)
+    try:
+        run = _descendants(proc.pid)                 # the kernel, its pool workers, the resource tracker
+        workers = [p for p in run if "multiprocessing" in _cmdline(p)]
+        assert len(workers) >= 2, (lines, [_cmdline(p) for p in run])
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in run):
+            time.sleep(0.2)
+        assert not [(_cmdline(p)) for p in run if _alive(p)]
+    finally:
+        for p in _descendants(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_02_is_one_line_without_a_failed_unit(smoke, tmp_path):
+    proc, _ = _start_02(smoke, tmp_path)
+    time.sleep(3)
+    os.killpg(proc.pid, signal.SIGINT)               # a terminal's Ctrl-C reaches the runner's process group
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 2
+    assert "FAILED" not in err and "retry:" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: interrupted in 02_finetune (stage 1 of 1); "
+                                                     "`make all PROFILE=smoke` resumes from "), err
