@@ -150,10 +150,10 @@ data: $(STAMP) ## download the published reference data (pinned commits, sha256-
 	$(PY) -m lib.data download
 
 models: $(STAMP) ## download and check every model and dataset of PROFILE before GPU jobs start (hub profiles)
-	$(PY) -m lib.pipeline.cluster models $(PROFILE) $(if $(CHECK_ONLY),--check-only,)
+	$(PY) -m lib.pipeline.launch.fetch $(PROFILE) $(if $(CHECK_ONLY),--check-only,)
 
 preflight: $(STAMP) ## GPU-hours, memory and jobs of PROFILE's notebook 02 before submitting (offline: a preview)
-	$(PY) -m lib.pipeline.cluster preflight $(PROFILE)
+	$(PY) -m lib.pipeline.launch.preflight $(PROFILE)
 
 bench: $(STAMP) ## run the speed benchmarks quoted in the README (writes bench/results/*.json)
 	for s in bench/bench_*.py; do echo "== $$s"; $(PY) $$s || exit 1; done

@@ -103,7 +103,7 @@ def write_unit(unit: Work, record: dict) -> Path:
 
 def read_unit(unit: Work, config: dict | None = None) -> dict | None:
     """A finished unit's record (``unit.json``, its adapter as a path under the unit's folder);
-    None when it has not finished, its record is damaged (:func:`unit_problem`) or, given
+    None when it has not finished, its record is damaged (:func:`check_unit`) or, given
     ``config``, it was made with another configuration (so that it is redone)."""
     record, _ = check_unit(unit, config)
     return record

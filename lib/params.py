@@ -710,3 +710,14 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return type(a) is type(b) and a == b
+
+
+def profile_needs(profile: str) -> tuple[list[str], list[str]]:
+    """(models, tasks) a profile's stages 01-03 name."""
+    prof = load_profile(profile)
+    models: list[str] = []
+    for stage in ("02_finetune", "03_direct_eval"):
+        if stage in prof.stages:
+            models += [m for m in prof.params(stage)["models"] if m not in models]
+    s1 = prof.params("01_select_benchmarks") if "01_select_benchmarks" in prof.stages else {}
+    return models, list(s1.get("tasks", [])) + list(s1.get("corpora", []))

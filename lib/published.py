@@ -8,18 +8,23 @@ its sha256, so the analysis notebooks read published and our own results the sam
 
 It is the ``prepare`` hook of the ``published`` profile (``prepare: [lib.published:import_store]``)
 and is idempotent: a store already imported from a file with the same sha256 is left as it is.
+:func:`compare` puts a profile's own direct-evaluation scores next to the published ones
+(``python -m lib.published --compare paper_slice``: does a first run on a cluster reproduce the paper?).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from . import data, metadata, paths, store
-from .util import CorruptFile, current, mark, read_json, sha256_file
+from .util import CorruptFile, current, did_you_mean, mark, read_json, sha256_file
 
 RESULTS_FILE = "lm-harmony/all_results.json"
 SOURCE = {"repository": "github.com/socialfoundations/lm-harmony",
@@ -141,17 +146,58 @@ def import_store(profile: str, source: str | Path | None = None, force: bool = F
                 seconds=round(time.time() - t0, 2), keys=sorted(keys))
 
 
+def published_scores(models: list[str], benchmarks: list[str], protocol: str = store.DIRECT) -> pd.DataFrame:
+    """The published score and standard error of each (model, benchmark) under ``protocol``,
+    from lm-harmony's all_results.json (``HARMONY_DATA`` or ``make data``)."""
+    data = json.loads(results_path().read_text())
+    rows = []
+    for b in benchmarks:
+        if b not in data[protocol]:
+            raise KeyError(f"benchmark {b!r} is not in all_results.json{did_you_mean(b, data[protocol])}")
+        for m in models:
+            if m not in data[protocol][b]:
+                raise KeyError(f"model {m!r} has no published {protocol} score on {b!r}")
+            rows.append({"model": m, "benchmark": b, "published": data[protocol][b][m],
+                         "published_stderr": data[f"{protocol}_stderr"][b][m]})
+    return pd.DataFrame(rows)
+
+
+def compare(store_root: str | Path, models: list[str], benchmarks: list[str], protocol: str = store.DIRECT,
+            ) -> pd.DataFrame:
+    """Our scores next to the published ones: ``diff`` (ours - published) and ``z`` (diff over the
+    published standard error); ``within`` is |z| <= 2 (``python -m lib.published --compare PROFILE``:
+    a first run, e.g. ``paper_slice``, against the paper)."""
+    table = published_scores(models, benchmarks, protocol)
+    ours = store.load(store_root, protocol)
+    ours = {(r.model, r.benchmark): r.score for r in ours.itertuples()}
+    table["ours"] = [ours.get((m, b), math.nan) for m, b in zip(table["model"], table["benchmark"])]
+    table["diff"] = table["ours"] - table["published"]
+    table["z"] = table["diff"] / table["published_stderr"]
+    table["within"] = table["z"].abs() <= 2
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
+    from . import params
+
     ap = argparse.ArgumentParser(prog="python -m lib.published", description=__doc__.splitlines()[0])
     ap.add_argument("profile", nargs="?", default="published")
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--compare", action="store_true",
+                    help="instead: the profile's direct-evaluation scores next to the published ones (exit 1 when one "
+                         "differs by more than 2 standard errors)")
     args = ap.parse_args(argv)
     try:
+        if args.compare:
+            models, tasks = params.profile_needs(args.profile)
+            table = compare(paths.store_dir(args.profile), models, tasks)
+            print(table.to_string(index=False))
+            return 0 if table["within"].all() else 1
         rec = import_store(args.profile, force=args.force)
-    except (paths.DataMissing, store.StoreError, metadata.MetadataError) as exc:
+    except (paths.DataMissing, store.StoreError, metadata.MetadataError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{rec['n_results']} results from {rec['source_path']} (sha256 {rec['sha256'][:12]}...)")

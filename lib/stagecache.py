@@ -108,8 +108,3 @@ def stale(out_dir: Path, key: dict) -> str | None:
     if record.get("outputs") != results_digest(out_dir):
         return "its outputs differ from what its last run wrote"
     return None
-
-
-def is_cached(out_dir: Path, key: dict) -> bool:
-    """True when the stage need not run again (:func:`stale` has no reason)."""
-    return stale(out_dir, key) is None

@@ -4,6 +4,7 @@ analysis stages' cache keys hold no pipeline module (editing the launcher re-run
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 
@@ -102,3 +103,27 @@ def test_analysis_stages_do_not_depend_on_the_pipeline(profile):
     for module in ("lib/pipeline/launch/jobs.py", "lib/pipeline/launch/locks.py"):
         assert [s for s, files in keys.items() if module in files] == \
             [s for s in prof.stages if s[:2] in ("02", "03")], module
+
+
+MAP_LINE = re.compile(r"^    (\w+)\s{2,}\S", re.M)     # "    module   what it is" in a package's docstring
+
+
+def _packages() -> list:
+    return sorted(p.parent for p in (paths.ROOT / "lib").rglob("__init__.py"))
+
+
+def test_every_module_is_named_in_its_packages_map_and_every_name_exists():
+    """The package docstrings are the map of lib (README and docs/running.md link to them): each names
+    its modules and subpackages, one line each; a new module missing from it, or a name left behind
+    by a module that moved, fails here."""
+    wrong = []
+    for folder in _packages():
+        on_disk = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"} | \
+            {p.parent.name for p in folder.glob("*/__init__.py")}
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()), clean=False) or ""
+        named = set(MAP_LINE.findall(doc))
+        package = ".".join(folder.relative_to(paths.ROOT).parts)
+        wrong += [f"{package}.{m} is in no map: add a line to {package}'s docstring" for m in sorted(on_disk - named)]
+        wrong += [f"{package}'s docstring names {m}, which does not exist" for m in sorted(named - on_disk)]
+    assert not wrong, "\n".join(wrong)
+    assert {f.name for f in _packages()} == {"lib", "pipeline", "launch", "analysis", "benchalign", "miniworld"}

@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from lib import paths
-from lib.pipeline import cluster, hub
+from lib.pipeline import hub
 from lib.pipeline import tasks as tk
+from lib.pipeline.launch import fetch
 
 DEAD = "http://127.0.0.1:9"        # the discard port: refused at once
 
@@ -43,8 +44,8 @@ def _no_downloads(monkeypatch):
 
 def test_make_models_asks_the_hub_once_and_says_what_to_do(no_hub, monkeypatch):
     _no_downloads(monkeypatch)
-    with pytest.raises(cluster.HubError) as err:
-        cluster.fetch("paper_slice", download=False)
+    with pytest.raises(fetch.HubError) as err:
+        fetch.fetch("paper_slice", download=False)
     text = str(err.value)
     assert "\n" not in text and no_hub == [DEAD]                 # one line, one request
     assert text.startswith(f"profile 'paper_slice' needs the Hugging Face Hub and {DEAD} cannot be reached")
@@ -53,19 +54,19 @@ def test_make_models_asks_the_hub_once_and_says_what_to_do(no_hub, monkeypatch):
 
 def test_offline_make_models_names_what_the_cache_lacks(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(cluster, "hub_cache", lambda: tmp_path / "hub")
+    monkeypatch.setattr(fetch, "hub_cache", lambda: tmp_path / "hub")
     monkeypatch.setattr(hub, "cached", lambda repo: repo.startswith("Qwen/"))
     _no_downloads(monkeypatch)
-    with pytest.raises(cluster.HubError, match=r"^HF_HUB_OFFLINE is set and the hub cache .* lacks 1 of 2 models "
+    with pytest.raises(fetch.HubError, match=r"^HF_HUB_OFFLINE is set and the hub cache .* lacks 1 of 2 models "
                                                r"\(EleutherAI/pythia-160m-deduped\): run `make models PROFILE="):
-        cluster.fetch("paper_slice", download=False)
+        fetch.fetch("paper_slice", download=False)
 
 
 @pytest.mark.parametrize("profile", ["real_cpu", "mini"])
 def test_make_models_of_an_offline_profile_asks_nothing(no_hub, monkeypatch, capsys, profile):
     """Profiles whose prepare hook builds or converts their models need no hub: one line says so."""
     _no_downloads(monkeypatch)
-    cluster.fetch(profile, download=False)
+    fetch.fetch(profile, download=False)
     assert no_hub == [] and capsys.readouterr().out.strip().endswith(f"`make all PROFILE={profile}`)")
 
 
@@ -89,7 +90,7 @@ def test_the_make_models_command_prints_one_line(tmp_path):
     base = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     for extra in ({"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": DEAD}):
         env = {**base, "HF_HOME": str(tmp_path / "hf"), **extra}
-        out = subprocess.run([sys.executable, "-m", "lib.pipeline.cluster", "models", "paper_slice", "--check-only"],
+        out = subprocess.run([sys.executable, "-m", "lib.pipeline.launch.fetch", "paper_slice", "--check-only"],
                              cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=120)
         table = out.stdout.splitlines()
         assert out.returncode == 1 and table[0] == "[paper_slice] datasets of 3 task(s):", (out.stdout, out.stderr)

@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from lib import layout, paths, store
-from lib.pipeline import cluster, localtasks, tiny
+from lib import layout, params, paths, published, store
 from lib.pipeline import finetune as ft
+from lib.pipeline import localtasks, tiny
 from lib.pipeline import tasks as tk
-from lib.pipeline.launch import jobs, outcome
+from lib.pipeline.launch import fetch, jobs, outcome, preflight
 from lib.pipeline.launch.locks import UnitBusy, UnitLock
 
 RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, lora_modules="default",
@@ -176,7 +176,8 @@ def test_slurm_helpers_without_a_scheduler(world, tmp_path, monkeypatch):
     gone = slurm.ended_report(specs[1], "41_1", slurm.JobState("41_1", "UNKNOWN"))
     assert "neither squeue, sacct nor scontrol knows it" in next(iter(gone.failed.values()))
     monkeypatch.setenv("PATH", str(tmp_path))                 # no Slurm commands here
-    assert slurm.available().startswith("scontrol is not installed here")
+    with pytest.raises(slurm.SchedulerDown, match="^scontrol is not installed here"):
+        slurm.limits()
     assert slurm.array_size(1000) == 1000                       # nobody to ask: max_array as given
     monkeypatch.setenv(slurm.SUBMIT_ONLY_ENV, "1")
     with pytest.raises(jobs.JobError, match="`make submit` needs executor: slurm"):
@@ -273,53 +274,51 @@ def test_gated_models_are_named_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     models = ["EleutherAI/pythia-70m-deduped", "meta-llama/Llama-3.2-1B", "google/gemma-2b", "nobody/x", str(tmp_path)]
     (tmp_path / "config.json").write_text("{}")
-    problems = cluster.check_models(models, download=False)
+    problems = fetch.check_models(models, download=False)
     assert problems["ok"] == ["EleutherAI/pythia-70m-deduped", str(tmp_path)]
     assert problems["gated"] == ["meta-llama/Llama-3.2-1B", "google/gemma-2b"] and problems["missing"] == ["nobody/x"]
-    first = cluster.models_error(problems, "paper").splitlines()[0]
+    first = fetch.models_error(problems, "paper").splitlines()[0]
     assert first.startswith("gated models need access (2): meta-llama/Llama-3.2-1B, google/gemma-2b; request access")
     assert "make models PROFILE=paper" in first
-    assert cluster.models_error({"ok": models}, "paper") is None
+    assert fetch.models_error({"ok": models}, "paper") is None
 
 
 def test_models_are_not_downloaded_into_the_repository(monkeypatch):
-    monkeypatch.setattr(cluster, "hub_cache", lambda: paths.ROOT / ".cache" / "hf" / "hub")
-    with pytest.raises(cluster.HubError, match="inside the repository: set HF_HOME"):
-        cluster.fetch("paper_slice")
+    monkeypatch.setattr(fetch, "hub_cache", lambda: paths.ROOT / ".cache" / "hf" / "hub")
+    with pytest.raises(fetch.HubError, match="inside the repository: set HF_HOME"):
+        fetch.fetch("paper_slice")
 
 
 def test_memory_and_time_estimate(world, tmp_path):
     (spec,) = _specs(world, tmp_path, store.TBT)
     rows = tk.select(["t_a", "t_b", "t_c"], [world / "tasks"], min_train=1)
     selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}))
-    shape = cluster.model_shape(spec.source)
+    shape = preflight.model_shape(spec.source)
     from transformers import AutoModelForCausalLM
 
     assert shape["n_params"] == sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(spec.source).parameters())
-    table = cluster.estimate([spec], selection, gpu_memory_gb=80)
-    row = table.iloc[0]
-    assert row["family"] == "gpt2" and row["gpu_hours"] > 0 and row["micro_batch_that_fits"] == 8
-    mem = [cluster.training_memory_gb(shape, "float32", m, 1024) for m in (1, 2, 8)]
+    row = preflight.preflight([spec], selection, gpu_memory_gb=80).table.iloc[0]
+    assert row["family"] == "gpt2" and row["gpu_hours"] > 0 and row["micro_batch"] == 8 and not row["checkpointing"]
+    mem = [preflight.training_memory_gb(shape, "float32", m, 1024) for m in (1, 2, 8)]
     assert mem[0] < mem[1] < mem[2]
     # a 9B Gemma in float32 at batch 8 x 1,024 tokens does not fit 80 GB; a micro-batch does
     gemma = {"family": "gemma2", "n_params": 9.24e9, "layers": 42, "hidden": 3584, "heads": 16, "vocab": 256000}
-    assert cluster.training_memory_gb(gemma, "float32", 8, 1024) > 80 > \
-        cluster.training_memory_gb(gemma, "float32", 1, 1024)
-    assert cluster.training_memory_gb(gemma, "float32", 8, 1024, checkpointing=True) < \
-        cluster.training_memory_gb(gemma, "float32", 2, 1024)                     # checkpointing: 42 layers -> ~1
-    tight = cluster.estimate([spec], selection, gpu_memory_gb=1.0)          # less than the CUDA context
-    line = cluster.family_lines(tight, gpu_memory_gb=1.0)[0]
-    assert line.startswith("gpt2: 1 model(s)") and "> 1 GB even at micro-batch 1: set gradient_checkpointing" in line
+    assert preflight.training_memory_gb(gemma, "float32", 8, 1024) > 80 > \
+        preflight.training_memory_gb(gemma, "float32", 1, 1024)
+    assert preflight.training_memory_gb(gemma, "float32", 8, 1024, checkpointing=True) < \
+        preflight.training_memory_gb(gemma, "float32", 2, 1024)                     # checkpointing: 42 layers -> ~1
+    tight = preflight.preflight([spec], selection, gpu_memory_gb=1.0)       # less than the CUDA context
+    assert tight.refused and "does not fit 1 GB even at micro-batch 1 with gradient checkpointing" in tight.refused[0]
 
 
 def test_published_comparison_of_a_first_run(harmony_data, tmp_path):
     models, benchmarks = ["EleutherAI/pythia-160m-deduped", "Qwen/Qwen2.5-0.5B"], ["arc_easy", "rte", "medmcqa"]
-    assert cluster.profile_needs("paper_slice") == (models, benchmarks)
-    pub = cluster.published_scores(models, benchmarks)
+    assert params.profile_needs("paper_slice") == (models, benchmarks)
+    pub = published.published_scores(models, benchmarks)
     first = pub.iloc[0]
     store.write(tmp_path, store.Result(protocol=store.DIRECT, benchmark=first["benchmark"], model=first["model"],
                                        metric="acc_norm", score=first["published"] + first["published_stderr"]))
-    table = cluster.compare(tmp_path, models, benchmarks)
+    table = published.compare(tmp_path, models, benchmarks)
     assert table.iloc[0]["z"] == pytest.approx(1.0) and table.iloc[0]["within"]
     assert table["ours"].isna().sum() == 5
     # docs/cluster.md's table of what paper_slice should reproduce is the published data

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from lib import store
-from lib.pipeline import cluster
 from lib.pipeline import finetune as ft
+from lib.pipeline.launch import preflight
 from lib.pipeline.spec import JobSpec
 
 PAPER = dict(lrs=(1e-5, 2e-5, 5e-5), epochs=5, lora_r=8, lora_alpha=32, lora_dropout=0.1, lora_modules="default",
@@ -25,16 +25,16 @@ def test_unit_flops_are_the_stated_arithmetic():
     recipe = ft.Recipe(**PAPER)
     task = {"kind": "multiple_choice", "chars_per_example": 400, "plan_train": 1000, "plan_validation": 100,
             "plan_test": 200}
-    f = cluster.unit_flops(N, task, recipe)
+    f = preflight.unit_flops(N, task, recipe)
     assert f["train"] == 4 * N * TOK * 1000 * 5                         # 4 N a trained token, every epoch
     assert f["validation"] == 2 * N * TOK * 100 * 5                     # the loss: each document once an epoch
     assert f["test"] == 2 * N * TOK * 4 * 200                           # four choices a document
-    metric = cluster.unit_flops(N, task, ft.Recipe(**{**PAPER, "select_on": "metric"}))
+    metric = preflight.unit_flops(N, task, ft.Recipe(**{**PAPER, "select_on": "metric"}))
     assert metric["validation"] == 4 * f["validation"]                  # lm-eval scores every choice
-    assert cluster.unit_flops(N, task, recipe, checkpointing=True)["train"] == 1.5 * f["train"]   # + a forward
-    gen = cluster.unit_flops(N, {**task, "kind": "generate_until"}, recipe, max_gen_toks=256)
+    assert preflight.unit_flops(N, task, recipe, checkpointing=True)["train"] == 1.5 * f["train"]   # + a forward
+    gen = preflight.unit_flops(N, {**task, "kind": "generate_until"}, recipe, max_gen_toks=256)
     assert gen["test"] == 2 * N * (TOK + 256) * 200
-    assert cluster.unit_flops(N, task)["train"] == 0                    # direct evaluation trains nothing
+    assert preflight.unit_flops(N, task)["train"] == 0                    # direct evaluation trains nothing
 
 
 def _spec(benchmarks, tmp_path, protocol=store.TBT, **kw):
@@ -56,25 +56,25 @@ def _train_for(hours_per_lr: float) -> int:
 @pytest.fixture
 def model_of_1b(monkeypatch):
     shape = {"family": "llama", "n_params": N, "layers": 16, "hidden": 2048, "heads": 16, "vocab": 32000}
-    monkeypatch.setattr(cluster, "shape_of", lambda source, model=None: shape)
+    monkeypatch.setattr(preflight, "shape_of", lambda source, model=None: shape)
     return shape
 
 
 def test_jobs_over_the_limit_are_split_and_units_that_cannot_finish_refused(model_of_1b, tmp_path):
     spec = _spec(["small", "big", "huge"], tmp_path)
     selection = _selection(small=_train_for(0.1), big=_train_for(5), huge=_train_for(20))
-    pre = cluster.preflight([spec], selection, {"timeout_min": 600}, tflops=1.0)      # 10 h: 9 h to plan with
+    pre = preflight.preflight([spec], selection, {"timeout_min": 600}, tflops=1.0)      # 10 h: 9 h to plan with
     assert pre.limit_hours == pytest.approx(9.0) and pre.tflops_source == "given (throughput_tflops)"
     t = pre.table.set_index("benchmark")
     assert t.loc["big", "gpu_hours_per_lr"] == pytest.approx(5, rel=1e-3)
     assert t.loc["big", "gpu_hours"] == pytest.approx(15, rel=1e-3)
-    assert list(t["action"]) == [cluster.ONE_JOB, cluster.SPLIT, cluster.REFUSED]
+    assert list(t["action"]) == [preflight.ONE_JOB, preflight.SPLIT, preflight.REFUSED]
     big = spec.only("big")
     assert pre.specs == [spec.only("small"), *big.by_lr(), big]        # the rates first, then choose and test
     assert [s.only_lr for s in pre.specs] == [None, 1e-5, 2e-5, 5e-5, None]
     assert pre.refused == ["refused: m / huge: one learning rate needs about 20 GPU-hours > 9 h: raise timeout_min, "
                            "lower cap_train, use dtype bfloat16, or give throughput_tflops a measured value"]
-    with pytest.raises(cluster.PreflightError, match=r"^1 unit\(s\) cannot finish .*\nrefused: m / huge: "):
+    with pytest.raises(preflight.PreflightError, match=r"^1 unit\(s\) cannot finish .*\nrefused: m / huge: "):
         pre.check()
     assert pre.summary["preflight_gpu_hours"] == pytest.approx(0.3 + 15 + 60, rel=1e-3)
     lines = pre.lines()
@@ -85,26 +85,26 @@ def test_jobs_over_the_limit_are_split_and_units_that_cannot_finish_refused(mode
 def test_a_job_that_fits_is_left_alone_and_no_limit_splits_nothing(model_of_1b, tmp_path):
     spec = _spec(["a", "b"], tmp_path)
     selection = _selection(a=_train_for(1), b=_train_for(1))
-    assert cluster.preflight([spec], selection, {"timeout_min": 600}, tflops=1.0).specs == [spec]   # 6 h in all
-    free = cluster.preflight([spec], _selection(a=_train_for(50), b=0), {}, tflops=1.0)
+    assert preflight.preflight([spec], selection, {"timeout_min": 600}, tflops=1.0).specs == [spec]   # 6 h in all
+    free = preflight.preflight([spec], _selection(a=_train_for(50), b=0), {}, tflops=1.0)
     assert free.specs == [spec] and free.refused == [] and free.limit_hours is None
 
 
 def test_memory_back_off_and_refusal(model_of_1b, tmp_path):
     spec = _spec(["a"], tmp_path)
     selection = _selection(a=100)
-    roomy = cluster.preflight([spec], selection, {}, tflops=1.0, gpu_memory_gb=80).table.iloc[0]
+    roomy = preflight.preflight([spec], selection, {}, tflops=1.0, gpu_memory_gb=80).table.iloc[0]
     assert roomy["micro_batch"] == 8 and not roomy["checkpointing"]
-    tight_gb = cluster.training_memory_gb(model_of_1b, "float32", 2, 1024) + 0.1
-    tight = cluster.preflight([spec], selection, {}, tflops=1.0, gpu_memory_gb=tight_gb).table.iloc[0]
+    tight_gb = preflight.training_memory_gb(model_of_1b, "float32", 2, 1024) + 0.1
+    tight = preflight.preflight([spec], selection, {}, tflops=1.0, gpu_memory_gb=tight_gb).table.iloc[0]
     assert tight["micro_batch"] == 2 and tight["peak_gb"] > tight_gb                # halved twice, as the back-off
-    ckpt_gb = cluster.training_memory_gb(model_of_1b, "float32", 1, 1024, checkpointing=True) + 0.1
-    ckpt = cluster.preflight([spec], selection, {}, tflops=1.0, gpu_memory_gb=ckpt_gb)
+    ckpt_gb = preflight.training_memory_gb(model_of_1b, "float32", 1, 1024, checkpointing=True) + 0.1
+    ckpt = preflight.preflight([spec], selection, {}, tflops=1.0, gpu_memory_gb=ckpt_gb)
     row = ckpt.table.iloc[0]
     assert row["micro_batch"] == 1 and row["checkpointing"]
-    plain = cluster.preflight([spec], selection, {}, tflops=1.0).table.iloc[0]
+    plain = preflight.preflight([spec], selection, {}, tflops=1.0).table.iloc[0]
     assert row["gpu_hours_per_lr"] > plain["gpu_hours_per_lr"]                     # recomputation counted
-    refused = cluster.preflight([spec], selection, {}, tflops=1.0, gpu_memory_gb=2.0)
+    refused = preflight.preflight([spec], selection, {}, tflops=1.0, gpu_memory_gb=2.0)
     assert refused.refused[0].startswith("refused: m / a: does not fit 2 GB even at micro-batch 1 with gradient "
                                          "checkpointing")
 
@@ -112,7 +112,7 @@ def test_memory_back_off_and_refusal(model_of_1b, tmp_path):
 def test_direct_evaluation_is_never_split_only_refused(model_of_1b, tmp_path):
     spec = _spec(["a"], tmp_path, protocol=store.DIRECT)
     selection = {"tasks": {"a": {"kind": "multiple_choice", "chars_per_example": 400, "plan_test": 10_000_000}}}
-    pre = cluster.preflight([spec], selection, {"timeout_min": 60}, tflops=1.0)
+    pre = preflight.preflight([spec], selection, {"timeout_min": 60}, tflops=1.0)
     assert pre.specs == [] and pre.refused[0].startswith("refused: m / a: its test needs about")
 
 
@@ -120,29 +120,29 @@ def test_the_throughput_comes_from_the_parameter_a_slice_run_or_the_assumption(t
     from lib import paths
 
     monkeypatch.setattr(paths, "stage_dir", lambda profile, stage: tmp_path / profile / stage)
-    assert cluster.throughput("float32") == (15.0, "assumed for float32 (no paper_slice run has measured it)")
+    assert preflight.throughput("float32") == (15.0, "assumed for float32 (no paper_slice run has measured it)")
     (tmp_path / "paper_slice" / "02_finetune").mkdir(parents=True)
     (tmp_path / "paper_slice" / "02_finetune" / "summary.json").write_text('{"measured_tflops": {"float32": 21.5}}')
-    assert cluster.throughput("float32") == (21.5, "measured by the paper_slice run")
-    assert cluster.throughput("bfloat16")[1].startswith("assumed")                 # measured in another dtype
-    assert cluster.throughput("float32", 7.0) == (7.0, "given (throughput_tflops)")
+    assert preflight.throughput("float32") == (21.5, "measured by the paper_slice run")
+    assert preflight.throughput("bfloat16")[1].startswith("assumed")                 # measured in another dtype
+    assert preflight.throughput("float32", 7.0) == (7.0, "given (throughput_tflops)")
 
 
 @pytest.mark.slow
 def test_the_papers_grid_fits_the_time_limit_after_splitting():
     """The paper profile offline (its training counts, validation and test at their caps, model sizes
     from lib.metadata): every job of the split grid fits 90 % of timeout_min and none is refused."""
-    pre = cluster.preflight_profile("paper")
+    pre = preflight.preflight_profile("paper")
     t = pre.table
-    assert len(t) == 61 * 24 and not pre.refused and set(t["action"]) <= {cluster.ONE_JOB, cluster.SPLIT}
+    assert len(t) == 61 * 24 and not pre.refused and set(t["action"]) <= {preflight.ONE_JOB, preflight.SPLIT}
     units = t.set_index(["model", "benchmark"])
     for spec in pre.specs:
         (bench,) = spec.benchmarks
         row = units.loc[(spec.model, bench)]
         hours = row["gpu_hours_per_lr"] if spec.only_lr is not None else \
-            row["test_gpu_hours"] if row["action"] == cluster.SPLIT else row["gpu_hours"]
+            row["test_gpu_hours"] if row["action"] == preflight.SPLIT else row["gpu_hours"]
         assert hours <= pre.limit_hours, (spec.model, bench, spec.only_lr, hours)
-    split = t[t["action"] == cluster.SPLIT]
+    split = t[t["action"] == preflight.SPLIT]
     assert len(pre.specs) == len(t) + 3 * len(split) and len(split) > 0
     assert ("Qwen/Qwen2.5-14B", "mnli") in set(zip(split["model"], split["benchmark"]))
     assert math.isclose(pre.summary["preflight_gpu_hours"], t["gpu_hours"].sum(), rel_tol=1e-6)
@@ -158,6 +158,6 @@ def test_a_model_recorded_by_its_portable_name_is_read_where_it_lies_now(tmp_pat
     tok = tiny.train_tokenizer(["a b c d e f g h"] * 20, 300)
     tiny.make_model("llama", tok, d_model=16, n_layers=1, n_heads=2).config.save_pretrained(folder)
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path)
-    shape = cluster.model_shape("outputs:prof/work/models/tiny")
+    shape = preflight.model_shape("outputs:prof/work/models/tiny")
     assert shape["n_params"] > 0
-    assert cluster._local("Qwen/Qwen2-7B") == "Qwen/Qwen2-7B"
+    assert preflight._local("Qwen/Qwen2-7B") == "Qwen/Qwen2-7B"

@@ -415,10 +415,9 @@ def test_preflight_asks_the_scheduler_for_the_partition_limit_and_array_size(slu
     assert slurm.limits(None).partition == "normal" and slurm.limits(None).max_time_min is None
     assert slurm.array_size(1000) == 3
     assert "MaxArraySize is 3 on this cluster, max_array 1000: arrays of 3 tasks" in "".join(capsys.readouterr())
-    from lib.pipeline import cluster as cl
 
-    res, lines = cl.scheduler_resources({"slurm_partition": "short", "timeout_min": 30})
+    res, lines = slurm.scheduler_resources({"slurm_partition": "short", "timeout_min": 30})
     assert res["timeout_min"] == 1
     assert lines == ["preflight: partition short allows 1 min a job, not timeout_min 30: planning with 1 min"]
     with pytest.raises(ValueError, match="partition 'gpu' does not exist on this cluster"):
-        cl.scheduler_resources({"slurm_partition": "gpu", "timeout_min": 30})
+        slurm.scheduler_resources({"slurm_partition": "gpu", "timeout_min": 30})

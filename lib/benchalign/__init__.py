@@ -12,6 +12,7 @@ ranking; trained on small (source) models, tested on unseen larger ones (noteboo
     studies      method comparison with seeds and bootstrap intervals (lib.analysis.uncertainty),
                  ablation, data needs, the cross-paper experiment
     experiments  notebook 07 in one call: its summary, tables and numbers
+    memo         notebook 07's finished units of work kept on disk, so an interrupted run resumes
     figures      the notebook's figures
     tables       the docs tables of stage 07 (registered in lib.doctables)
 """

@@ -1,5 +1,5 @@
 """The mini world's results tables that docs/miniworld.md quotes: 04's ``preparation``
-(:func:`lib.miniworld.analysis`'s P1 manipulation check, benchmark subsets, zoo compositions and the
+(:mod:`lib.miniworld.analysis`'s P1 manipulation check, benchmark subsets, zoo compositions and the
 leads of prepared models), registered in :mod:`lib.doctables`."""
 
 from __future__ import annotations

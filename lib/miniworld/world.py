@@ -52,7 +52,6 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import UserError
 from ..metadata import GEN, MC, PERPLEXITY, PPL, Benchmark
 from ..pipeline.localtasks import write_task
 from ..util import atomic_write_json, atomic_write_text, current, sha256_bytes, sha256_file
@@ -107,7 +106,7 @@ CORPORA: dict[str, Benchmark] = {n: Benchmark(name=n, kind=PPL, metric="bits_per
 SPLITS = ("train", "validation", "test")
 
 
-class WorldError(UserError, ValueError):
+class WorldError(ValueError):
     """Invalid world configuration (the message names the key)."""
 
 

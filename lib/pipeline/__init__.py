@@ -1,4 +1,6 @@
-"""The train-before-test pipeline: task selection, fine-tuning, evaluation, perplexity, job grid.
+"""What a unit of the train-before-test pipeline computes: task selection, fine-tuning, evaluation,
+perplexity, the two protocols. How the units are run (locally, in a process pool, on Slurm) is its
+subpackage :mod:`lib.pipeline.launch`.
 
     tasks       lm-eval registry (built-ins + include_path folders), selection, split rule and plans,
                 one document rendered as lm-eval scores it
@@ -7,22 +9,23 @@
     evaluate    model loading/resolution, lm-eval scoring of a preloaded model, per-item files
     finetune    the recipe (the paper's choices, named), tokenised training examples, one
                 learning-rate unit
-    training    the two training loops (pre-training, LoRA epochs with micro-batches, checkpointing
-                and out-of-memory back-off), their optimiser step, the validation loss
+    training    the two training loops (pre-training, fine-tuning epochs with micro-batches,
+                checkpointing and out-of-memory back-off), their optimiser step, the validation loss
+    stacked     several training runs of one model shape in one computation (a unit's learning rates
+                stacked: ``stack_lrs``)
     perplexity  local text corpora as loglikelihood_rolling tasks; bits-per-byte tables
     protocols   the paper's two protocols for one (model, benchmark), read top to bottom
     spec        what one job runs (JobSpec): what determines a result, its provenance
-    jobs        the (model, benchmark, lr) grid: resumable units, locks, local or submitit launcher,
-                every outcome collected, progress
     reports     the tables and summaries of notebooks 02 and 03
     tables      the docs tables of stages 01-03 (registered in lib.doctables)
-    locks       one lock file per unit, so two jobs never work on (or delete) the same unit
-    cluster     memory / time estimates, hub access and downloads (`make models`), published comparison
-    tiny        tiny causal LMs built offline: tokenizer and model primitives
-    localtasks  writes local lm-eval task YAML + JSONL
-    device      torch device and CPU thread count
-    hub         whether the Hugging Face Hub can be used, found out once and within seconds
     figures     the figures of notebooks 01-03
+    tiny        tiny causal LMs built offline: tokenizer and model primitives
+    realmodel   a real pretrained LM and lm-eval's own task configs, offline (the real_cpu profile)
+    localtasks  writes local lm-eval task YAML + JSONL
+    device      torch device, CPU thread count and the pinned CPU arithmetic
+    hub         whether the Hugging Face Hub can be used, found out once and within seconds
+    launch      how units are run: the job grid, process pool, Slurm, locks, make status / models /
+                preflight
 
 Heavy imports (torch, transformers, peft, lm_eval) happen inside functions, so importing a
 module here is cheap.

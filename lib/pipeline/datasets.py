@@ -5,7 +5,7 @@ every unit keeps of the documents it chose.
 The paper vendored lm-eval 0.4.8. The pinned lm-eval keeps the prompts, metrics and filters of the
 paper's 24 tasks, but moved most of them to re-homed hub repositories (``glue`` ->
 ``nyu-mll/glue``, ``social_i_qa`` -> ``lighteval/siqa``, ``gsm8k`` -> ``openai/gsm8k``, ...):
-:data:`PAPER_CONFIGS` holds the 0.4.8 ``dataset_path`` and ``dataset_name`` of every task, read
+:func:`paper_configs` holds the 0.4.8 ``dataset_path`` and ``dataset_name`` of every task, read
 from the 0.4.8 wheel (:func:`paper_configs_from_wheel`; ``lm_eval_0.4.8.json`` says which wheel).
 The paper's documents are chosen by position (the random_split carve and the permutation caps,
 :func:`lib.pipeline.tasks.plan_splits`), so a repository that orders its rows differently changes

@@ -155,8 +155,9 @@ class Stack:
     """``models`` (same class, same parameter shapes) trained together on the same batches.
 
     After construction each model's parameters are views of this stack's tensors; call
-    :meth:`unstack` to give every model storage of its own again (done by :meth:`drop` for a run
-    that stops early, so the remaining runs stack without it).
+    :meth:`unstack` to give every model storage of its own again (done at the end of every epoch by
+    :meth:`lib.pipeline.training.StackedRuns.epoch`, which stacks only the runs still training, so a
+    run that stops early is left out of the next epoch's stack).
     """
 
     def __init__(self, models: Sequence, linear: str | None = None):

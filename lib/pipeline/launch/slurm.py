@@ -95,15 +95,6 @@ def _run(cmd: list[str], timeout: float = 30.0) -> str:
     return out.stdout
 
 
-def available() -> str | None:
-    """None when a Slurm controller answers here, else why not (one line)."""
-    try:
-        _run(["scontrol", "ping"], timeout=15)
-    except SchedulerDown as exc:
-        return str(exc)
-    return None
-
-
 # --------------------------------------------------------------------------- limits
 def minutes(text: str) -> float | None:
     """Slurm's time formats in minutes (None when unlimited): ``M``, ``M:S``, ``H:M:S``, ``D-H``,

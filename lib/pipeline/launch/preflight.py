@@ -1,14 +1,15 @@
-"""What a run on a GPU cluster needs besides the job grid: model sizes and a memory / time estimate
-per family (printed before submission), access to the hub's models and datasets checked and
-fetched before any GPU job starts (``make models``), and the comparison of a first run with the
-published scores (``paper_slice``).
+"""The preflight: before any job is submitted, what each (model, benchmark) of notebook 02 costs in
+GPU-hours and memory, and whether it can finish within the time limit (``make preflight``).
 
-``python -m lib.pipeline.cluster models PROFILE``   download and check every model and dataset
-``python -m lib.pipeline.cluster compare PROFILE``  our direct-evaluation scores vs all_results.json
+Per unit, :func:`unit_flops` counts the training, validation and test FLOPs from notebook 01's
+planned sizes; :func:`throughput` turns them into hours (a measured ``paper_slice`` run's TFLOP/s
+when there is one, :func:`measured_tflops`); :func:`training_memory_gb` estimates the peak memory
+of a training step from the model's config (:func:`model_shape`, no weights loaded). The
+estimates are rough by design (stated assumptions): they say which units need micro-batches or
+gradient checkpointing on the GPUs at hand, which must be split into one job per learning rate,
+and which cannot run at all (:class:`PreflightError`, one line each with what to change).
 
-The estimates are rough by design (stated assumptions, no measurement on the cluster): they say
-which families need micro-batches or gradient checkpointing on the GPUs at hand, and about how
-many GPU-hours a stage takes.
+``python -m lib.pipeline.launch.preflight PROFILE``   the preflight of a profile's notebook 02
 """
 
 from __future__ import annotations
@@ -23,11 +24,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import paths, store
-from ..errors import UserError
-from ..util import did_you_mean
-from . import datasets, hub
-from .launch import slurm
+from ... import paths, store
+from ...errors import UserError
+from . import slurm
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # sustained TFLOP/s assumed for the time estimate: an A100/H100-class GPU at about 40 % of peak
@@ -36,16 +35,10 @@ TFLOPS = {"float32": 15.0, "bfloat16": 120.0, "float16": 120.0}
 CHARS_PER_TOKEN = 4.0          # English text with a 30k-250k BPE vocabulary: 3.5-4.5 characters a token
 CONTEXT_GB = 1.5               # CUDA context, allocator slack and the LoRA optimiser state
 DEFAULT_CHARS = 400            # characters of a training example when notebook 01 has not measured them
-GATED_HELP = ("request access on each model's hub page with the account whose token this machine uses "
-              "(HF_TOKEN, or `hf auth login`), then run `make models PROFILE={profile}` again")
-
-
-class HubError(UserError, RuntimeError):
-    """Models or datasets cannot be fetched (the message names them and what to do)."""
 
 
 # ---------------------------------------------------------------------------------------------
-# model sizes and estimates
+# model sizes and the cost of a unit
 
 
 def _local(source: str) -> str:
@@ -97,7 +90,7 @@ def shape_of(source: str, model: str | None = None) -> dict:
     try:
         return model_shape(source)
     except Exception as exc:  # noqa: BLE001 - no config here: fall back on the known size
-        from .. import metadata
+        from ... import metadata
 
         try:
             info = metadata.model_info(model or source)
@@ -148,36 +141,6 @@ def unit_flops(n_params: float, task: dict, recipe=None, max_gen_toks: int = 256
     return out
 
 
-def estimate(specs, selection: dict, gpu_memory_gb: float = 80.0, tflops: float | None = None) -> pd.DataFrame:
-    """One row per job: model, family, parameters (billions), weights (GB), peak training memory
-    in the worst case (every row ``max_length`` tokens) at the recipe's micro-batch, the largest
-    micro-batch that fits ``gpu_memory_gb``, and the GPU-hours of the job at ``tflops`` (default:
-    :data:`TFLOPS` for the dtype), from :func:`unit_flops`."""
-    rows = []
-    tasks = selection.get("tasks") or {}
-    for spec in specs:
-        shape = model_shape(spec.source)
-        recipe = spec.recipe                      # None for direct evaluation
-        n = shape["n_params"]
-        flops = 0.0
-        for bench in spec.benchmarks:
-            f = unit_flops(n, tasks.get(bench, {}), recipe, spec.max_gen_toks,
-                           recipe is not None and recipe.gradient_checkpointing)
-            flops += f["test"] + (f["train"] + f["validation"]) * (len(recipe.lrs) if recipe is not None else 0)
-        row = {"model": spec.model, "family": shape["family"], "params_b": n / 1e9,
-               "weights_gb": n * BYTES[spec.dtype] / 1e9, "benchmarks": len(spec.benchmarks),
-               "gpu_hours": flops / ((tflops or TFLOPS[spec.dtype]) * 1e12) / 3600}
-        if recipe is not None:
-            micro = recipe.micro_batch_size or recipe.batch_size
-            ckpt = recipe.gradient_checkpointing
-            row["peak_gb"] = training_memory_gb(shape, spec.dtype, micro, recipe.max_length, ckpt)
-            fits = [m for m in range(recipe.batch_size, 0, -1)
-                    if training_memory_gb(shape, spec.dtype, m, recipe.max_length, ckpt) <= gpu_memory_gb]
-            row["micro_batch_that_fits"] = fits[0] if fits else 0
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 # ---------------------------------------------------------------------------------------------
 # the preflight: what each unit costs, and whether it can finish within the time limit
 
@@ -209,8 +172,8 @@ def measured_tflops(store_root: str | Path, models: list[str], selection: dict) 
     """{dtype: TFLOP/s} that this store's train-before-test results achieved: :func:`unit_flops` of
     their training and validation over the seconds they took (``train_seconds``). Counted with the
     estimate's own assumptions, so a preflight that uses it predicts this run's times exactly."""
-    from ..store import TBT
-    from .finetune import Recipe
+    from ...store import TBT
+    from ..finetune import Recipe
 
     try:
         results = store.load(store_root, TBT)
@@ -401,28 +364,10 @@ def _refusal(unit: dict, recipe, limit: float | None, gpu_memory_gb: float, micr
     return None
 
 
-def family_lines(table: pd.DataFrame, gpu_memory_gb: float = 80.0) -> list[str]:
-    """One console line per family of :func:`estimate`'s table."""
-    lines = []
-    for fam, g in table.groupby("family", sort=True):
-        text = (f"{fam}: {g['model'].nunique()} model(s), {g['params_b'].min():.3g}-{g['params_b'].max():.3g}B "
-                f"parameters, weights up to {g['weights_gb'].max():.3g} GB, about {g['gpu_hours'].sum():.3g} "
-                "GPU-hours")
-        if "peak_gb" in g:
-            worst = g.loc[g["peak_gb"].idxmax()]
-            text += f"; training peak up to {worst['peak_gb']:.3g} GB ({worst['model']}, worst case)"
-            if worst["peak_gb"] > gpu_memory_gb:
-                fit = int(g["micro_batch_that_fits"].min())
-                text += (f" > {gpu_memory_gb:g} GB: micro_batch_size {fit} fits" if fit else
-                         f" > {gpu_memory_gb:g} GB even at micro-batch 1: set gradient_checkpointing")
-        lines.append(text)
-    return lines
-
-
 def model_lines(profile: str, table: pd.DataFrame) -> list[str]:
     """GPU-hours of notebook 02 per model; for a placement profile each model says whether it is new
     or a calibration model of the reference (what placing one more model costs)."""
-    from .. import params
+    from ... import params
 
     prof = params.load_profile(profile, validate=False)
     new = set(params.new_models(prof)) if prof.reference else set()
@@ -436,7 +381,7 @@ def model_lines(profile: str, table: pd.DataFrame) -> list[str]:
 def _source(model: str, profile: str) -> str:
     """Where a model of the profile lies: its folder when the store's metadata records one (models a
     prepare hook built), else the name itself (a hub id or a folder)."""
-    from .evaluate import ModelError, resolve_model
+    from ..evaluate import ModelError, resolve_model
 
     try:
         return resolve_model(model, paths.store_dir(profile), offline=True)[1]
@@ -449,11 +394,11 @@ def preflight_profile(profile: str) -> Preflight:
     from notebook 01's summary when it has run, else from :func:`lib.pipeline.tasks.preview_selection`
     (offline: no dataset or model is loaded; model sizes from their configs where cached, else from
     ``lib.metadata``)."""
-    from .. import params, report
-    from ..store import TBT
-    from . import tasks as tk
-    from .finetune import Recipe
-    from .spec import JobSpec
+    from ... import params, report
+    from ...store import TBT
+    from .. import tasks as tk
+    from ..finetune import Recipe
+    from ..spec import JobSpec
 
     prof = params.load_profile(profile)
     s1, s2 = prof.params("01_select_benchmarks"), prof.params("02_finetune")
@@ -476,198 +421,18 @@ def preflight_profile(profile: str) -> Preflight:
     return preflight(specs, selection, s2["resources"], s2["throughput_tflops"], s2["gpu_memory_gb"], s2["executor"])
 
 
-# ---------------------------------------------------------------------------------------------
-# the hub: access, downloads
-
-
-def profile_needs(profile: str) -> tuple[list[str], list[str]]:
-    """(models, tasks) a profile's stages 01-03 name."""
-    from .. import params
-
-    prof = params.load_profile(profile)
-    models: list[str] = []
-    for stage in ("02_finetune", "03_direct_eval"):
-        if stage in prof.stages:
-            models += [m for m in prof.params(stage)["models"] if m not in models]
-    s1 = prof.params("01_select_benchmarks") if "01_select_benchmarks" in prof.stages else {}
-    return models, list(s1.get("tasks", [])) + list(s1.get("corpora", []))
-
-
-def _weight_patterns(files: list[str]) -> list[str]:
-    """What a model needs: configs, tokenizer files, and its weights (safetensors when present)."""
-    weights = ["*.safetensors"] if any(f.endswith(".safetensors") for f in files) else ["*.bin"]
-    return ["*.json", "*.model", "*.txt", "*.tiktoken", "tokenizer*"] + weights
-
-
-def check_models(models: list[str], download: bool = True) -> dict[str, list[str]]:
-    """Try every hub model (a local folder is checked for its config); returns problems by kind:
-    ``gated`` (no access), ``missing`` (no such repository), ``failed`` (other errors, with the
-    reason) and ``ok``. With ``download`` the configs, tokenizer and weights are fetched into the
-    hub cache (``HF_HOME``)."""
-    from huggingface_hub import HfApi, hf_hub_download, snapshot_download
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-
-    out: dict[str, list[str]] = {"ok": [], "gated": [], "missing": [], "failed": []}
-    api = HfApi()
-    for m in models:
-        if Path(m).expanduser().is_dir():
-            (out["ok"] if (Path(m).expanduser() / "config.json").exists() else out["failed"]).append(m)
-            continue
-        try:
-            hf_hub_download(m, "config.json")                  # raises for gated / unknown repositories
-            if download:
-                files = [s.rfilename for s in api.model_info(m).siblings or []]
-                snapshot_download(m, allow_patterns=_weight_patterns(files))
-            out["ok"].append(m)
-        except GatedRepoError:
-            out["gated"].append(m)
-        except RepositoryNotFoundError:
-            out["missing"].append(m)
-        except Exception as exc:  # noqa: BLE001 - network, disk, permissions: reported per model
-            out["failed"].append(f"{m} ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]})")
-    return out
-
-
-def models_error(problems: dict[str, list[str]], profile: str) -> str | None:
-    """One line per kind of problem, or None when every model is there."""
-    lines = []
-    if problems.get("gated"):
-        lines.append(f"gated models need access ({len(problems['gated'])}): {', '.join(problems['gated'])}; "
-                     + GATED_HELP.format(profile=profile))
-    if problems.get("missing"):
-        lines.append(f"models not found on the hub: {', '.join(problems['missing'])} (check the ids in "
-                     f"params/{profile}.yaml)")
-    if problems.get("failed"):
-        lines.append(f"models that could not be fetched: {'; '.join(problems['failed'])}")
-    return "\n".join(lines) or None
-
-
-def hub_cache() -> Path:
-    """Where the hub puts model weights (``HF_HUB_CACHE``, else ``HF_HOME/hub``)."""
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE).expanduser().resolve()
-
-
-def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_repo_cache: bool = False) -> None:
-    """``make models PROFILE=...``: fetch and check every model and dataset the profile needs,
-    before any GPU job starts; raises :class:`HubError` naming what is missing. Weights are not
-    downloaded into the repository's own cache (the paper's 61 models take about 0.7 TB) unless
-    ``allow_repo_cache``."""
-    from .. import params
-    from . import tasks as tk
-
-    prof = params.load_profile(profile)
-    if prof.offline:                               # mini, smoke, real_cpu: built or converted here
-        print(f"[{profile}] offline profile: no hub model or dataset to fetch (its prepare hook makes its models "
-              f"and tasks: `make all PROFILE={profile}`)", flush=True)
-        return
-    models, task_names = profile_needs(profile)
-    for line in tk.dataset_lines(profile, task_names, prof.params("01_select_benchmarks")):
-        print(line, flush=True)                    # what the task configs say, known offline
-    cache = hub_cache()
-    hub_models = [m for m in models if not Path(m).expanduser().is_dir()]
-    if download and not allow_repo_cache and cache.is_relative_to(paths.ROOT) and hub_models:
-        raise HubError(f"the hub cache {cache} lies inside the repository: set HF_HOME (or HF_HUB_CACHE) to "
-                       "your shared model cache first, e.g. `export HF_HOME=$HOME/.cache/huggingface`, or pass "
-                       "--allow-repo-cache")
-    command = f"make models PROFILE={profile}"
-    if hub_models and hub.offline():               # the cache is all there is: say at once what it lacks
-        missing = [m for m in hub_models if not hub.cached(m)]
-        if missing:
-            raise HubError(f"HF_HUB_OFFLINE is set and the hub cache {cache} lacks {len(missing)} of {len(hub_models)} "
-                           f"models ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): "
-                           f"{hub.fix(command)}")
-    elif hub_models or task_names:                 # one quick request instead of five retries per file
-        try:
-            hub.require(f"profile {profile!r}", command)
-        except hub.HubUnreachable as exc:
-            raise HubError(str(exc)) from None
-    print(f"[{profile}] {len(models)} models and {len(task_names)} tasks; hub cache: {cache}", flush=True)
-    problems = check_models(models, download=download)
-    print(f"[{profile}] models: {len(problems['ok'])} of {len(models)} ready", flush=True)
-    s1 = prof.params("01_select_benchmarks")
-    include = tk.resolve_include_paths(s1["include_paths"], paths.work_dir(profile))
-    rows = tk.select(task_names, include, s1["include_defaults"], min_train=0, timeout=timeout,
-                     rule=tk.SplitRule.from_params(s1)) if task_names else []
-    unreachable = [f"{r['task']} ({r['note']})" for r in rows if r.get("count_source") != "dataset"]
-    print(f"[{profile}] datasets: {len(rows) - len(unreachable)} of {len(rows)} loaded", flush=True)
-    for line in datasets.record_lines(profile, rows):   # each dataset as loaded: revision, fingerprints, documents
-        print(line, flush=True)
-    error = models_error(problems, profile)
-    if unreachable:
-        error = (error + "\n" if error else "") + f"datasets that cannot be loaded: {'; '.join(unreachable)}"
-    if error:
-        raise HubError(error)
-
-
-# ---------------------------------------------------------------------------------------------
-# a first run against the published scores
-
-
-def published_scores(models: list[str], benchmarks: list[str], protocol: str = store.DIRECT) -> pd.DataFrame:
-    """The published score and standard error of each (model, benchmark) under ``protocol``,
-    from lm-harmony's all_results.json (``HARMONY_DATA`` or ``make data``)."""
-    data = json.loads((paths.data_dir("lm-harmony/all_results.json") / "lm-harmony" / "all_results.json").read_text())
-    rows = []
-    for b in benchmarks:
-        if b not in data[protocol]:
-            raise KeyError(f"benchmark {b!r} is not in all_results.json{did_you_mean(b, data[protocol])}")
-        for m in models:
-            if m not in data[protocol][b]:
-                raise KeyError(f"model {m!r} has no published {protocol} score on {b!r}")
-            rows.append({"model": m, "benchmark": b, "published": data[protocol][b][m],
-                         "published_stderr": data[f"{protocol}_stderr"][b][m]})
-    return pd.DataFrame(rows)
-
-
-def compare(store_root: str | Path, models: list[str], benchmarks: list[str], protocol: str = store.DIRECT,
-            ) -> pd.DataFrame:
-    """Our scores next to the published ones: ``diff`` (ours - published) and ``z`` (diff over the
-    published standard error); ``within`` is |z| <= 2."""
-    table = published_scores(models, benchmarks, protocol)
-    ours = store.load(store_root, protocol)
-    ours = {(r.model, r.benchmark): r.score for r in ours.itertuples()}
-    table["ours"] = [ours.get((m, b), math.nan) for m, b in zip(table["model"], table["benchmark"])]
-    table["diff"] = table["ours"] - table["published"]
-    table["z"] = table["diff"] / table["published_stderr"]
-    table["within"] = table["z"].abs() <= 2
-    return table
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lib.pipeline.cluster", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("models", help="download and check every model and dataset of a profile")
-    m.add_argument("profile")
-    m.add_argument("--check-only", action="store_true", help="check access without downloading weights")
-    m.add_argument("--allow-repo-cache", action="store_true", help="download into the repository's .cache/hf")
-    c = sub.add_parser("compare", help="our direct-evaluation scores next to the published ones")
-    c.add_argument("profile")
-    p = sub.add_parser("preflight", help="GPU-hours and memory per unit of notebook 02, before any job is submitted")
-    p.add_argument("profile")
+    ap = argparse.ArgumentParser(prog="python -m lib.pipeline.launch.preflight", description=__doc__.splitlines()[0])
+    ap.add_argument("profile")
     args = ap.parse_args(argv)
-    if args.cmd == "preflight":
-        pre = preflight_profile(args.profile)
-        by_family = pre.table.groupby("family").agg(models=("model", "nunique"), units=("benchmark", "size"),
-                                                    gpu_hours=("gpu_hours", "sum"), peak_gb=("peak_gb", "max"),
-                                                    split=("action", lambda a: int((a == SPLIT).sum())))
-        print(by_family.round(1).to_string())
-        print("\n".join(pre.lines()))
-        print("\n".join(model_lines(args.profile, pre.table)))
-        return 1 if pre.refused else 0
-    if args.cmd == "models":
-        try:
-            fetch(args.profile, download=not args.check_only, allow_repo_cache=args.allow_repo_cache)
-        except (HubError, datasets.DatasetError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        print(f"[{args.profile}] every model and dataset is ready", flush=True)
-        return 0
-    models, tasks = profile_needs(args.profile)
-    table = compare(paths.store_dir(args.profile), models, tasks)
-    print(table.to_string(index=False))
-    return 0 if table["within"].all() else 1
+    pre = preflight_profile(args.profile)
+    by_family = pre.table.groupby("family").agg(models=("model", "nunique"), units=("benchmark", "size"),
+                                                gpu_hours=("gpu_hours", "sum"), peak_gb=("peak_gb", "max"),
+                                                split=("action", lambda a: int((a == SPLIT).sum())))
+    print(by_family.round(1).to_string())
+    print("\n".join(pre.lines()))
+    print("\n".join(model_lines(args.profile, pre.table)))
+    return 1 if pre.refused else 0
 
 
 if __name__ == "__main__":

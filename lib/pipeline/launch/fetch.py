@@ -1,0 +1,154 @@
+"""``make models PROFILE=p``: every model and dataset a profile needs, fetched and checked before any
+GPU job starts, so that a gated model or a missing dataset stops the run here, named in one line,
+and not hours later in a job.
+
+Whether the hub answers at all is asked once first (:mod:`lib.pipeline.hub`); weights go into the
+hub cache (``HF_HOME``), never into the repository's own (the paper's 61 models take about 0.7 TB).
+
+``python -m lib.pipeline.launch.fetch PROFILE [--check-only] [--allow-repo-cache]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ... import paths
+from ...errors import UserError
+from ...params import profile_needs
+from .. import datasets, hub
+
+GATED_HELP = ("request access on each model's hub page with the account whose token this machine uses "
+              "(HF_TOKEN, or `hf auth login`), then run `make models PROFILE={profile}` again")
+
+
+class HubError(UserError, RuntimeError):
+    """Models or datasets cannot be fetched (the message names them and what to do)."""
+
+
+def _weight_patterns(files: list[str]) -> list[str]:
+    """What a model needs: configs, tokenizer files, and its weights (safetensors when present)."""
+    weights = ["*.safetensors"] if any(f.endswith(".safetensors") for f in files) else ["*.bin"]
+    return ["*.json", "*.model", "*.txt", "*.tiktoken", "tokenizer*"] + weights
+
+
+def check_models(models: list[str], download: bool = True) -> dict[str, list[str]]:
+    """Try every hub model (a local folder is checked for its config); returns problems by kind:
+    ``gated`` (no access), ``missing`` (no such repository), ``failed`` (other errors, with the
+    reason) and ``ok``. With ``download`` the configs, tokenizer and weights are fetched into the
+    hub cache (``HF_HOME``)."""
+    from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    out: dict[str, list[str]] = {"ok": [], "gated": [], "missing": [], "failed": []}
+    api = HfApi()
+    for m in models:
+        if Path(m).expanduser().is_dir():
+            (out["ok"] if (Path(m).expanduser() / "config.json").exists() else out["failed"]).append(m)
+            continue
+        try:
+            hf_hub_download(m, "config.json")                  # raises for gated / unknown repositories
+            if download:
+                files = [s.rfilename for s in api.model_info(m).siblings or []]
+                snapshot_download(m, allow_patterns=_weight_patterns(files))
+            out["ok"].append(m)
+        except GatedRepoError:
+            out["gated"].append(m)
+        except RepositoryNotFoundError:
+            out["missing"].append(m)
+        except Exception as exc:  # noqa: BLE001 - network, disk, permissions: reported per model
+            out["failed"].append(f"{m} ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]})")
+    return out
+
+
+def models_error(problems: dict[str, list[str]], profile: str) -> str | None:
+    """One line per kind of problem, or None when every model is there."""
+    lines = []
+    if problems.get("gated"):
+        lines.append(f"gated models need access ({len(problems['gated'])}): {', '.join(problems['gated'])}; "
+                     + GATED_HELP.format(profile=profile))
+    if problems.get("missing"):
+        lines.append(f"models not found on the hub: {', '.join(problems['missing'])} (check the ids in "
+                     f"params/{profile}.yaml)")
+    if problems.get("failed"):
+        lines.append(f"models that could not be fetched: {'; '.join(problems['failed'])}")
+    return "\n".join(lines) or None
+
+
+def hub_cache() -> Path:
+    """Where the hub puts model weights (``HF_HUB_CACHE``, else ``HF_HOME/hub``)."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE).expanduser().resolve()
+
+
+def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_repo_cache: bool = False) -> None:
+    """``make models PROFILE=...``: fetch and check every model and dataset the profile needs,
+    before any GPU job starts; raises :class:`HubError` naming what is missing. Weights are not
+    downloaded into the repository's own cache (the paper's 61 models take about 0.7 TB) unless
+    ``allow_repo_cache``."""
+    from ... import params
+    from .. import tasks as tk
+
+    prof = params.load_profile(profile)
+    if prof.offline:                               # mini, smoke, real_cpu: built or converted here
+        print(f"[{profile}] offline profile: no hub model or dataset to fetch (its prepare hook makes its models "
+              f"and tasks: `make all PROFILE={profile}`)", flush=True)
+        return
+    models, task_names = profile_needs(profile)
+    for line in tk.dataset_lines(profile, task_names, prof.params("01_select_benchmarks")):
+        print(line, flush=True)                    # what the task configs say, known offline
+    cache = hub_cache()
+    hub_models = [m for m in models if not Path(m).expanduser().is_dir()]
+    if download and not allow_repo_cache and cache.is_relative_to(paths.ROOT) and hub_models:
+        raise HubError(f"the hub cache {cache} lies inside the repository: set HF_HOME (or HF_HUB_CACHE) to "
+                       "your shared model cache first, e.g. `export HF_HOME=$HOME/.cache/huggingface`, or pass "
+                       "--allow-repo-cache")
+    command = f"make models PROFILE={profile}"
+    if hub_models and hub.offline():               # the cache is all there is: say at once what it lacks
+        missing = [m for m in hub_models if not hub.cached(m)]
+        if missing:
+            raise HubError(f"HF_HUB_OFFLINE is set and the hub cache {cache} lacks {len(missing)} of {len(hub_models)} "
+                           f"models ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): "
+                           f"{hub.fix(command)}")
+    elif hub_models or task_names:                 # one quick request instead of five retries per file
+        try:
+            hub.require(f"profile {profile!r}", command)
+        except hub.HubUnreachable as exc:
+            raise HubError(str(exc)) from None
+    print(f"[{profile}] {len(models)} models and {len(task_names)} tasks; hub cache: {cache}", flush=True)
+    problems = check_models(models, download=download)
+    print(f"[{profile}] models: {len(problems['ok'])} of {len(models)} ready", flush=True)
+    s1 = prof.params("01_select_benchmarks")
+    include = tk.resolve_include_paths(s1["include_paths"], paths.work_dir(profile))
+    rows = tk.select(task_names, include, s1["include_defaults"], min_train=0, timeout=timeout,
+                     rule=tk.SplitRule.from_params(s1)) if task_names else []
+    unreachable = [f"{r['task']} ({r['note']})" for r in rows if r.get("count_source") != "dataset"]
+    print(f"[{profile}] datasets: {len(rows) - len(unreachable)} of {len(rows)} loaded", flush=True)
+    for line in datasets.record_lines(profile, rows):   # each dataset as loaded: revision, fingerprints, documents
+        print(line, flush=True)
+    error = models_error(problems, profile)
+    if unreachable:
+        error = (error + "\n" if error else "") + f"datasets that cannot be loaded: {'; '.join(unreachable)}"
+    if error:
+        raise HubError(error)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lib.pipeline.launch.fetch", description=__doc__.splitlines()[0])
+    ap.add_argument("profile")
+    ap.add_argument("--check-only", action="store_true", help="check access without downloading weights")
+    ap.add_argument("--allow-repo-cache", action="store_true", help="download into the repository's .cache/hf")
+    args = ap.parse_args(argv)
+    try:
+        fetch(args.profile, download=not args.check_only, allow_repo_cache=args.allow_repo_cache)
+    except (HubError, datasets.DatasetError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"[{args.profile}] every model and dataset is ready", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
