@@ -258,7 +258,6 @@ def validate_profile(prof: Profile) -> None:
         known = sorted({k for s in prof.stages for k in notebook_parameters(s)} - {"profile"})
         raise ParamsError(f"{prof.path}: common.{unused[0]}: no stage of this profile has that parameter"
                           f"{did_you_mean(unused[0], known)}")
-    check_scheduler(prof)
     check_models(prof)
 
 
@@ -276,29 +275,6 @@ def check_models(prof: Profile) -> None:
                 if not (folder / "config.json").exists():
                     raise ParamsError(f"{prof.path}: {scope}.models[{i}]: no model folder {entry!r} (no config.json "
                                       "there)")
-
-
-def check_scheduler(prof: Profile) -> None:
-    """The ``resources`` of every stage run on Slurm against the nodes of its partition, where a
-    scheduler answers (``scontrol``): a request no node meets is one line naming the file and key,
-    before any work, not sbatch's refusal at 02."""
-    from .pipeline.launch import slurm
-
-    for stage_name, values in prof.stages.items():
-        merged = {**prof.common, **values}
-        resources = merged.get("resources")
-        if merged.get("executor") != "slurm" or not isinstance(resources, dict):
-            continue
-        scope = f"stages.{stage_name}" if "resources" in values else "common"
-        try:
-            partition = slurm.limits(resources.get("slurm_partition")).partition
-            problems = slurm.node_problems(resources, partition)
-        except slurm.SchedulerDown:
-            return                    # no scheduler here: the preflight says it trusts them
-        except ValueError as exc:     # an unknown partition
-            raise ParamsError(f"{prof.path}: {scope}.resources.slurm_partition: {exc}") from None
-        if problems:
-            raise ParamsError(f"{prof.path}: {scope}.resources.{problems[0][0]}: {problems[0][1]}")
 
 
 def _check_values(path: Path, where: str, stage_name: str, declared: dict, values: dict) -> None:

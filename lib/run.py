@@ -41,7 +41,7 @@ from .failures import Where, command_line, failure_line, quiet_after_ctrl_c, rai
 from .kernel import Heartbeat, execute
 from .params import LOCK_FILE, PREPARED_STAMP, ParamsError, Profile, check_stage, load_profile, lock_holder
 from .pipeline.device import pin_arithmetic
-from .pipeline.launch.slurm import SUBMIT_ONLY_ENV, JobsSubmitted
+from .pipeline.launch.slurm import SUBMIT_ONLY_ENV, JobsSubmitted, check_profile
 from .pipeline.launch.status import JOB_STAGES
 from .stagecache import results_digest, stage_key, stale
 from .util import atomic_write_json, mark, read_json
@@ -94,6 +94,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
     pin_arithmetic()          # also for callers from Python: the kernels inherit it
     where = where if where is not None else Where()
     prof = load_profile(name)                     # validates every stage before any work starts
+    check_profile(prof)                           # and its Slurm resources against the partition's nodes
     selected = _select(prof, stages)
     # Hugging Face's per-file download/load bars drown the stage lines (our own progress lines stay).
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

@@ -327,8 +327,8 @@ NODES = {
     ("{slurm_partition: gpu, gpus_per_node: 8}", "gpus_per_node", "8 GPUs asked, but the largest node of partition "
                                                                    "gpu has 4"),
 ])
-def test_resources_no_node_of_the_partition_meets_are_refused_at_validation(params_dir, monkeypatch, resources, key,
-                                                                            says):
+def test_resources_no_node_of_the_partition_meets_are_refused_before_any_work(params_dir, monkeypatch, capsys,
+                                                                             resources, key, says):
     from lib import params
     from lib.pipeline.launch import slurm
 
@@ -336,14 +336,20 @@ def test_resources_no_node_of_the_partition_meets_are_refused_at_validation(para
     (params_dir / "x.yaml").write_text(f"description: demo\ncommon: {{executor: slurm, resources: {resources}}}\n"
                                        "stages:\n  02_finetune:\n")
     with pytest.raises(params.ParamsError) as info:
-        params.load_profile("x")
+        slurm.check_profile(params.load_profile("x"))
     assert str(info.value).startswith(f"{params_dir / 'x.yaml'}: common.resources.{key}: {says}"), str(info.value)
     with pytest.raises(ValueError, match=f"resources.{key}: "):        # and in 02's preflight
         slurm.scheduler_resources(params.load_profile("x", validate=False).params("02_finetune")["resources"])
+    from lib import paths, run
+
+    monkeypatch.setattr(paths, "OUTPUTS", params_dir / "outputs")
+    assert run.main(["x"]) == 2                                      # the runner: one line, before any work
+    assert not (params_dir / "outputs").exists()
+    assert capsys.readouterr().err.strip() == f"error: {info.value}"
     fits = "{slurm_partition: gpu, gpus_per_node: 4, mem_gb: 200, cpus_per_task: 32}"
     (params_dir / "x.yaml").write_text(f"description: demo\ncommon: {{executor: slurm, resources: {fits}}}\n"
                                        "stages:\n  02_finetune:\n")
-    params.load_profile("x")
+    slurm.check_profile(params.load_profile("x"))
 
 
 def test_a_missing_model_folder_is_refused_before_prepare(params_dir, tmp_path):

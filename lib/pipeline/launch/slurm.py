@@ -195,6 +195,30 @@ def node_problems(resources: dict, partition: str) -> list[tuple[str, str]]:
     return problems
 
 
+def check_profile(prof) -> None:
+    """The ``resources`` of every stage of profile ``prof`` (a :class:`lib.params.Profile`) run on
+    Slurm against the nodes of its partition, where a scheduler answers: a request no node meets (or
+    an unknown partition) is :class:`lib.params.ParamsError`, one line naming the file and key, before
+    any work (the runner calls it after validating the params), not sbatch's refusal at 02."""
+    from ...params import ParamsError
+
+    for stage_name, values in prof.stages.items():
+        merged = {**prof.common, **(values or {})}
+        resources = merged.get("resources")
+        if merged.get("executor") != "slurm" or not isinstance(resources, dict):
+            continue
+        scope = f"stages.{stage_name}" if "resources" in (values or {}) else "common"
+        try:
+            partition = limits(resources.get("slurm_partition")).partition
+            problems = node_problems(resources, partition)
+        except SchedulerDown:
+            return                    # no scheduler here: the preflight says it trusts them
+        except ValueError as exc:     # an unknown partition
+            raise ParamsError(f"{prof.path}: {scope}.resources.slurm_partition: {exc}") from None
+        if problems:
+            raise ParamsError(f"{prof.path}: {scope}.resources.{problems[0][0]}: {problems[0][1]}")
+
+
 def array_size(max_array: int) -> int:
     """Tasks per job array: ``max_array``, or the cluster's ``MaxArraySize`` when that is smaller
     (one line says so)."""
