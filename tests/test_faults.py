@@ -200,6 +200,13 @@ def test_an_interruption_or_a_full_disk_is_one_line_and_own_failures_keep_their_
                                       "'/o/smoke/work/x/adapter.safetensors'); free space, then run `make all "
                                       "PROFILE=smoke` again")
 
+    torch_full = "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 234752 vs 234644"
+    with pytest.raises(JobError) as info:                      # torch's writer on a full disk names no errno
+        summarise([JobReport.of(specs[0], failed={"b1": torch_full})], specs)
+    assert "FAILED" not in capfd.readouterr().err
+    assert str(info.value).startswith(f"disk full: 1 unit(s) could not be written ([Errno 28] No space left on "
+                                      f"device: '{tmp_path / 'work'}'); free space")
+
     own = JobReport.of(specs[0], failed={"b1": "ValueError: bad task"})
     with pytest.raises(JobError) as info:
         summarise([own, stopped[1]], specs)

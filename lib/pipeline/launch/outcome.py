@@ -100,7 +100,10 @@ def retry_command(spec: JobSpec, bench: str, lr: float | None = None) -> str:
 # the out-of-memory killer) or the disk was full. Retrying each alone is not what fixes them; one line
 # says what does.
 STOPPED = re.compile(r"BrokenProcessPool|KeyboardInterrupt|terminated abruptly")
-DISK_FULL = re.compile(r"\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded")
+# torch's zip writer says only "unexpected pos" (or "failed writing") when the disk is full under it
+DISK_FULL = re.compile(r"\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded|"
+                       r"inline_container\.cc.*unexpected pos|PytorchStreamWriter failed writing")
+ERRNO = re.compile(r"\[Errno (?:28|122)\][^']*(?:'[^']*')?")
 
 
 def from_outside(reason: str) -> str | None:
@@ -144,10 +147,10 @@ def summarise(reports: list[JobReport], specs: list[JobSpec]) -> dict[str, dict]
     n_busy = sum(len(r.busy) for r in reports)
     finished = sum(len(v) for v in results.values())
     command = _resume_command(specs)
-    if "disk full" in outside:        # the reason names the file, so the runner's line names its disk
-        first = DISK_FULL.search(outside["disk full"][0])
-        head = (f"disk full: {len(outside['disk full'])} unit(s) could not be written "
-                f"({outside['disk full'][0][first.start():] if first else outside['disk full'][0]}); free space, "
+    if "disk full" in outside:        # with errno 28 and a file, so the runner's line names the disk
+        said = next((m.group(0) for r in outside["disk full"] if (m := ERRNO.search(r))), None)
+        said = said or f"[Errno 28] No space left on device: '{specs[0].work_root if specs else ''}'"
+        head = (f"disk full: {len(outside['disk full'])} unit(s) could not be written ({said}); free space, "
                 f"then run `{command}` again (finished units are kept)")
     elif "stopped" in outside:
         head = (f"interrupted: {len(outside['stopped'])} unit(s) stopped with their worker processes (Ctrl-C, "
