@@ -41,8 +41,6 @@ from .failures import Where, command_line, failure_line, quiet_after_ctrl_c, rai
 from .kernel import Heartbeat, execute
 from .params import LOCK_FILE, PREPARED_STAMP, ParamsError, Profile, check_stage, load_profile, lock_holder
 from .pipeline.device import pin_arithmetic
-from .pipeline.launch.slurm import SUBMIT_ONLY_ENV, JobsSubmitted, check_profile
-from .pipeline.launch.status import JOB_STAGES
 from .stagecache import results_digest, stage_key, stale
 from .util import atomic_write_json, mark, read_json
 
@@ -91,6 +89,9 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
                 where: Where | None = None) -> dict[str, dict]:
     """Run (or skip, when cached) the stages of profile ``name``; returns per-stage status/timing.
     Holds the profile's lock throughout (:func:`profile_lock`); ``where`` follows the stage running."""
+    from .pipeline.launch.slurm import SUBMIT_ONLY_ENV, JobsSubmitted, check_profile  # here: no pandas at start
+    from .pipeline.launch.status import JOB_STAGES
+
     pin_arithmetic()          # also for callers from Python: the kernels inherit it
     where = where if where is not None else Where()
     prof = load_profile(name)                     # validates every stage before any work starts
