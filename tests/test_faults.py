@@ -532,3 +532,19 @@ def test_ctrl_c_during_02_is_one_line_without_a_failed_unit(smoke, tmp_path):
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith("error: interrupted in 02_finetune (stage 1 of 1); "
                                                      "`make all PROFILE=smoke` resumes from "), err
+
+
+def test_a_hub_model_missing_from_the_offline_cache_is_refused_before_prepare(params_dir, tmp_path, monkeypatch,
+                                                                               capsys):
+    from lib import paths, run
+
+    monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "outputs")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))              # an empty cache
+    (params_dir / "x.yaml").write_text("description: demo\nprepare: [lib.miniworld.zoo:prepare]\n"
+                                       "common: {models: [nobody/no-such-model]}\nstages:\n  02_finetune:\n")
+    assert run.main(["x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {params_dir / 'x.yaml'}: common.models[0]: hub model 'nobody/no-such-model' is "
+                          "not in the local cache and HF_HUB_OFFLINE is set: run `make models PROFILE=x`"), err
+    assert "\n" not in err and not (tmp_path / "outputs").exists()    # before prepare: nothing made
