@@ -152,6 +152,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_hard_kill_of_the_pool_owner_leaves_no_worker_and_no_resource_tracker(tmp_path):
     owner = subprocess.Popen([sys.executable, "-c", POOL_OWNER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
