@@ -397,6 +397,10 @@ RAISE = {   # a cell body -> what the one line must say
               "full = {'b': 'OSError: [Errno 28] No space left on device'}\n"
               "outcome.summarise([outcome.JobReport.of(spec, failed=full)], [spec])",
               ["disk full writing ", "free space there, then run"]),
+    "failed-units": ("from lib.pipeline.launch import outcome\nfrom lib.pipeline.spec import JobSpec\n"
+                     "spec = JobSpec('direct_eval', 'm', 'm', ['b'], [], False, str(ctx.store), str(ctx.work))\n"
+                     "outcome.summarise([outcome.JobReport.of(spec, failed={'b': 'ValueError: bad'})], [spec])",
+                     ["1 unit(s) failed and 0 run elsewhere", "(listed above)"]),
 }
 
 
@@ -413,8 +417,10 @@ def test_every_failure_in_a_stage_ends_in_one_line_exit_2_and_the_traceback_in_a
     assert all(e in err[0] for e in expected), err[0]
     log = _log_of(err[0]).read_text()
     assert "Traceback" in log and "the failed cell's traceback" in log
-    if case == "units":                                                 # the failed units listed once, not twice
+    if case == "failed-units":                                          # the failed units listed once, not twice
         assert (captured.out + captured.err).count("FAILED direct_eval m / b") == 1
+    if case == "units":                                                 # a full disk is the one line, no list
+        assert "FAILED" not in captured.out + captured.err
 
 
 PROGRESSING = """
