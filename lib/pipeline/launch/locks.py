@@ -150,7 +150,9 @@ class UnitLock:
             self.path.unlink(missing_ok=True)
             if not self._create():
                 return False
-            tell(f"lock {self.path.name}: taken over, {why} ({self.describe(info)})")
+            held = f"; it was held by process {info.get('pid', '?')} on {info.get('host', '?')} since " \
+                   f"{info.get('since', '?')}" if info else ""
+            tell(f"lock {self.path}: taken over, {why}{held}")
             return True
         finally:
             breaker.unlink(missing_ok=True)
