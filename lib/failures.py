@@ -125,7 +125,7 @@ def interrupted_line(where: Where) -> str:
     at = f"{where.stage} (stage {where.index + 1} of {where.n})"
     if where.units and where.units[1]:
         done, total, what = where.units
-        return (f"interrupted in {at}; `{command}` resumes from {done} of {total} units of {what} "
+        return (f"interrupted in {at}; `{command}` resumes from {done} of {total} {what} "
                 "(finished units are kept)")
     return f"interrupted in {at}; `{command}` resumes from this stage (the stages before it are cached)"
 
@@ -133,18 +133,22 @@ def interrupted_line(where: Where) -> str:
 def os_error_line(errno_: int, filename: str | None, profile: str, where: Where | None = None) -> str | None:
     """What a full disk, a read-only folder or a missing permission means here, and what to do."""
     folder = _folder(filename, where or Where(profile))
-    move = ("or move outputs/ to another disk and link it back (`mv outputs <disk>/outputs && ln -s "
-            "<disk>/outputs outputs`: everything made so far stays cached), then run the same command again")
+    again = f"then run `{os.environ.get('TBT_MAKE_GOAL') or paths.make_command(profile)}` again"
+    move = ("move outputs/ to another disk and link it back (`mv outputs <disk>/outputs && ln -s "
+            "<disk>/outputs outputs`: everything made so far stays cached)")
     if errno_ in (errno.ENOSPC, errno.EDQUOT):
         free = shutil.disk_usage(folder).free if folder.exists() else 0
         made = _size(paths.profile_dir(profile)) if paths.profile_dir(profile).exists() else 0
-        return (f"no space left on the disk of {paths.show(folder)} ({_bytes(free)} free; "
+        what = paths.show(filename) if filename else paths.show(folder)
+        return (f"disk full writing {what} ({_bytes(free)} free on the disk of {paths.show(folder)}; "
                 f"{paths.show(paths.profile_dir(profile))} holds {_bytes(made)} so far and needs more): free "
-                f"space there, {move}")
+                f"space there, {again} (finished work is kept); or {move}")
     if errno_ == errno.EROFS:
-        return f"{paths.show(folder)} is on a read-only file system: {move}"
+        return (f"{paths.show(folder)} is on a read-only file system: remount it read-write, or {move}; "
+                f"{again}")
     if errno_ in (errno.EACCES, errno.EPERM):
-        return (f"no permission to write in {paths.show(folder)}: `chmod -R u+w {paths.show(folder)}`, {move}")
+        return (f"no permission to write in {paths.show(folder)}: `chmod -R u+w {paths.show(folder)}`, or {move}; "
+                f"{again}")
     return None
 
 

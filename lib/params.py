@@ -258,6 +258,23 @@ def validate_profile(prof: Profile) -> None:
         known = sorted({k for s in prof.stages for k in notebook_parameters(s)} - {"profile"})
         raise ParamsError(f"{prof.path}: common.{unused[0]}: no stage of this profile has that parameter"
                           f"{did_you_mean(unused[0], known)}")
+    check_models(prof)
+
+
+def check_models(prof: Profile) -> None:
+    """The ``models`` a profile names as local folders (absolute, ``./``, ``~``) have a
+    ``config.json``, before prepare and any stage: else one line naming the file and the key. Hub
+    ids are checked by ``make models`` and at 02 (the hub may be unreachable while a profile is
+    validated); names of models its prepare step builds exist only after it (02 checks them)."""
+    for scope, values in [("common", prof.common), *((f"stages.{s}", v) for s, v in prof.stages.items())]:
+        models = values.get("models")
+        for i, entry in enumerate(models if isinstance(models, list) else []):
+            if isinstance(entry, str) and entry.startswith((".", "~", "/")):
+                folder = Path(entry).expanduser()
+                folder = folder if folder.is_absolute() else paths.ROOT / folder
+                if not (folder / "config.json").exists():
+                    raise ParamsError(f"{prof.path}: {scope}.models[{i}]: no model folder {entry!r} (no config.json "
+                                      "there)")
 
 
 def _check_values(path: Path, where: str, stage_name: str, declared: dict, values: dict) -> None:
@@ -271,6 +288,32 @@ def _check_values(path: Path, where: str, stage_name: str, declared: dict, value
             also = "".join(f" or {v!r}" for v in ALSO_ALLOWED.get(key, ()))
             raise ParamsError(f"{path}: {where}.{key}: expected {_type_name(declared[key])}{also}, "
                               f"got {_type_name(value)} ({value!r})")
+        if key == "resources" and isinstance(value, dict):
+            check_resources(path, f"{where}.resources", value)
+
+
+# submitit's parameters of a job: what each must be (Slurm's own, ``slurm_<option>``, are passed to sbatch)
+RESOURCE_UNITS = {"timeout_min": (int, "minutes"), "mem_gb": ((int, float), "GB"), "cpus_per_task": (int, "CPUs"),
+                  "gpus_per_node": (int, "GPUs"), "nodes": (int, "nodes"), "tasks_per_node": (int, "tasks"),
+                  "slurm_array_parallelism": (int, "array tasks at once")}
+RESOURCE_STRINGS = ("slurm_", "name", "visible_gpus")
+
+
+def check_resources(path: Path, where: str, resources: dict) -> None:
+    """``resources`` (submitit's parameters) in types and units, before any work: ``mem_gb: "four"``
+    or ``timeout_min: -5`` is one line naming the file and the key, not submitit's assertion at 02."""
+    for key, value in resources.items():
+        if key in RESOURCE_UNITS:
+            kinds, unit = RESOURCE_UNITS[key]
+            if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+                what = "a positive whole number" if kinds is int else "a positive number"
+                raise ParamsError(f"{path}: {where}.{key}: expected {what} of {unit}, got {value!r}")
+        elif not str(key).startswith(RESOURCE_STRINGS):
+            raise ParamsError(f"{path}: {where}.{key}: not a submitit parameter"
+                              f"{did_you_mean(str(key), RESOURCE_UNITS)}; expected one of {sorted(RESOURCE_UNITS)} "
+                              "or slurm_<sbatch option>")
+        elif isinstance(value, (dict, list)) and key != "slurm_additional_parameters" and key != "visible_gpus":
+            raise ParamsError(f"{path}: {where}.{key}: expected a single value, got {value!r}")
 
 
 def check_stage(prof: Profile, stage_name: str) -> dict[str, Any]:

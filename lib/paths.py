@@ -83,7 +83,8 @@ def portable(path: str | os.PathLike) -> str:
     """``outputs:smoke/store``, ``data:oll-v2-items/ifeval.npz`` or ``repo:lib/store.py``: ``path``
     relative to the first of the outputs folder, the published data folder and the repository that
     holds it, compared as written and then with symbolic links resolved (so ``outputs/smoke`` may be
-    a link to another disk); a path outside all three stays absolute."""
+    a link to another disk, also for a path resolved through it); a path outside all three stays
+    absolute."""
     roots = _roots()
     forms = [(os.path.abspath, os.path.abspath), (os.path.abspath, os.path.realpath),
              (os.path.realpath, os.path.realpath)]
@@ -95,7 +96,25 @@ def portable(path: str | os.PathLike) -> str:
             except ValueError:
                 continue
             return f"{name}:{rel.as_posix()}"
-    return os.path.realpath(path)
+    linked = _under_linked_profile(os.path.realpath(path))
+    return linked if linked is not None else os.path.realpath(path)
+
+
+def _under_linked_profile(real: str) -> str | None:
+    """``outputs:<profile>/...`` for a resolved path inside a profile folder that is a symbolic link
+    to another disk (``outputs/smoke -> /mnt/big/smoke``), else None: a path some code resolved
+    must not record this machine's other disk."""
+    try:
+        entries = [e for e in OUTPUTS.iterdir() if e.is_symlink()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            rel = Path(real).relative_to(os.path.realpath(entry))
+        except ValueError:
+            continue
+        return f"outputs:{(Path(entry.name) / rel).as_posix()}"
+    return None
 
 
 def located(name: str) -> Path:

@@ -48,10 +48,11 @@ def clock(seconds: float) -> str:
 
 
 class Progress:
-    """Units done of a total, reported as a console line at most every ``every`` seconds."""
+    """Units done of a total, reported as a console line at most every ``every`` seconds (``unit``
+    names what is counted, e.g. ``steps`` when a unit of ``make status`` has several)."""
 
-    def __init__(self, total: int, label: str, every: float = 15.0, stream=None):
-        self.total, self.label, self.every = int(total), label, float(every)
+    def __init__(self, total: int, label: str, every: float = 15.0, stream=None, unit: str = "units"):
+        self.total, self.label, self.every, self.unit = int(total), label, float(every), unit
         self.stream = stream if stream is not None else (sys.__stderr__ or sys.stderr)
         self.done = 0
         self.start = time.monotonic()
@@ -59,7 +60,7 @@ class Progress:
 
     def line(self, note: str = "") -> str:
         elapsed = time.monotonic() - self.start
-        text = f"{self.label}: {self.done}/{self.total} units, {clock(elapsed)} elapsed"
+        text = f"{self.label}: {self.done}/{self.total} {self.unit}, {clock(elapsed)} elapsed"
         if 0 < self.done < self.total:
             text += f", about {clock(elapsed / self.done * (self.total - self.done))} left"
         stage = os.environ.get(STAGE_ENV)
@@ -72,7 +73,7 @@ class Progress:
             self.stream.flush()
             if os.environ.get(HEARTBEAT_ENV):      # the runner's heartbeat (and its message on Ctrl-C) reads it
                 with open(os.environ[HEARTBEAT_ENV], "w") as fh:
-                    fh.write(f"{self.done} {self.total} {self.label}")
+                    fh.write(f"{self.done} {self.total} {self.unit} of {self.label}")
         except (OSError, ValueError):      # a closed console must never stop the work
             pass
 

@@ -89,18 +89,21 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
                 where: Where | None = None) -> dict[str, dict]:
     """Run (or skip, when cached) the stages of profile ``name``; returns per-stage status/timing.
     Holds the profile's lock throughout (:func:`profile_lock`); ``where`` follows the stage running."""
-    from .pipeline.launch.slurm import SUBMIT_ONLY_ENV, JobsSubmitted  # here: the runner starts without pandas
+    from .pipeline.launch.fetch import check_named_models  # here: the runner starts without pandas
+    from .pipeline.launch.slurm import SUBMIT_ONLY_ENV, JobsSubmitted, check_profile
     from .pipeline.launch.status import JOB_STAGES
 
     pin_arithmetic()          # also for callers from Python: the kernels inherit it
     where = where if where is not None else Where()
     prof = load_profile(name)                     # validates every stage before any work starts
+    check_profile(prof)                           # and its Slurm resources against the partition's nodes
     selected = _select(prof, stages)
     # Hugging Face's per-file download/load bars drown the stage lines (our own progress lines stay).
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if prof.offline:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    check_named_models(prof, selected)           # hub models: cached, or the hub answers (before prepare)
     modelled = _modelled(name)
     with profile_lock(name, wait=wait):
         t_start = time.time()

@@ -64,7 +64,7 @@ def test_one_failing_unit_does_not_stop_the_others_and_is_reported_with_its_retr
         broken.write_text(good)
     text = str(err.value)
     assert "FAILED direct_eval tiny-m / t_b: TaskError" in text and "retry: " in text
-    assert "t_a" not in text.split("Details:")[1] and "t_c" not in text.split("Details:")[1]
+    assert "t_a" not in text.split("(listed above):")[1] and "t_c" not in text.split("(listed above):")[1]
     assert {r.benchmark for r in store.load(tmp_path / "store").itertuples()} == {"t_a", "t_c"}   # the others ran
     record = json.loads(layout.failure_path(spec.work_root, store.DIRECT, "tiny-m", "t_b").read_text())
     assert record["spec"]["benchmarks"] == ["t_b"] and "Traceback" in record["traceback"]

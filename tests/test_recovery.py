@@ -374,9 +374,12 @@ def test_a_notebook_that_does_not_parse_says_git_checkout(project, capfd):
 
 def test_os_errors_name_the_folder_and_the_space():
     full = failures.os_error_line(errno.ENOSPC, str(paths.OUTPUTS / "smoke" / "02_finetune" / "x.json"), "smoke")
-    assert full.startswith("no space left on the disk of ") and " free; " in full and "ln -s" in full
+    assert full.startswith(f"disk full writing {paths.show(paths.OUTPUTS / 'smoke' / '02_finetune' / 'x.json')} (")
+    assert " free on the disk of " in full
+    assert "free space there, then run `make all PROFILE=smoke` again" in full and "ln -s" in full
     ro = failures.os_error_line(errno.EROFS, "/tmp/x", "smoke")
-    assert "read-only file system" in ro and "everything made so far stays cached" in ro
+    assert ro.startswith("/tmp is on a read-only file system: remount it read-write, or move outputs/ to another disk")
+    assert "everything made so far stays cached" in ro and ro.endswith("then run `make all PROFILE=smoke` again")
 
 
 RAISE = {   # a cell body -> what the one line must say
@@ -386,12 +389,16 @@ RAISE = {   # a cell body -> what the one line must say
     "read-only": ("raise OSError(30, 'Read-only file system', str(ctx.out / 'table.csv'))",
                   ["01_demo is on a read-only file system", "ln -s"]),
     "full": ("raise OSError(28, 'No space left on device', str(ctx.out / 'table.csv'))",
-             ["no space left on the disk of", "free;", "holds"]),
+             ["disk full writing ", "table.csv", "free on the disk of", "holds"]),
     "units": ("from lib.pipeline.launch import outcome\nfrom lib.pipeline.spec import JobSpec\n"
               "spec = JobSpec('direct_eval', 'm', 'm', ['b'], [], False, str(ctx.store), str(ctx.work))\n"
               "full = {'b': 'OSError: [Errno 28] No space left on device'}\n"
               "outcome.summarise([outcome.JobReport.of(spec, failed=full)], [spec])",
-              ["no space left on the disk of"]),
+              ["disk full writing ", "free space there, then run"]),
+    "failed-units": ("from lib.pipeline.launch import outcome\nfrom lib.pipeline.spec import JobSpec\n"
+                     "spec = JobSpec('direct_eval', 'm', 'm', ['b'], [], False, str(ctx.store), str(ctx.work))\n"
+                     "outcome.summarise([outcome.JobReport.of(spec, failed={'b': 'ValueError: bad'})], [spec])",
+                     ["1 unit(s) failed and 0 run elsewhere", "(listed above)"]),
 }
 
 
@@ -408,8 +415,10 @@ def test_every_failure_in_a_stage_ends_in_one_line_exit_2_and_the_traceback_in_a
     assert all(e in err[0] for e in expected), err[0]
     log = _log_of(err[0]).read_text()
     assert "Traceback" in log and "the failed cell's traceback" in log
-    if case == "units":                                                 # the failed units listed once, not twice
+    if case == "failed-units":                                          # the failed units listed once, not twice
         assert (captured.out + captured.err).count("FAILED direct_eval m / b") == 1
+    if case == "units":                                                 # a full disk is the one line, no list
+        assert "FAILED" not in captured.out + captured.err
 
 
 PROGRESSING = """

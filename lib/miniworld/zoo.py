@@ -53,6 +53,7 @@ each): trunks first, then every last phase.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -66,6 +67,7 @@ from pathlib import Path
 from .. import layout, paths, store
 from ..errors import UserError
 from ..pipeline import tiny, training
+from ..progress import tell
 from ..util import atomic_dir, atomic_write_json, current, did_you_mean, read_json, sha256_bytes
 from . import world as mw
 
@@ -550,6 +552,27 @@ def models_dir(profile: str) -> Path:
     return layout.models_dir(paths.work_dir(profile))
 
 
+@contextlib.contextmanager
+def zoo_lock(profile: str):
+    """Hold the lock of the world and models folders ``profile`` uses (another profile's, when it
+    shares them: :func:`prepare_as`), waiting, with a line, while another run builds them. An
+    ``flock``: the system releases it when its holder dies, so a crash cannot leave it behind."""
+    import fcntl
+
+    folder = world_dir(profile).resolve().parent          # the sharing profile's work folder, through the link
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".zoo.lock", "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            tell(f"[{profile}] waiting: another run is building the world and models in {paths.show(folder)}")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def prepare_as(profile: str, of: str) -> dict:
     """Prepare hook: profile ``of``'s world and zoo (its own prepare options), built or found in its
     folders and linked into this profile's (:func:`prepare` with ``share``)."""
@@ -598,9 +621,10 @@ def prepare(profile: str, seed: int = 0, workers: int | None = None, share: str 
     zoo_args = {k: (tuple(v) if k in ("doses", "answers", "twin_kinds") and v is not None else v)
                 for k, v in options.items() if k in ZOO_OPTIONS}
     t0 = time.time()
-    manifest = mw.build(world_dir(profile), cfg)
-    recipes = default_zoo(**zoo_args)
-    builds = build_zoo(world_dir(profile), models_dir(profile), recipes, workers=workers)
+    with zoo_lock(profile):       # two profiles sharing the zoo, run at once, build it once
+        manifest = mw.build(world_dir(profile), cfg)
+        recipes = default_zoo(**zoo_args)
+        builds = build_zoo(world_dir(profile), models_dir(profile), recipes, workers=workers)
     root = paths.store_dir(profile)
     store.write_meta(root, "models", {name: {**rec, "path": store.relative_meta_path(root, rec["path"])}  # moves with
                                       for name, rec in model_meta(builds).items()})               # outputs/

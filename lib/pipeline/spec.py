@@ -110,8 +110,9 @@ class JobSpec:
             return ""
         try:
             result = store.read(path)
-        except store.StoreError as exc:
-            return f"its result {'/'.join(path.parts[-3:])} is damaged ({str(exc).split(': ', 2)[-1][:120]})"
+        except store.StoreError as exc:      # what is wrong, not the advice to delete it: it is being redone
+            why = str(exc).split("; delete it", 1)[0].split(": ", 2)[-1][:120]
+            return f"its result {'/'.join(path.parts[-3:])} is damaged ({why})"
         if result.provenance.get("config") != self.config():
             return ""
         problems = []

@@ -76,6 +76,34 @@ def models_error(problems: dict[str, list[str]], profile: str) -> str | None:
     return "\n".join(lines) or None
 
 
+MODEL_STAGES = ("02_finetune", "03_direct_eval")       # the stages that load the models a profile names
+
+
+def check_named_models(prof, stages: list[str]) -> None:
+    """Before prepare and any stage: the hub ids among the ``models`` of ``stages`` (those of
+    :data:`MODEL_STAGES`) of profile ``prof`` can be loaded: in the local cache when the hub is off
+    (``HF_HUB_OFFLINE``), else the hub answers. Each failure is :class:`lib.params.ParamsError`, one
+    line naming the params file and key (local folders: :func:`lib.params.check_models`)."""
+    from ...params import ParamsError
+
+    for stage in (s for s in MODEL_STAGES if s in stages):
+        scope = f"stages.{stage}" if "models" in (prof.stages.get(stage) or {}) else "common"
+        for i, entry in enumerate(prof.params(stage).get("models") or []):
+            if not isinstance(entry, str) or "/" not in entry or entry.startswith((".", "~", "/")) or \
+                    Path(entry).exists():
+                continue                         # a local folder, or a name the prepare step makes
+            where = f"{prof.path}: {scope}.models[{i}]: hub model {entry!r}"
+            if hub.offline():
+                if not hub.cached(entry):
+                    raise ParamsError(f"{where} is not in the local cache and HF_HUB_OFFLINE is set: "
+                                      f"{hub.fix(f'make models PROFILE={prof.name}')}")
+                continue
+            try:
+                hub.require(f"model {entry!r}", f"make models PROFILE={prof.name}")
+            except hub.HubUnreachable as exc:
+                raise ParamsError(f"{where}: {exc}") from None
+
+
 def hub_cache() -> Path:
     """Where the hub puts model weights (``HF_HUB_CACHE``, else ``HF_HOME/hub``)."""
     from huggingface_hub import constants

@@ -25,6 +25,7 @@ files the jobs write.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -292,8 +293,13 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
             todo.append(spec)
     if todo:
         counter = UnitCounter(todo)
-        what = "learning rates of split units" if todo[0].only_lr is not None else f"{len(todo)} jobs"
-        with Progress(total=counter.total, label=f"{todo[0].protocol} ({what})", every=progress_every) as bar:
+        what, unit = "learning rates of split units" if todo[0].only_lr is not None else f"{len(todo)} jobs", "units"
+        if todo[0].protocol == TBT and todo[0].only_lr is None:   # make status's unit: a (model, benchmark)
+            units = sum(len(spec.pending()) for spec in todo)
+            what += f", {units} units of {len(todo[0].recipe.lrs)} learning rates and a test"
+            unit = "steps"
+        with Progress(total=counter.total, label=f"{todo[0].protocol} ({what})", every=progress_every,
+                      unit=unit) as bar:
             if executor == "local":
                 reports += _run_local(todo, counter, bar)
             elif executor == "processes":
@@ -341,8 +347,37 @@ def _run_submitit(todo: list[JobSpec], executor: str, resources: dict, folder: P
 # the process pool
 
 
-def _pool_worker(log_folder: str) -> None:
-    """Initialiser of a ``processes`` worker: its output into its own log file, one torch thread."""
+PR_SET_PDEATHSIG = 1        # prctl(2): the signal this process gets when its parent dies (Linux)
+
+
+def die_with_parent(parent: int, poll: float = 1.0) -> None:
+    """End this process when its parent dies, however it dies (a SIGKILL, the out-of-memory killer):
+    on Linux the kernel sends SIGKILL at once (``prctl(PR_SET_PDEATHSIG)``); everywhere a thread
+    checks every ``poll`` seconds that the parent is still the one that started it. A pool worker
+    orphaned by a hard kill would otherwise keep training, and its memory, for as long as it lives.
+    ``parent``: the process id of the parent that started it (the pool's owner; the spawning thread
+    of the pool is the owner's main thread, which lives as long as the pool)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:             # it died before the line above took effect
+        os._exit(1)
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(poll)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="die-with-parent").start()
+
+
+def _pool_worker(log_folder: str, parent: int) -> None:
+    """Initialiser of a ``processes`` worker: dies with the process that started it, its output into
+    its own log file."""
+    die_with_parent(parent)
     folder = Path(log_folder)
     folder.mkdir(parents=True, exist_ok=True)
     log = open(folder / f"pool-{os.getpid()}.log", "a", buffering=1)   # noqa: SIM115 - the worker's lifetime
@@ -358,14 +393,18 @@ def _pool_job(spec: JobSpec) -> JobReport:
         free_memory()
 
 
-def _run_processes(todo: list[JobSpec], folder: Path, max_jobs: int, counter: UnitCounter,
-                   bar: Progress) -> list[JobReport]:
+def worker_pool(workers: int, folder: Path):
+    """The ``processes`` executor's pool: ``workers`` spawned processes that die with this one."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    workers = min(max_jobs or default_max_jobs(), len(todo))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_pool_worker, initargs=(str(folder),)) as pool:
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_pool_worker, initargs=(str(folder), os.getpid()))
+
+
+def _run_processes(todo: list[JobSpec], folder: Path, max_jobs: int, counter: UnitCounter,
+                   bar: Progress) -> list[JobReport]:
+    with worker_pool(min(max_jobs or default_max_jobs(), len(todo)), folder) as pool:
         futures = [pool.submit(_pool_job, spec) for spec in todo]
         return _wait(list(zip(todo, futures)), [], None, counter, bar, poll=POLL_SECONDS["processes"])
 

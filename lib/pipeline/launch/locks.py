@@ -5,12 +5,17 @@ kill and wrong while another job is still writing it: a second submission of the
 re-run while the first jobs still run, a retried array task) would delete the live job's partial
 work. :class:`UnitLock` prevents that, also across the nodes of a cluster sharing a file system:
 
-- the lock is a file created with ``O_CREAT | O_EXCL`` (atomic on local file systems and NFS v3+),
-  holding the owner's host, process id, Slurm job id and start time;
+- the lock is created with its record in one step: the record (the owner's host, process id, Slurm
+  job id and start time) is written to a file of its own, which is then hard-linked to the lock's
+  name (``link`` fails when the name exists: atomic on local file systems and NFS v3+). A full disk
+  or a kill therefore never leaves an empty lock: the record fails to be written before the lock
+  exists;
 - its owner touches it every ``heartbeat`` seconds from a background thread;
-- another process takes it over only when it is *stale*: its owner's process is gone (same host),
-  or it has not been touched for ``stale_after`` seconds (another host; a killed job stops
-  touching it). Processes taking over at the same time queue on a second file, so only one wins.
+- another process takes it over when it is *stale*: its owner's process is gone (same host), its
+  record is empty or unreadable for more than ``unreadable_after`` seconds (a lock left by an older
+  version, or a damaged file), or it has not been touched for ``stale_after`` seconds (another
+  host; a killed job stops touching it). Processes taking over at the same time queue on a second
+  file, so only one wins; the one that wins says so in one line.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
+
+from ...progress import tell
 
 
 class UnitBusy(RuntimeError):
@@ -49,9 +56,11 @@ def owner() -> dict:
 class UnitLock:
     """``with UnitLock(path):`` holds the lock of one unit (raises :class:`UnitBusy` if it is held)."""
 
-    def __init__(self, path: str | os.PathLike, heartbeat: float = 60.0, stale_after: float = 600.0):
+    def __init__(self, path: str | os.PathLike, heartbeat: float = 60.0, stale_after: float = 600.0,
+                 unreadable_after: float = 5.0):
         self.path = Path(path)
         self.heartbeat, self.stale_after = float(heartbeat), float(stale_after)
+        self.unreadable_after = float(unreadable_after)
         self.token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -67,16 +76,25 @@ class UnitLock:
             return {}                          # being written this instant, or damaged
 
     def stale(self, info: dict | None = None) -> bool:
-        """True when the holder is gone: its process died (same host) or its heartbeat stopped."""
+        """True when the holder is gone (:meth:`why_stale`)."""
+        return self.why_stale(info) is not None
+
+    def why_stale(self, info: dict | None = None) -> str | None:
+        """Why the lock may be taken over (its owner's process died on this host, its record is
+        empty or unreadable, its heartbeat stopped), or None while its owner may be alive."""
         info = self.holder() if info is None else info
         try:
             age = time.time() - self.path.stat().st_mtime
         except FileNotFoundError:
-            return True
+            return "it is gone"
         if info and info.get("host") == socket.gethostname() and isinstance(info.get("pid"), int):
             if not _alive(info["pid"]):
-                return True
-        return age > self.stale_after
+                return f"its owner, process {info['pid']} on this host, is gone"
+        if not info and age > self.unreadable_after:
+            return "its record is empty or unreadable (left by a crash or a full disk)"
+        if age > self.stale_after:
+            return f"its owner has not touched it for {age:.0f} s"
+        return None
 
     def describe(self, info: dict | None) -> str:
         info = info or {}
@@ -86,13 +104,18 @@ class UnitLock:
 
     # ----------------------------------------------------------------- taking and giving back
     def _create(self) -> bool:
+        """Create the lock with its record in one step (the record's own file, hard-linked to the
+        lock's name); an OSError (a full disk) leaves no lock behind."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        record = self.path.with_name(f".{self.path.name}.{self.token}")
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            with open(record, "x") as fh:
+                fh.write(json.dumps({**owner(), "token": self.token}))
+            os.link(record, self.path)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps({**owner(), "token": self.token}))
+        finally:
+            record.unlink(missing_ok=True)
         return True
 
     def acquire(self) -> UnitLock:
@@ -120,10 +143,17 @@ class UnitLock:
             return False
         os.close(fd)
         try:
-            if not self.stale():
+            info = self.holder()
+            why = self.why_stale(info)
+            if why is None:
                 return False
             self.path.unlink(missing_ok=True)
-            return self._create()
+            if not self._create():
+                return False
+            held = f"; it was held by process {info.get('pid', '?')} on {info.get('host', '?')} since " \
+                   f"{info.get('since', '?')}" if info else ""
+            tell(f"lock {self.path}: taken over, {why}{held}")
+            return True
         finally:
             breaker.unlink(missing_ok=True)
 

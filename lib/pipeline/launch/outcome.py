@@ -11,6 +11,9 @@ with ``busy``). ``make status`` and the failure list name the same retry command
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import sys
 import time
 import traceback
@@ -77,10 +80,12 @@ def record_failure(spec: JobSpec, bench: str, exc: BaseException) -> str:
 
 
 def write_failure(spec: JobSpec, bench: str, reason: str, trace: str) -> None:
-    """The failure record of one unit: why, the traceback, when, and the spec that retries it alone."""
-    atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, spec.only_lr), {
+    """The failure record of one unit: why, the traceback, when, and the spec that retries it alone
+    (none when the disk cannot take it: the reason still reaches the console)."""
+    with contextlib.suppress(OSError):
+        atomic_write_json(layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, spec.only_lr), {
         "model": spec.model, "benchmark": bench, "protocol": spec.protocol, "reason": reason,
-        "traceback": trace, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": spec.only(bench).to_dict()})
+            "traceback": trace, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": spec.only(bench).to_dict()})
 
 
 def retry_command(spec: JobSpec, bench: str, lr: float | None = None) -> str:
@@ -91,12 +96,36 @@ def retry_command(spec: JobSpec, bench: str, lr: float | None = None) -> str:
     return f"{paths.show(sys.executable)} -m lib.pipeline.launch.jobs {paths.show(path)}"
 
 
+# Units that did not fail on their own: their worker was killed with the run (Ctrl-C, a hard kill,
+# the out-of-memory killer) or the disk was full. Retrying each alone is not what fixes them; one line
+# says what does.
+STOPPED = re.compile(r"BrokenProcessPool|KeyboardInterrupt|terminated abruptly")
+# torch's zip writer says only "unexpected pos" (or "failed writing") when the disk is full under it
+DISK_FULL = re.compile(r"\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded|"
+                       r"inline_container\.cc.*unexpected pos|PytorchStreamWriter failed writing")
+ERRNO = re.compile(r"\[Errno (?:28|122)\][^']*(?:'[^']*')?")
+
+
+def from_outside(reason: str) -> str | None:
+    """``"disk full"``, ``"stopped"`` (its process was killed) or None (the unit failed on its own)."""
+    if DISK_FULL.search(reason):
+        return "disk full"
+    if STOPPED.search(reason):
+        return "stopped"
+    return None
+
+
+def _resume_command(specs: list[JobSpec]) -> str:
+    return os.environ.get("TBT_MAKE_GOAL") or (paths.make_command(specs[0].work_root) if specs else "make all")
+
+
 def summarise(reports: list[JobReport], specs: list[JobSpec]) -> dict[str, dict]:
     """{model: {benchmark: score}} of what the jobs finished; or, when a unit failed or runs
     elsewhere, the list of them (each failure with its retry command) on the console and
-    :class:`JobError`."""
+    :class:`JobError`. Units stopped from outside (a full disk, their process killed) are not
+    listed: the error's first line counts them and says what to run."""
     results: dict[str, dict] = {}
-    lines = []
+    lines, outside = [], {}
     by_model = {(s.protocol, s.model): s for s in specs}
     for rep in reports:
         if rep.scores:
@@ -104,17 +133,34 @@ def summarise(reports: list[JobReport], specs: list[JobSpec]) -> dict[str, dict]
         spec = by_model[(rep.protocol, rep.model)]
         which = "" if rep.lr is None else f" ({layout.lr_name(rep.lr)})"
         for bench, reason in rep.failed.items():
+            if (kind := from_outside(reason)) is not None:
+                outside.setdefault(kind, []).append(reason)
+                continue
             lines.append(f"FAILED {rep.protocol} {rep.model} / {bench}{which}: {reason}\n"
                          f"    retry: {retry_command(spec, bench, rep.lr)}")
         for bench, who in rep.busy.items():
             lines.append(f"RUNNING ELSEWHERE {rep.protocol} {rep.model} / {bench}{which}: {who}\n"
                          "    wait for it to finish, then run the stage again")
+    if not lines and not outside:
+        return results
+    n_failed = sum(len(r.failed) for r in reports) - sum(len(v) for v in outside.values())
+    n_busy = sum(len(r.busy) for r in reports)
+    finished = sum(len(v) for v in results.values())
+    command = _resume_command(specs)
+    if "disk full" in outside:        # with errno 28 and a file, so the runner's line names the disk
+        said = next((m.group(0) for r in outside["disk full"] if (m := ERRNO.search(r))), None)
+        said = said or f"[Errno 28] No space left on device: '{specs[0].work_root if specs else ''}'"
+        head = (f"disk full: {len(outside['disk full'])} unit(s) could not be written ({said}); free space, "
+                f"then run `{command}` again (finished units are kept)")
+    elif "stopped" in outside:
+        head = (f"interrupted: {len(outside['stopped'])} unit(s) stopped with their worker processes (Ctrl-C, "
+                f"a kill, or the out-of-memory killer); `{command}` resumes them (finished units are kept)")
+    else:
+        head = ""
     if lines:
-        n_failed = sum(len(r.failed) for r in reports)
-        n_busy = sum(len(r.busy) for r in reports)
         text = "\n".join(lines)
         print(text, file=sys.__stderr__ or sys.stderr, flush=True)
-        raise JobError(f"{n_failed} unit(s) failed and {n_busy} run elsewhere; "
-                       f"{sum(len(v) for v in results.values())} finished now; the others are in the store. "
-                       f"Details:\n{text}")
-    return results
+        count = (f"{n_failed} unit(s) failed and {n_busy} run elsewhere; {finished} finished now; the others are "
+                 f"in the store")
+        raise JobError(f"{head + '; ' if head else ''}{count} (listed above):\n{text}")
+    raise JobError(head)

@@ -62,7 +62,8 @@ STUCK = {
     "PartitionTimeLimit": "timeout_min exceeds the partition's time limit: cancel (`scancel <job>`), lower "
                           "timeout_min and run again",
     "JobHeldUser": "it is held: `scontrol release <job>`",
-    "JobHeldAdmin": "an administrator holds it: ask them, or `scancel <job>` and run again",
+    "JobHeldAdmin": "an administrator holds it: ask them to release it (`scontrol release <job>`), or "
+                    "`scancel <job>` and run again",
     "QOSMaxJobsPerUserLimit": "your QOS allows no more running jobs: they start as others finish",
     "AssocGrpGRES": "your account's GPU allowance is used up: they start as others finish",
     "InvalidAccount": "the account is not valid: set slurm_account in resources",
@@ -148,12 +149,16 @@ def scheduler_resources(resources: dict) -> tuple[dict, list[str]]:
     ``timeout_min`` over the partition's ``MaxTime`` would be refused or pend forever, so the
     preflight plans (and jobs are submitted) with the partition's limit, and one line says so. Where
     no scheduler answers, ``resources`` as they are and one line saying they are trusted. An unknown
-    partition raises ValueError naming the partitions there are."""
+    partition, or a request no node of the partition can meet (:func:`node_problems`), raises
+    ValueError naming the partitions there are or the key and what the nodes have."""
     try:
         lim = limits(resources.get("slurm_partition"))
     except SchedulerDown as exc:
         return dict(resources), [f"preflight: no Slurm scheduler answers here ({exc}): trusting timeout_min "
                                  "and max_array as given"]
+    problems = node_problems(resources, lim.partition)
+    if problems:
+        raise ValueError(f"resources.{problems[0][0]}: {problems[0][1]}")
     out, notes = dict(resources), []
     wanted = resources.get("timeout_min")
     if lim.max_time_min is not None and (wanted is None or wanted > lim.max_time_min):
@@ -161,6 +166,57 @@ def scheduler_resources(resources: dict) -> tuple[dict, list[str]]:
         notes.append(f"preflight: partition {lim.partition} allows {lim.max_time_min:g} min a job, not timeout_min "
                      f"{wanted if wanted is not None else '(unset)'}: planning with {lim.max_time_min:g} min")
     return out, notes
+
+
+def node_problems(resources: dict, partition: str) -> list[tuple[str, str]]:
+    """(key of ``resources``, why) for every request no node of ``partition`` can meet: memory
+    (``mem_gb`` against ``RealMemory``), CPUs (``cpus_per_task`` against ``CPUTot``), GPUs
+    (``gpus_per_node`` against the ``gpu`` of ``Gres``), from ``scontrol show node``
+    (:class:`SchedulerDown` when it does not answer). sbatch would refuse them at 02 with
+    "Memory specification can not be satisfied"; here it is before any work."""
+    nodes = [_fields(line) for line in _run(["scontrol", "show", "node", "--oneliner"]).splitlines() if line.strip()]
+    nodes = [n for n in nodes if partition in n.get("Partitions", "").split(",")]
+    if not nodes:
+        return []
+
+    def gpus(node: dict) -> int:
+        return sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:,(]+)?:(\d+)", node.get("Gres", "")))
+
+    have = {"mem_gb": (max(float(n.get("RealMemory", 0) or 0) for n in nodes) / 1024, "GB of memory"),
+            "cpus_per_task": (max(int(n.get("CPUTot", 0) or 0) for n in nodes), "CPUs"),
+            "gpus_per_node": (max(gpus(n) for n in nodes), "GPUs")}
+    problems = []
+    for key, (most, what) in have.items():
+        wanted = resources.get(key)
+        if isinstance(wanted, (int, float)) and wanted > most:
+            problems.append((key, f"{wanted:g} {what} asked, but the largest node of partition {partition} has "
+                                  f"{most:.4g} ({len(nodes)} node(s), `scontrol show node`): ask for at most "
+                                  f"{most:.4g}, or choose another slurm_partition"))
+    return problems
+
+
+def check_profile(prof) -> None:
+    """The ``resources`` of every stage of profile ``prof`` (a :class:`lib.params.Profile`) run on
+    Slurm against the nodes of its partition, where a scheduler answers: a request no node meets (or
+    an unknown partition) is :class:`lib.params.ParamsError`, one line naming the file and key, before
+    any work (the runner calls it after validating the params), not sbatch's refusal at 02."""
+    from ...params import ParamsError
+
+    for stage_name, values in prof.stages.items():
+        merged = {**prof.common, **(values or {})}
+        resources = merged.get("resources")
+        if merged.get("executor") != "slurm" or not isinstance(resources, dict):
+            continue
+        scope = f"stages.{stage_name}" if "resources" in (values or {}) else "common"
+        try:
+            partition = limits(resources.get("slurm_partition")).partition
+            problems = node_problems(resources, partition)
+        except SchedulerDown:
+            return                    # no scheduler here: the preflight says it trusts them
+        except ValueError as exc:     # an unknown partition
+            raise ParamsError(f"{prof.path}: {scope}.resources.slurm_partition: {exc}") from None
+        if problems:
+            raise ParamsError(f"{prof.path}: {scope}.resources.{problems[0][0]}: {problems[0][1]}")
 
 
 def array_size(max_array: int) -> int:
@@ -191,6 +247,21 @@ class JobState:
         if self.state != "PENDING":
             return None
         return next((what for key, what in STUCK.items() if key in self.reason), None)
+
+
+def requeue_cause(job, restarts: int) -> str:
+    """Why a job was requeued, from its log: submitit writes "this job is timed-out" or "this job is
+    preempted" when the signal that precedes a time limit or a preemption reaches it. A requeue
+    without such a line (Slurm appends a requeued job's log) came from outside: an administrator's
+    ``scontrol requeue`` or a failed node."""
+    try:
+        text = Path(job.paths.stderr).read_text(errors="replace")
+    except (AttributeError, OSError, TypeError):
+        text = ""
+    said = re.findall(r"this job is (timed-out|preempted)", text)
+    if restarts and len(said) >= restarts:
+        return "its time limit" if said[-1] == "timed-out" else "a preemption"
+    return "by an administrator (`scontrol requeue`) or a failed node, not by its time limit"
 
 
 def _expand(job_id: str) -> list[str]:
@@ -417,8 +488,8 @@ def wait(entries: list[tuple], counter, bar, poll: float) -> list[JobReport]:
             spec, jid, job = entry
             st = found[jid]
             if st.restarts > seen.get(jid, st.restarts):
-                tell(f"slurm: job {jid} ({spec.model}) was requeued (time limit or preemption); it resumes "
-                     "after its last finished epoch")
+                tell(f"slurm: job {jid} ({spec.model}) was requeued ({requeue_cause(job, st.restarts)}); it "
+                     "resumes after its last finished epoch")
             seen[jid] = st.restarts
             if st.queued:
                 seen.pop(f"{jid}/gone", None)
