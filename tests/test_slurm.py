@@ -233,7 +233,7 @@ def test_job_warned_of_its_time_limit_is_requeued_and_resumes(slurm_run, cluster
     runs = _sh("sacct", "--noheader", "--parsable2", "--allocations", "--duplicates", "--format=JobID,State",
                f"--jobs={jid}").split()
     assert any("REQUEUED" in r for r in runs) and runs[-1].endswith("COMPLETED"), runs
-    assert "was requeued (time limit or preemption); it resumes after its last finished epoch" in text
+    assert "was requeued (its time limit); it resumes after its last finished epoch" in text
     assert "this job is timed-out" in "".join(p.read_text() for p in (tmp_path / "logs").glob("*_log.err"))
     script = next((tmp_path / "logs").glob("*_submission.sh")).read_text()
     assert "#SBATCH --signal=USR2@30" in script and "#SBATCH --requeue" in script and "#SBATCH --time=10" in script

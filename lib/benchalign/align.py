@@ -538,7 +538,7 @@ def noise_study(data: ItemData, split, cfg, *, flips=(0.0, 0.1, 0.2, 0.3, 0.4), 
     fits = rank.fit_pairs_many(data.X[source], tasks, folds=cfg.folds, lr=cfg.lr, max_steps=cfg.max_steps,
                                patience=cfg.patience, eval_every=cfg.eval_every, floor=cfg.floor)
     preds = {name: np.array([o.scores for o in run_method(name, data, source, range(seeds), cfg)])
-             for name, m in METHODS.items() if not m.learns}
+             for name, m in METHODS.items() if not m.learns and (data.instruct is not None or not m.flag)}
     for c, (fl, ppm) in enumerate(conds):
         preds[_cond(fl, ppm)] = np.array([fi.scores(data.X) for fi in fits[c * seeds:(c + 1) * seeds]])
         info[_cond(fl, ppm)]["chosen_steps"] = [int(fi.step) for fi in fits[c * seeds:(c + 1) * seeds]]
@@ -558,6 +558,13 @@ def _cond(flip: float, ppm: int) -> str:
 def _ordered(conditions: dict) -> list[str]:
     """Condition names by pairs per model (all last), then share flipped (summary.json sorts its keys)."""
     return sorted(conditions, key=lambda n: (conditions[n]["pairs_per_model"] or np.inf, conditions[n]["flip"]))
+
+
+def _method_label(name: str) -> str:
+    """The registry's label of a baseline (its name where the registry has none)."""
+    from .methods import METHODS
+
+    return METHODS[name].label if name in METHODS else name
 
 
 def noise_table(study: dict) -> pd.DataFrame:
@@ -642,7 +649,7 @@ def noise_doc_table(s: Summaries) -> list[str]:
         c = n["conditions"].get(name)
         recs = [n["summary"][g][name] for g in groups]
         what = (f"{c['pairs_per_model']} per model" if c and c["pairs_per_model"] else "all pairs") if c else ""
-        what = f"{what}, {round(c['flip'] * 100)} % flipped" if c else labels.get(name, name)
+        what = f"{what}, {round(c['flip'] * 100)} % flipped" if c else labels.get(name, _method_label(name))
         out.append(row(what, str(c["pairs"]) if c else "", f(c["wrong"]) if c else "",
                        *(est(r["spearman"], r["spearman_ci"]) for r in recs),
                        *(est(r["spearman_diff_no_alignment"], r["spearman_diff_no_alignment_ci"], sign=True)

@@ -17,7 +17,8 @@ every chosen document while the positions stay the same. So every unit records
   ``datasets.load_dataset`` through the task's ``dataset_kwargs``: :func:`pinned_config`), else None;
 - ``resolved``: the commit the datasets library loaded (the name of its cache folder, which for a hub
   repository is the commit's hash); None for local files;
-- ``fingerprint``: the datasets library's fingerprint of each split the unit reads, as loaded;
+- ``fingerprint``: a hash of each split the unit reads, all its rows in their order (the datasets
+  library's own fingerprint of a local file changes from run to run, so it cannot be compared);
 - ``documents``: a hash of the chosen documents themselves (each role's rows at its planned ids, in id
   order, as JSON), one per role and one over all: the same positions in re-ordered rows give another
   hash, so two runs that chose "the same" documents of different data can be told apart
@@ -205,7 +206,7 @@ def record(task, plan) -> dict:
                for role in ROLES}
     return {"repository": cfg.dataset_path, "name": cfg.dataset_name,
             "revision": (cfg.dataset_kwargs or {}).get("revision"), "resolved": resolved_revision(task, splits),
-            "fingerprint": {s: getattr(task.dataset[s], "_fingerprint", None) for s in splits},
+            "fingerprint": {s: documents_hash(task.dataset[s]) for s in splits},
             "documents": {**by_role, "all": hashlib.sha256("".join(by_role[r] for r in ROLES).encode()).hexdigest()}}
 
 
