@@ -29,7 +29,7 @@ export TOKENIZERS_PARALLELISM := false
 # (lib/pipeline/device.py says why); a value you set wins.
 ifeq ($(shell uname -m),x86_64)
 export ATEN_CPU_CAPABILITY ?= avx2
-export MKL_CBWR ?= AVX2
+export MKL_CBWR ?= AVX2,STRICT
 endif
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # The one-machine Slurm cluster of `make slurm-up` (slurm/cluster.sh), when it has been started here

@@ -22,13 +22,6 @@ if not os.environ.get("HARMONY_DATA") and (ROOT.parent / "shared" / "data").is_d
 
 from lib.pipeline.device import pin_arithmetic  # noqa: E402  (imports no torch)
 
-# MKL's AVX2 path in its strict form: on machines with AMX tiles (Sapphire Rapids) the plain form
-# still lets results depend on memory alignment, so a stacked run and the same run alone differed in
-# the last bits there (test_pipeline_stacked); strict makes them bit-identical on every machine tried.
-# Only the tests pin it: `make all` keeps the arithmetic its quoted numbers were made with.
-if os.environ.get("MKL_CBWR", "AVX2") == "AVX2":
-    os.environ["MKL_CBWR"] = "AVX2,STRICT"
-
 pin_arithmetic()          # the arithmetic of make all, before torch loads (lib/pipeline/device.py)
 
 import pytest  # noqa: E402

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import sys
 from collections.abc import Callable
@@ -49,13 +50,15 @@ def split_key(split) -> dict:
 
 
 def code_key() -> dict:
-    """The ``lib`` source files 07's computations run (by content) and the versions and threads
-    that decide their floating-point results."""
+    """The ``lib`` source files 07's computations run (by content) and the versions, threads and
+    pinned kernels (lib.pipeline.device's arithmetic: an earlier MKL_CBWR gave other last bits) that
+    decide their floating-point results."""
     import torch
 
     files = lib_closure(["import lib.benchalign.experiments"])
     return {"lib": {str(p.relative_to(paths.ROOT)): digest(p) for p in files},
             "numpy": np.__version__, "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "kernels": str(torch.backends.cpu.get_cpu_capability()), "mkl_cbwr": os.environ.get("MKL_CBWR"),
             "python": sys.version.split()[0]}
 
 

@@ -11,7 +11,9 @@ matrix kernels the same way; the kernels round differently, and training amplifi
 the last bit into a different model (one fine-tuning epoch of a mini-world model: validation loss
 0.60689005 with AVX-512 kernels, 0.60689010 with AVX2). :func:`pin_arithmetic` fixes both to the
 AVX2 code paths, which every x86-64 machine of the last decade has (``ATEN_CPU_CAPABILITY=avx2``,
-and MKL's conditional numerical reproducibility ``MKL_CBWR=AVX2``); it measured no slower here.
+and MKL's conditional numerical reproducibility in its strict form, ``MKL_CBWR=AVX2,STRICT``: on a
+machine with AMX tiles the plain ``AVX2`` form still let results depend on memory alignment, and a
+stacked run differed from the same run alone in the last bits); it measured no slower here.
 The variables are read when torch loads, so the runner, the Makefile and the tests set them
 before any torch import; a value set by the user wins.
 """
@@ -22,7 +24,7 @@ import os
 import platform
 
 THREADS_ENV = "TBT_TORCH_THREADS"
-PINNED_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+PINNED_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT"}
 
 
 def pin_arithmetic(environ=None) -> dict[str, str]:
