@@ -289,7 +289,7 @@ def test_noise_study_recovers_the_latent_and_reports_every_condition():
     assert study["conditions"]["pairs flip=0.40 per_model=3"]["pairs"] == 60
     assert 0.3 < study["conditions"]["pairs flip=0.40 per_model=3"]["wrong"] < 0.6
     table = align.noise_table(study)
-    assert list(table.method) == ["no_alignment", "random", "pairs flip=0.00 per_model=3",
+    assert list(table.method) == [*usable, "pairs flip=0.00 per_model=3",
                                   "pairs flip=0.40 per_model=3", "pairs flip=0.00 per_model=all",
                                   "pairs flip=0.40 per_model=all"]
     too_small = split_by_size(data, 3, {"big": 41})
