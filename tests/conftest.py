@@ -25,6 +25,7 @@ from lib.pipeline.device import pin_arithmetic  # noqa: E402  (imports no torch)
 pin_arithmetic()          # the arithmetic of make all, before torch loads (lib/pipeline/device.py)
 
 import pytest  # noqa: E402
+from notebook_project import project  # noqa: E402,F401  (the tiny notebook project of the runner's tests)
 
 # Under `pytest -n 2` (pytest-xdist, `make test`) the modules that write and read the same profile's
 # outputs run on one worker, one after another, in their order: the smoke profile's (built once by

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from notebook_project import notebook
 
 from lib.pipeline.launch import locks
 from lib.pipeline.launch.locks import UnitBusy, UnitLock
@@ -242,30 +243,15 @@ def test_a_resolved_path_under_a_linked_profile_is_recorded_relative_to_it(tmp_p
 
 
 @pytest.mark.slow
-def test_a_linked_profile_moved_back_reruns_nothing(tmp_path, monkeypatch):
+def test_a_linked_profile_moved_back_reruns_nothing(project):
     """A stage run while outputs/<profile> is a link to another disk, that resolved a path through
     it, is cached once the folder is moved back (issue 40: 02 and 03 re-ran)."""
-    import nbformat
+    from lib import run
 
-    from lib import paths, run
-
-    nb_dir, params_dir, out = tmp_path / "notebooks", tmp_path / "params", tmp_path / "outputs"
-    nb_dir.mkdir(), params_dir.mkdir(), out.mkdir()
-    for name, body in (("01_demo", "from lib import params, report\nctx = params.stage('01_demo', globals())\n"
-                                   "report.write_summary(ctx.out, {'n_squared': n * n})\n"),
-                       ("02_reader", RESOLVED_READER)):
-        nb = nbformat.v4.new_notebook()
-        cell = nbformat.v4.new_code_cell('profile = "x"\nn = 1\n')
-        cell.metadata["tags"] = ["parameters"]
-        nb.cells = [cell, nbformat.v4.new_code_cell(body)]
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        nbformat.write(nb, nb_dir / f"{name}.ipynb")
-    (params_dir / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 7}\n  02_reader:\n")
-    for key, value in (("TBT_OUTPUTS", out), ("TBT_PARAMS", params_dir), ("TBT_NOTEBOOKS", nb_dir)):
-        monkeypatch.setenv(key, str(value))
-    monkeypatch.setattr(paths, "NOTEBOOKS", nb_dir)
-    monkeypatch.setattr(paths, "PARAMS", params_dir)
-    monkeypatch.setattr(paths, "OUTPUTS", out)
+    tmp_path, out = project, project / "outputs"
+    notebook(project / "notebooks" / "02_reader.ipynb", RESOLVED_READER)
+    (project / "params" / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 7}\n  02_reader:\n")
+    out.mkdir()
     (tmp_path / "disk" / "x").mkdir(parents=True)
     (out / "x").symlink_to(tmp_path / "disk" / "x")                 # the documented full-disk recovery
     assert [s["status"] for s in run.run_profile("x").values()] == ["ran", "ran"]

@@ -20,6 +20,7 @@ import nbclient
 import nbformat
 import numpy as np
 import pytest
+from notebook_project import READER, notebook
 
 from lib import data, failures, kernel, layout, params, paths, published, run, stagecache, store, util
 from lib.benchalign import data as bdata
@@ -29,44 +30,8 @@ from lib.pipeline import evaluate as ev
 from lib.pipeline import finetune as ft
 from lib.pipeline.spec import JobSpec
 
-
 # --------------------------------------------------------------------------- a tiny project of notebooks
-def _notebook(path: Path, *bodies: str, params_cell: str = 'profile = "x"\nn = 1\n') -> None:
-    nb = nbformat.v4.new_notebook()
-    p = nbformat.v4.new_code_cell(params_cell)
-    p.metadata["tags"] = ["parameters"]
-    nb.cells = [nbformat.v4.new_markdown_cell("# demo"), p, *(nbformat.v4.new_code_cell(b) for b in bodies)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, path)
-
-
-WRITER = """
-import os
-from lib import params, report
-ctx = params.stage("01_demo", globals())
-report.write_summary(ctx.out, {"n_squared": n * n})
-"""
-READER = """
-from lib import params, report
-ctx = params.stage("02_reader", globals())
-report.write_summary(ctx.out, {"twice": 2 * report.read_summary(ctx.profile, "01_demo")["n_squared"]})
-"""
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    """Notebooks, params and outputs of a profile ``x`` in a temporary folder; the kernels the
-    runner starts see them through the environment."""
-    nb_dir, params_dir, out = tmp_path / "notebooks", tmp_path / "params", tmp_path / "outputs"
-    nb_dir.mkdir(), params_dir.mkdir()
-    _notebook(nb_dir / "01_demo.ipynb", WRITER)
-    (params_dir / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 7}\n")
-    for key, value in (("TBT_OUTPUTS", out), ("TBT_PARAMS", params_dir), ("TBT_NOTEBOOKS", nb_dir)):
-        monkeypatch.setenv(key, str(value))
-    monkeypatch.setattr(paths, "NOTEBOOKS", nb_dir)
-    monkeypatch.setattr(paths, "PARAMS", params_dir)
-    monkeypatch.setattr(paths, "OUTPUTS", out)
-    return tmp_path
+# notebook, WRITER, READER and the project fixture: tests/notebook_project.py
 
 
 def _errors(text: str) -> list[str]:
@@ -153,7 +118,7 @@ def test_a_stage_is_stale_when_what_it_read_or_wrote_differs_wherever_it_lies(tm
 
 @pytest.mark.slow
 def test_a_summary_that_does_not_parse_reruns_its_stage_not_the_next_one_failing(project):
-    _notebook(project / "notebooks" / "02_reader.ipynb", READER)
+    notebook(project / "notebooks" / "02_reader.ipynb", READER)
     (project / "params" / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 7}\n  02_reader:\n")
     assert [s["status"] for s in run.run_profile("x").values()] == ["ran", "ran"]
     summary = project / "outputs" / "x" / "01_demo" / "summary.json"
@@ -167,7 +132,7 @@ def test_a_summary_that_does_not_parse_reruns_its_stage_not_the_next_one_failing
 def test_moved_or_linked_outputs_stay_cached(project, monkeypatch):
     """outputs/x moved to another disk and linked back, then the whole outputs folder moved (as with
     a moved checkout): every stage stays cached."""
-    _notebook(project / "notebooks" / "02_reader.ipynb", READER)
+    notebook(project / "notebooks" / "02_reader.ipynb", READER)
     (project / "params" / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 7}\n  02_reader:\n")
     assert [s["status"] for s in run.run_profile("x").values()] == ["ran", "ran"]
     shutil.move(project / "outputs" / "x", project / "disk")
@@ -194,7 +159,7 @@ def test_other_data_under_harmony_data_reruns_the_stage_that_read_it(project, mo
     """HARMONY_DATA pointed at an identical copy: cached. At a copy whose ifeval.npz has every item
     flipped: the stage runs again and reports the new data's numbers. At a truncated copy: one line
     naming the file and how to restore it, exit code 2."""
-    _notebook(project / "notebooks" / "01_demo.ipynb", DATA_READER)
+    notebook(project / "notebooks" / "01_demo.ipynb", DATA_READER)
     first = _data_copy(harmony_data, project / "first")
     monkeypatch.setenv(paths.DATA_ENV, str(first))
     assert run.run_profile("x")["01_demo"]["status"] == "ran"
@@ -406,7 +371,7 @@ RAISE = {   # a cell body -> what the one line must say
 @pytest.mark.parametrize("case", sorted(RAISE))
 def test_every_failure_in_a_stage_ends_in_one_line_exit_2_and_the_traceback_in_a_log(project, capfd, case):
     body, expected = RAISE[case]
-    _notebook(project / "notebooks" / "01_demo.ipynb",
+    notebook(project / "notebooks" / "01_demo.ipynb",
               "from lib import params\nctx = params.stage('01_demo', globals())", body)
     assert run.main(["x"]) == 2
     captured = capfd.readouterr()
@@ -436,7 +401,7 @@ report.write_summary(ctx.out, {"done": 20})
 
 @pytest.mark.slow
 def test_ctrl_c_ends_in_one_line_saying_where_make_all_resumes(project):
-    _notebook(project / "notebooks" / "01_demo.ipynb", PROGRESSING)
+    notebook(project / "notebooks" / "01_demo.ipynb", PROGRESSING)
     proc = subprocess.Popen([sys.executable, "-m", "lib.run", "x"], cwd=paths.ROOT, env=dict(os.environ),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     heartbeat = project / "outputs" / "x" / "01_demo" / ".heartbeat"
@@ -514,7 +479,7 @@ def test_06_in_jupyterlab_without_the_data_stops_and_make_all_repairs_damage(pub
 def test_an_executed_notebook_keeps_no_progress_bars_and_no_path_of_this_machine(tmp_path):
     """What lm-eval's bars leave in a cell's output (one stream output per redraw) is dropped, the
     lines around them are kept; papermill's record of the notebooks names them from the repository."""
-    nb = nbformat.v4.new_notebook()
+    nb = nbformat.v4.newnotebook()
     bars = [nbformat.v4.new_output("stream", name="stderr", text=f"\rRunning loglikelihood requests: {p:3d}%|"
                                    f"{'#' * (p // 10):<10}| {4 * p}/400 [00:00<00:00, 938.93it/s]")
             for p in (0, 16, 40, 100)]
