@@ -479,7 +479,7 @@ def test_06_in_jupyterlab_without_the_data_stops_and_make_all_repairs_damage(pub
 def test_an_executed_notebook_keeps_no_progress_bars_and_no_path_of_this_machine(tmp_path):
     """What lm-eval's bars leave in a cell's output (one stream output per redraw) is dropped, the
     lines around them are kept; papermill's record of the notebooks names them from the repository."""
-    nb = nbformat.v4.newnotebook()
+    nb = nbformat.v4.new_notebook()
     bars = [nbformat.v4.new_output("stream", name="stderr", text=f"\rRunning loglikelihood requests: {p:3d}%|"
                                    f"{'#' * (p // 10):<10}| {4 * p}/400 [00:00<00:00, 938.93it/s]")
             for p in (0, 16, 40, 100)]

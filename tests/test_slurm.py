@@ -26,6 +26,7 @@ import pytest
 from lib import layout, paths, store
 from lib.pipeline.launch import jobs, slurm
 from lib.store import DIRECT, TBT
+from lib.util import digest
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,6 +121,8 @@ def slurm_run(cluster, smoke):
     for sub in ("01_select_benchmarks", "02_finetune", "03_direct_eval", "store", "work/train_before_test",
                 "work/items", "work/submitit", "work/failed"):
         subprocess.run(["rm", "-rf", str(prof_dir / sub)], check=True)
+    world = paths.work_dir("smoke") / "world" / "tasks"     # smoke's, which smoke_slurm links to
+    world_before = digest(world)
     os.environ[slurm.SUBMIT_ONLY_ENV] = "1"
     try:
         submitted = run.run_profile(PROFILE)
@@ -129,7 +132,8 @@ def slurm_run(cluster, smoke):
     status_lines = status.lines(PROFILE)
     after = _stored()                   # the jobs run on meanwhile: status's "done" lies between the two
     finished = run.run_profile(PROFILE)
-    return {"submitted": submitted, "status": status_lines, "stored": (before, after), "finished": finished}
+    return {"submitted": submitted, "status": status_lines, "stored": (before, after), "finished": finished,
+            "smoke's world": (world_before, digest(world))}
 
 
 def _stored() -> dict[str, int]:
@@ -150,6 +154,10 @@ def test_profile_through_slurm_equals_the_processes_run(slurm_run, smoke):
         a = ours[cols].sort_values(["model", "benchmark"]).reset_index(drop=True)
         b = theirs[cols].sort_values(["model", "benchmark"]).reset_index(drop=True)
         assert len(a) == 16 and a.equals(b), f"{protocol}: Slurm and processes runs differ"
+    # the shared world is used as it is: its task YAMLs (which name their folder) were not rewritten
+    # with smoke_slurm's path, which made smoke's stages 01-03 re-run after it
+    before, after = slurm_run["smoke's world"]
+    assert before == after != "missing"
     for stage in ("02_finetune", "03_direct_eval"):
         record = slurm.Record(layout.submitit_dir(paths.work_dir(PROFILE), stage)).read()
         ids = sorted(e["job_id"] for e in record.values())

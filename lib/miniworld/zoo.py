@@ -622,7 +622,9 @@ def prepare(profile: str, seed: int = 0, workers: int | None = None, share: str 
                 for k, v in options.items() if k in ZOO_OPTIONS}
     t0 = time.time()
     with zoo_lock(profile):       # two profiles sharing the zoo, run at once, build it once
-        manifest = mw.build(world_dir(profile), cfg)
+        # the world through its owner's folder: its task YAMLs name that path, so a profile sharing
+        # it finds them current instead of rewriting them (and re-running the owner's stages)
+        manifest = mw.build(world_dir(share or profile), cfg)
         recipes = default_zoo(**zoo_args)
         builds = build_zoo(world_dir(profile), models_dir(profile), recipes, workers=workers)
     root = paths.store_dir(profile)
