@@ -131,3 +131,19 @@ def test_published_comparison_matches_scipy(harmony_data, published_analyses):
     assert s["mean_tau_between"][store.DIRECT] == pytest.approx(four["mean_tau"][store.DIRECT])
     assert any("not recorded" in n for n in s["notes"]) and not any(np.isfinite(v) for v in s["seconds"].values()
                                                                    if v is not None)
+
+
+def test_prepared_store_gets_the_lead_column_and_the_cost_axis(tiny):
+    """With preparation metadata the table gains the lead column (direct evaluation removes none of
+    it); with every unit's seconds recorded the figure puts cost on a log axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    rep = cheaper.comparison_report(store.load(tiny), tiny, n_boot=10, prepared={"m3": {"qa": 1}},
+                                    twins={"m3": "m0"})
+    assert rep["table"].loc[cheaper.label(store.DIRECT), "lead_removed"] == pytest.approx(0.0)
+    assert rep["summary"]["lead_removed"]["reversed_eval"] == pytest.approx(2.0)   # the lead turned into a loss
+    fig = cheaper.plot_comparison(rep["summary"])
+    assert fig.axes[0].get_xscale() == "log"
+    empty = {**rep["summary"], "seconds": {k: float("nan") for k in rep["summary"]["seconds"]}}
+    assert cheaper.plot_comparison(empty).axes[0].get_xscale() == "linear"
