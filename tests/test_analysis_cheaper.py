@@ -55,6 +55,29 @@ def test_identical_protocol_gets_one_and_reversed_minus_one(tiny):
     assert "lead_removed" not in rep["table"].columns                                  # no preparation recorded
 
 
+def test_the_difference_from_direct_is_paired_on_the_models_both_rank(tiny):
+    """A candidate's mean tau minus direct evaluation's, on the models both and train-before-test
+    rank: the reversed protocol is 2 below direct on all six; perplexity alone, measured on five
+    (m5 has no corpus result), equals the difference of the two means recomputed on those five."""
+    df = store.load(tiny)
+    df = df[~((df["benchmark"] == "corpus") & (df["model"] == "m5"))]
+    direct = df[(df["protocol"] == store.DIRECT) & (df["model"] == "m0") & (df["benchmark"] == "qa")].index
+    df.loc[direct, "score"] = 0.45                  # direct's qa ranking now differs from tbt's on m0
+    s = cheaper.comparison_report(df, tiny, n_boot=50)["summary"]
+    assert s["minus_direct"]["reversed_eval"] == pytest.approx(-1 - s["tau_with_tbt_mean"][store.DIRECT])
+    assert s["n_models_paired"] == {"reversed_eval": 6, cheaper.PERPLEXITY: 5}
+    five = MODELS[:5]
+    tbt = {b: [ABILITY[m] + sh for m in five] for b, sh in (("qa", 0.0), ("nli", 0.3))}
+    dir_ = {"qa": [0.45 if m == "m0" else ABILITY[m] / 10 for m in five], "nli": [ABILITY[m] / 10 + 0.3 for m in five]}
+    ppl = [-(3.0 - ABILITY[m] / 10) for m in five]
+    expected = np.mean([stats.kendalltau(ppl, tbt[b])[0] - stats.kendalltau(dir_[b], tbt[b])[0] for b in tbt])
+    assert s["minus_direct"][cheaper.PERPLEXITY] == pytest.approx(expected)
+    assert expected != pytest.approx(s["tau_with_tbt_mean"][cheaper.PERPLEXITY] - s["tau_with_tbt_mean"][store.DIRECT])
+    lo, hi = s["minus_direct_ci"][cheaper.PERPLEXITY]
+    assert lo <= expected <= hi
+    assert store.DIRECT not in s["minus_direct"]
+
+
 def test_perplexity_alone_is_the_pre_ft_setting_of_05(tiny):
     """Perplexity alone's tau with each benchmark is 05's pre_ft_ppl_vs_tbt tau of the average corpus."""
     df = store.load(tiny)

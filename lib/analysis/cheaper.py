@@ -137,6 +137,8 @@ def comparison_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_M
         s["tau_with_tbt_ci"][name] = dict(zip(downstream, uncertainty.intervals(boot, level).tolist()))
         s["tau_with_tbt_mean"][name] = float(np.nanmean(point)) if np.isfinite(point).any() else np.nan
         s["tau_with_tbt_mean_ci"][name] = uncertainty.interval(uncertainty.nanmean_rows(boot), level)
+    s["minus_direct"], s["minus_direct_ci"], s["n_models_paired"] = paired_against_direct(
+        cands, tbt, min_models, n_boot, seed, level)
     notes = [f"{label(PERPLEXITY)}: mean tau between benchmarks is {BY_CONSTRUCTION} (not reported)"] \
         if PERPLEXITY in cands else []
     secs = recorded_seconds(df, store_root)
@@ -164,12 +166,45 @@ def comparison_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_M
                "with_tbt_lo": ci_t[0], "with_tbt_hi": ci_t[1],
                "n_models": s["n_models"].get(n, len(tbt.dropna(how="all"))),
                "lowest": taus.idxmin() if taus.notna().any() else None, "lowest_tau": taus.min(),
-               "highest_tau": taus.max(), "seconds": s["seconds"][n]}
+               "highest_tau": taus.max(), "minus_direct": s["minus_direct"].get(n),
+               "minus_direct_lo": s["minus_direct_ci"].get(n, [np.nan] * 2)[0],
+               "minus_direct_hi": s["minus_direct_ci"].get(n, [np.nan] * 2)[1], "seconds": s["seconds"][n]}
         if prepared:
             row["lead_removed"] = s["lead_removed"].get(n)
         rows.append(row)
     table = pd.DataFrame(rows).set_index("protocol")
     return {"table": table, "per_benchmark": per_benchmark, "summary": s, "notes": notes}
+
+
+def paired_against_direct(cands: dict[str, pd.DataFrame], tbt: pd.DataFrame, min_models: int, n_boot: int,
+                          seed: int, level: float) -> tuple[dict, dict, dict]:
+    """Each candidate's mean tau with train-before-test minus zero-shot direct evaluation's, both on
+    the models the two candidates and train-before-test all rank, under the same bootstrap draws
+    (a paired difference; benchmarks where either tau is undefined are left out of both means).
+    ({candidate: difference}, {candidate: [lo, hi]}, {candidate: models}); empty without direct."""
+    diff, ci, n_models = {}, {}, {}
+    if store.DIRECT not in cands:
+        return diff, ci, n_models
+    direct, k = cands[store.DIRECT], tbt.shape[1]
+    for name, mat in cands.items():
+        if name == store.DIRECT:
+            continue
+        models = sorted(set(mat.dropna(how="all").index) & set(direct.dropna(how="all").index)
+                        & set(tbt.dropna(how="all").index))
+        x = np.hstack([m.reindex(models).to_numpy(float) for m in (mat, direct, tbt)])
+        pairs = [(b, 2 * k + b) for b in range(k)] + [(k + b, 2 * k + b) for b in range(k)]
+
+        def mean_diff(taus: np.ndarray) -> np.ndarray:
+            a, d = taus[:, :k], taus[:, k:]
+            both = np.isfinite(a) & np.isfinite(d)
+            return np.where(both.any(axis=1), np.where(both, a - d, 0.0).sum(axis=1) / np.maximum(both.sum(axis=1), 1),
+                            np.nan)
+
+        diff[name] = float(mean_diff(uncertainty.weighted_tau(x, pairs, None, min_models))[0])
+        ci[name] = uncertainty.interval(mean_diff(uncertainty.weighted_tau(
+            x, pairs, uncertainty.draws(len(models), n_boot, seed), min_models)), level)
+        n_models[name] = len(models)
+    return diff, ci, n_models
 
 
 def plot_comparison(summary: dict):
