@@ -6,6 +6,7 @@
     robustness   whether an effect hinges on a few models: the tau and PC1 gains on subsets of models
     budget       how much fine-tuning it takes before benchmarks agree (along the validation curves)
     perplexity   whether perplexity ranks models the way downstream benchmarks do
+    cheaper      cheaper protocols (direct evaluation, perplexity alone) against train-before-test: agreement, cost
     structure    low-dimensional structure of the model x benchmark matrix: PCA, standardised columns
     figures      the figures of notebooks 04-06
     tables       the docs tables of stages 04-06 (registered in lib.doctables)

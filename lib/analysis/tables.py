@@ -214,3 +214,35 @@ def quality_table(s: Summaries) -> list[str]:
         r2 = q[T].get(bench, {})
         out.append(row(f"{bench} ({r['chance']:.2g})", cell(r), cell(r2) if r2 else "n/a"))
     return out
+
+
+@table("cheaper")
+def cheaper_table(s: Summaries) -> list[str]:
+    """Issue 42: each cheaper protocol against train-before-test (05's ``cheaper``)."""
+    from .cheaper import BY_CONSTRUCTION, label
+
+    c = s("05_perplexity")["cheaper"]
+    names = c["candidates"] + [T]
+    lead = "lead_removed" in c
+    cols = ["protocol", "models", "mean tau between benchmarks",
+            f"tau with train-before-test, mean over {len(c['benchmarks'])} benchmarks",
+            "lowest benchmark tau", "highest benchmark tau", "minus direct evaluation, paired (models)",
+            "seconds recorded"]
+    out = header(*cols, *(["share of the prepared models' lead removed"] if lead else []))
+    for n in names:
+        between = c["mean_tau_between"].get(n)
+        between = est(between, c["mean_tau_between_ci"][n]) if between is not None else BY_CONSTRUCTION
+        secs = c["seconds"].get(n)
+        secs = "not recorded" if secs is None or secs != secs else f"{secs:,.0f}"
+        if n == T:
+            cells = [label(n), "", between, "reference", "", "", "", secs]
+        else:
+            taus = {b: t for b, t in c["tau_with_tbt"][n].items() if t is not None and t == t}
+            lo, hi = min(taus, key=taus.get), max(taus, key=taus.get)
+            cells = [label(n), c["n_models"][n], between, est(c["tau_with_tbt_mean"][n], c["tau_with_tbt_mean_ci"][n]),
+                     f"{f(taus[lo])} {ci(c['tau_with_tbt_ci'][n][lo])} ({display(lo)})",
+                     f"{f(taus[hi])} {ci(c['tau_with_tbt_ci'][n][hi])} ({display(hi)})",
+                     f"{est(c['minus_direct'][n], c['minus_direct_ci'][n], sign=True)} ({c['n_models_paired'][n]})"
+                     if n in c.get("minus_direct", {}) else "", secs]
+        out.append(row(*cells, *([pct(c["lead_removed"].get(n))] if lead else [])))
+    return out
