@@ -46,14 +46,15 @@ def lr_name(lr: float) -> str:
     return f"lr={lr:g}"
 
 
-def benchmark_dir(work: Work, model: str, benchmark: str) -> Path:
-    """The train-before-test units of one (model, benchmark)."""
-    return Path(work) / TBT / slug(model) / slug(benchmark)
+def benchmark_dir(work: Work, model: str, benchmark: str, protocol: str = TBT) -> Path:
+    """The train-before-test units of one (model, benchmark) (of ``protocol``, a form of it such as
+    the reduced budget, whose units must not meet the full protocol's)."""
+    return Path(work) / protocol / slug(model) / slug(benchmark)
 
 
-def unit_dir(work: Work, model: str, benchmark: str, lr: float) -> Path:
+def unit_dir(work: Work, model: str, benchmark: str, lr: float, protocol: str = TBT) -> Path:
     """One learning-rate unit: ``unit.json`` and the adapter of its best epoch."""
-    return benchmark_dir(work, model, benchmark) / lr_name(lr)
+    return benchmark_dir(work, model, benchmark, protocol) / lr_name(lr)
 
 
 def adapter_dir(unit: Work, epoch: int) -> Path:
@@ -67,14 +68,14 @@ def resume_dir(unit: Work) -> Path:
     return Path(unit) / RESUME_DIR
 
 
-def selection_path(work: Work, model: str, benchmark: str) -> Path:
+def selection_path(work: Work, model: str, benchmark: str, protocol: str = TBT) -> Path:
     """The chosen (learning rate, epoch) of one (model, benchmark), with every curve."""
-    return benchmark_dir(work, model, benchmark) / SELECTION_FILE
+    return benchmark_dir(work, model, benchmark, protocol) / SELECTION_FILE
 
 
-def example_path(work: Work, model: str, benchmark: str) -> Path:
+def example_path(work: Work, model: str, benchmark: str, protocol: str = TBT) -> Path:
     """The first training example of one (model, benchmark), decoded: what the model was trained on."""
-    return benchmark_dir(work, model, benchmark) / EXAMPLE_FILE
+    return benchmark_dir(work, model, benchmark, protocol) / EXAMPLE_FILE
 
 
 def examples_frame(work: Work, models: list[str], benchmarks: list[str]):
@@ -202,14 +203,14 @@ def safetensors_complete(path: Work) -> bool:
 
 
 def unit_problems(work: Work, model: str, benchmark: str, configs: dict[float, dict],
-                  chosen: float | None) -> list[str]:
+                  chosen: float | None, protocol: str = TBT) -> list[str]:
     """Why the train-before-test units of one (model, benchmark) are not all finished: every
     learning rate's ``unit.json`` (of its configuration in ``configs``) and the adapter of the
     ``chosen`` learning rate (the others are pruned once the choice is made). One entry per
     missing or damaged file."""
     out = []
     for lr, config in configs.items():
-        unit = unit_dir(work, model, benchmark, lr)
+        unit = unit_dir(work, model, benchmark, lr, protocol)
         record, why = check_unit(unit, config)
         if record is None:
             out.append(why or (f"{lr_label(unit)} was made with another configuration" if unit.is_dir()

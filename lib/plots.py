@@ -29,7 +29,7 @@ from matplotlib.colors import to_hex, to_rgb
 
 from . import figreview
 from .figreview import MIN_FONT_PT, WIDTH_DOUBLE, WIDTH_SINGLE  # noqa: F401  (the rules live with their checks)
-from .store import DIRECT, TBT
+from .store import DIRECT, REDUCED, TBT
 
 PROTOCOL_LABELS = {DIRECT: "Direct evaluation", TBT: "Train-before-test"}
 PROTOCOL_COLORS = {DIRECT: "#c44e52", TBT: "#4c72b0"}
@@ -165,7 +165,13 @@ def model_styles(models: Iterable[str], store: str | Path | None = None):
 
 
 def protocol_label(protocol: str) -> str:
-    """How figures, tables and the leaderboard name a protocol (:data:`PROTOCOL_LABELS`)."""
+    """How figures, tables and the leaderboard name a protocol (:data:`PROTOCOL_LABELS`; the cheaper
+    forms of issue 42 by their settings: "Direct evaluation, 5-shot")."""
+    if protocol == REDUCED:
+        return "Train-before-test, reduced budget"
+    shots = protocol.removeprefix(DIRECT + "_").removesuffix("shot")
+    if protocol.startswith(DIRECT + "_") and protocol.endswith("shot") and shots.isdigit():
+        return f"Direct evaluation, {shots}-shot"
     return PROTOCOL_LABELS.get(protocol, protocol)
 
 

@@ -28,6 +28,23 @@ from .util import CorruptFile, atomic_write_json, note_read, read_json
 # The two protocols, spelled the same way in the store, the job grid, the tables and the figures.
 DIRECT, TBT = "direct_eval", "train_before_test"
 PROTOCOLS = (DIRECT, TBT)
+# Cheaper variants of them (issue 42), stored under names of their own: direct evaluation with k
+# examples of the training split in the prompt, and train-before-test on a reduced budget.
+REDUCED = f"{TBT}_reduced"
+
+
+def fewshot_protocol(k: int) -> str:
+    """The store's name of direct evaluation with ``k`` in-context examples (0: direct evaluation)."""
+    return f"{DIRECT}_{k}shot" if k else DIRECT
+
+
+def base_protocol(name: str) -> str:
+    """The protocol a store protocol name is a form of (DIRECT or TBT); raises on any other name."""
+    for base in (TBT, DIRECT):
+        if name == base or name.startswith(base + "_"):
+            return base
+    raise ValueError(f"unknown protocol {name!r}: expected {DIRECT!r}, {TBT!r} or a form of one "
+                     f"({fewshot_protocol(5)!r}, {REDUCED!r})")
 SCHEMA = 1
 COLUMNS = ["protocol", "benchmark", "model", "metric", "score", "stderr",
            "higher_is_better", "n", "provenance"]

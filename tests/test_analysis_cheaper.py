@@ -109,6 +109,31 @@ def test_cost_columns_add_up_to_the_recorded_seconds(tiny):
     assert math.isnan(s["seconds"][store.DIRECT]) and s["n_units"][store.DIRECT] == 2 * n
 
 
+def test_flops_come_from_the_tokens_the_units_recorded(tiny):
+    """2 N per scored token, 6 N per trained token of a full fine-tune (4 N with LoRA); a protocol
+    with one unit that recorded no tokens has no FLOPs, not fewer."""
+    n_params = 1000
+    full = {"config": {"recipe": {"method": "full"}}}
+    for k, m in enumerate(MODELS):
+        for b in ("qa", "nli"):
+            store.write(tiny, store.Result(store.TBT, b, m, "acc", ABILITY[m], provenance={
+                "n_params": n_params, "eval_tokens": 100, "train_tokens": 1000 * (k + 1), "validation_tokens": 50,
+                **full}))
+            store.write(tiny, store.Result(store.REDUCED, b, m, "acc", ABILITY[m], provenance={
+                "n_params": n_params, "eval_tokens": 100, "train_tokens": 10, "validation_tokens": 5}))   # LoRA
+            store.write(tiny, store.Result(store.fewshot_protocol(3), b, m, "acc", ABILITY[m], provenance={
+                "n_params": n_params, "eval_tokens": 400}))
+    s = cheaper.comparison_report(store.load(tiny), tiny, n_boot=10)["summary"]
+    n = len(MODELS)
+    assert s["flops"][store.TBT] == pytest.approx(
+        2 * sum(n_params * (2 * 100 + 6 * 1000 * (k + 1) + 2 * 50) for k in range(n)))
+    assert s["flops"][store.REDUCED] == pytest.approx(2 * n * n_params * (2 * 100 + 4 * 10 + 2 * 5))
+    assert s["flops"]["direct_eval_3shot"] == pytest.approx(2 * n * n_params * 2 * 400)
+    assert math.isnan(s["flops"][store.DIRECT])                    # the fixture's direct units record no tokens
+    assert any("FLOPs: not recorded" in note for note in s["notes"])
+    assert cheaper.tex_numbers(s)[f"cheaper/{store.REDUCED}/flops"] == s["flops"][store.REDUCED]
+
+
 def test_lead_removed_share():
     """Twin t of base b leads by 3 ranks on qa under direct evaluation, 1 under train-before-test
     (two thirds removed) and not at all by perplexity (all of it removed)."""

@@ -10,7 +10,7 @@ averaged by :func:`lib.analysis.perplexity.with_average`), one ranking used for 
 Per candidate (:func:`comparison_report`): its mean Kendall tau between benchmarks (undefined for
 perplexity alone, 1 by construction), its tau with train-before-test on each benchmark and their
 mean, each with a bootstrap interval over the models both rank (:mod:`lib.analysis.uncertainty`);
-the seconds its units recorded (:func:`recorded_seconds`); and, where the store's metadata records
+the seconds and FLOPs its units recorded (:func:`recorded_cost`); and, where the store's metadata records
 which model was prepared for which task (the mini world), the share of the prepared models' rank
 lead that it removes (:func:`lead_removed`).
 """
@@ -36,10 +36,10 @@ def label(name: str) -> str:
     return LABELS.get(name, plots.protocol_label(name))
 
 
-def candidates(df: pd.DataFrame, store_root=None) -> dict[str, pd.DataFrame]:
+def candidates(df: pd.DataFrame, downstream: list[str], corpora: list[str]) -> dict[str, pd.DataFrame]:
     """{candidate: oriented model x downstream-benchmark matrix}: the store's protocols other than
-    train-before-test (direct evaluation first), then :data:`PERPLEXITY` when there are corpora."""
-    downstream, corpora = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    train-before-test (direct evaluation first), then :data:`PERPLEXITY` when there are corpora
+    (``downstream`` and ``corpora``: :func:`lib.analysis.agreement.split_benchmarks`)."""
     dirs = store.directions(df)
     present = set(df["protocol"]) - {store.TBT}
     out = {}
@@ -53,23 +53,40 @@ def candidates(df: pd.DataFrame, store_root=None) -> dict[str, pd.DataFrame]:
     return out
 
 
-def recorded_seconds(df: pd.DataFrame, store_root=None) -> pd.DataFrame:
+def unit_flops(prov: dict) -> float:
+    """FLOPs of one unit from the tokens it recorded (:mod:`lib.pipeline.evaluate`,
+    :mod:`lib.pipeline.protocols`): 2 N per scored token (test, validation), 6 N per trained token when
+    every parameter trains and 4 N with LoRA (no weight gradients of the base: the preflight's
+    rule, :func:`lib.pipeline.launch.preflight.unit_flops`); NaN when the unit recorded no tokens."""
+    n, scored = prov.get("n_params"), prov.get("eval_tokens")
+    if not n or scored is None:
+        return np.nan
+    method = ((prov.get("config") or {}).get("recipe") or {}).get("method", "lora")
+    trained = (6 if method == "full" else 4) * prov.get("train_tokens", 0)
+    return float(n) * (2 * scored + trained + 2 * prov.get("validation_tokens", 0))
+
+
+def recorded_cost(df: pd.DataFrame, downstream: list[str], corpora: list[str]) -> pd.DataFrame:
     """Per candidate and train-before-test: the units behind its ranking (``n_units``), how many
-    record their seconds (``n_recorded``) and their sum (``seconds``: evaluation plus training and
-    validation, as the units wrote them into the provenance; NaN unless every unit recorded them)."""
-    downstream, corpora = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    record their seconds (``n_recorded``), their sum (``seconds``: evaluation plus training and
+    validation, as the units wrote them into the provenance) and ``flops`` (:func:`unit_flops`);
+    each sum NaN unless every unit recorded it."""
     rows = {p: df[(df["protocol"] == p) & df["benchmark"].isin(downstream)] for p in set(df["protocol"])}
     if corpora and PPL_PROTOCOL in rows:
         rows[PERPLEXITY] = df[(df["protocol"] == PPL_PROTOCOL) & df["benchmark"].isin(corpora)]
+
+    def total(values: list[float]) -> float:
+        values = np.asarray(values, float)
+        return float(values.sum()) if len(values) and np.isfinite(values).all() else np.nan
+
     out = []
     for name, part in rows.items():
         secs = [sum(float(prov[k]) for k in SECONDS_KEYS if prov.get(k) is not None)
                 if any(prov.get(k) is not None for k in SECONDS_KEYS) else np.nan for prov in part["provenance"]]
-        secs = np.asarray(secs, float)
-        recorded = int(np.isfinite(secs).sum())
-        out.append({"protocol": name, "n_units": len(part), "n_recorded": recorded,
-                    "seconds": float(secs.sum()) if len(part) and recorded == len(part) else np.nan})
-    return pd.DataFrame(out, columns=["protocol", "n_units", "n_recorded", "seconds"]).set_index("protocol")
+        recorded = int(np.isfinite(np.asarray(secs, float)).sum())
+        out.append({"protocol": name, "n_units": len(part), "n_recorded": recorded, "seconds": total(secs),
+                    "flops": total([unit_flops(p) for p in part["provenance"]])})
+    return pd.DataFrame(out, columns=["protocol", "n_units", "n_recorded", "seconds", "flops"]).set_index("protocol")
 
 
 def lead_removed(rankings: dict[str, pd.DataFrame], prepared: dict[str, dict], twins: dict[str, str]) -> pd.Series:
@@ -106,12 +123,12 @@ def comparison_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_M
     ``mean_tau_between`` / ``_ci``, ``tau_with_tbt_mean`` / ``_ci``, ``tau_with_tbt`` {candidate:
     {benchmark}}, ``tau_with_tbt_ci``, ``n_models``, ``seconds``, ``n_units``, ``lead_removed``,
     ``bootstrap``, ``notes``) and ``notes``."""
-    downstream, _ = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    downstream, corpora = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
     if store.TBT not in set(df["protocol"]):
         raise store.StoreError("the comparison needs train-before-test results; the store has "
                                f"{sorted(set(df['protocol']))}")
     tbt = store.orient(store.matrix(df, store.TBT).reindex(columns=downstream), store.directions(df))
-    cands = candidates(df, store_root)
+    cands = candidates(df, downstream, corpora)
     k = len(downstream)
     s: dict = {"candidates": list(cands), "benchmarks": downstream, "mean_tau_between": {}, "mean_tau_between_ci": {},
                "tau_with_tbt_mean": {}, "tau_with_tbt_mean_ci": {}, "tau_with_tbt": {}, "tau_with_tbt_ci": {},
@@ -141,12 +158,15 @@ def comparison_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_M
         cands, tbt, min_models, n_boot, seed, level)
     notes = [f"{label(PERPLEXITY)}: mean tau between benchmarks is {BY_CONSTRUCTION} (not reported)"] \
         if PERPLEXITY in cands else []
-    secs = recorded_seconds(df, store_root)
+    cost = recorded_cost(df, downstream, corpora)
     names = list(cands) + [store.TBT]
-    s["seconds"] = {n: (float(secs.loc[n, "seconds"]) if n in secs.index else np.nan) for n in names}
-    s["n_units"] = {n: (int(secs.loc[n, "n_units"]) if n in secs.index else 0) for n in names}
+    for key in ("seconds", "flops"):
+        s[key] = {n: (float(cost.loc[n, key]) if n in cost.index else np.nan) for n in names}
+    s["n_units"] = {n: (int(cost.loc[n, "n_units"]) if n in cost.index else 0) for n in names}
     if not any(np.isfinite(v) for v in s["seconds"].values()):
         notes.append("cost: not recorded (no unit of this store records its seconds)")
+    elif not all(np.isfinite(v) for v in s["flops"].values()):
+        notes.append("FLOPs: not recorded for every protocol (units made before tokens were recorded, or none)")
     if prepared:
         s["lead_removed"] = lead_removed({**cands, store.TBT: tbt}, prepared, twins or {}).to_dict()
     else:
@@ -168,7 +188,8 @@ def comparison_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_M
                "lowest": taus.idxmin() if taus.notna().any() else None, "lowest_tau": taus.min(),
                "highest_tau": taus.max(), "minus_direct": s["minus_direct"].get(n),
                "minus_direct_lo": s["minus_direct_ci"].get(n, [np.nan] * 2)[0],
-               "minus_direct_hi": s["minus_direct_ci"].get(n, [np.nan] * 2)[1], "seconds": s["seconds"][n]}
+               "minus_direct_hi": s["minus_direct_ci"].get(n, [np.nan] * 2)[1], "seconds": s["seconds"][n],
+               "flops": s["flops"][n]}
         if prepared:
             row["lead_removed"] = s["lead_removed"].get(n)
         rows.append(row)
@@ -208,26 +229,28 @@ def paired_against_direct(cands: dict[str, pd.DataFrame], tbt: pd.DataFrame, min
 
 
 def plot_comparison(summary: dict):
-    """Mean tau with train-before-test (with its interval) against the recorded seconds on a log
-    axis; without recorded seconds, the agreement alone, and the figure says so."""
+    """Mean tau with train-before-test (with its interval) against the cost on a log axis: FLOPs where
+    every protocol's units recorded their tokens, else their recorded seconds; without either, the
+    agreement alone, and the figure says so."""
     import matplotlib.pyplot as plt
 
     names = summary["candidates"] + [store.TBT]
-    secs = summary["seconds"]
-    costed = all(np.isfinite(secs[n]) and secs[n] > 0 for n in names)
-    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.6), layout="constrained")
+    cost, unit = next(((summary[k], what) for k, what in (("flops", "FLOPs"), ("seconds", "seconds"))
+                       if all(np.isfinite(summary.get(k, {}).get(n, np.nan)) and summary[k][n] > 0 for n in names)),
+                      (None, None))
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.8), layout="constrained")
     colors = {**plots.PROTOCOL_COLORS, PERPLEXITY: "#55a868"}
+    spare = iter(["#8172b3", "#937860", "#da8bc3", "#ccb974", "#64b5cd"])
     handles = []
     for i, n in enumerate(names):
         tau = summary["tau_with_tbt_mean"].get(n, 1.0)
         lo, hi = summary["tau_with_tbt_mean_ci"].get(n, [tau, tau])
-        x = secs[n] if costed else i
-        handles.append(ax.errorbar([x], [tau], yerr=[[tau - lo], [hi - tau]], fmt="o", ms=4, capsize=2,
-                                   color=colors.get(n, "0.35")))
-    if costed:
+        handles.append(ax.errorbar([cost[n] if cost else i], [tau], yerr=[[tau - lo], [hi - tau]], fmt="o", ms=4,
+                                   capsize=2, color=colors.get(n) or next(spare, "0.35")))
+    if cost:
         ax.set_xscale("log")
-        ax.set_xlabel("seconds recorded by the units (log)")
-        caption = ", against the seconds its units recorded (log axis)"
+        ax.set_xlabel(f"{unit} recorded by the units (log)")
+        caption = f", against the {unit} its units recorded (log axis)"
     else:
         ax.set_xticks(range(len(names)), [""] * len(names))
         ax.set_xlabel("cost not recorded in this store: agreement only")
@@ -242,8 +265,14 @@ def plot_comparison(summary: dict):
 
 def tex_numbers(summary: dict) -> dict:
     """``cheaper/<candidate>/tau_with_tbt`` with ``.../lo`` and ``.../hi``, and ``cheaper/<candidate>/between``
-    (perplexity alone has none: 1 by construction)."""
+    (perplexity alone has none: 1 by construction); ``cheaper/<protocol>/seconds`` and ``.../flops``
+    where recorded (train-before-test's too)."""
     out = {}
+    for n in summary["candidates"] + [store.TBT]:
+        for key in ("seconds", "flops"):
+            value = summary.get(key, {}).get(n)
+            if value is not None and np.isfinite(value):
+                out[f"cheaper/{n}/{key}"] = value
     for n in summary["candidates"]:
         key = f"cheaper/{n}/tau_with_tbt"
         out[key] = summary["tau_with_tbt_mean"][n]

@@ -227,15 +227,17 @@ def cheaper_table(s: Summaries) -> list[str]:
     cols = ["protocol", "models", "mean tau between benchmarks",
             f"tau with train-before-test, mean over {len(c['benchmarks'])} benchmarks",
             "lowest benchmark tau", "highest benchmark tau", "minus direct evaluation, paired (models)",
-            "seconds recorded"]
+            "seconds recorded", "FLOPs recorded"]
     out = header(*cols, *(["share of the prepared models' lead removed"] if lead else []))
     for n in names:
         between = c["mean_tau_between"].get(n)
         between = est(between, c["mean_tau_between_ci"][n]) if between is not None else BY_CONSTRUCTION
         secs = c["seconds"].get(n)
         secs = "not recorded" if secs is None or secs != secs else f"{secs:,.0f}"
+        flops = c.get("flops", {}).get(n)
+        flops = "not recorded" if flops is None or flops != flops else f"{flops:.2g}"
         if n == T:
-            cells = [label(n), "", between, "reference", "", "", "", secs]
+            cells = [label(n), "", between, "reference", "", "", "", secs, flops]
         else:
             taus = {b: t for b, t in c["tau_with_tbt"][n].items() if t is not None and t == t}
             lo, hi = min(taus, key=taus.get), max(taus, key=taus.get)
@@ -243,6 +245,6 @@ def cheaper_table(s: Summaries) -> list[str]:
                      f"{f(taus[lo])} {ci(c['tau_with_tbt_ci'][n][lo])} ({display(lo)})",
                      f"{f(taus[hi])} {ci(c['tau_with_tbt_ci'][n][hi])} ({display(hi)})",
                      f"{est(c['minus_direct'][n], c['minus_direct_ci'][n], sign=True)} ({c['n_models_paired'][n]})"
-                     if n in c.get("minus_direct", {}) else "", secs]
+                     if n in c.get("minus_direct", {}) else "", secs, flops]
         out.append(row(*cells, *([pct(c["lead_removed"].get(n))] if lead else [])))
     return out

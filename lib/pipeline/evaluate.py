@@ -233,6 +233,8 @@ class Outcome:
     correct: list[float] | None          # per-item correctness in [0, 1] (None for perplexity)
     seconds: float
     extra: dict = field(default_factory=dict)
+    tokens: int = 0                      # tokens through the model: contexts, continuations, generations
+    n_params: int = 0                    # the model's parameters (forward FLOPs ~ 2 x n_params x tokens)
 
 
 def _per_item(metric: str, value: Any) -> float | None:
@@ -280,7 +282,22 @@ def evaluate(lm, task, info: TaskInfo, role: str, doc_ids: list[int], *, chat_te
     correct = None if any(v is None for v in values) else values
     return Outcome(score=float(scores[key]), stderr=stderr, metric=info.metric, filter=info.filter,
                    n=len(samples), doc_ids=ids, correct=correct, seconds=seconds,
-                   extra={"doc_ids_are": "split indices" if n_docs == len(doc_ids) else "positions"})
+                   extra={"doc_ids_are": "split indices" if n_docs == len(doc_ids) else "positions"},
+                   tokens=forward_tokens(lm, samples), n_params=sum(p.numel() for p in lm.model.parameters()))
+
+
+def forward_tokens(lm, samples: list[dict]) -> int:
+    """Tokens the model read or wrote for lm-eval's logged ``samples``: every request's context and
+    continuation (a multiple-choice document: one request per choice) and generated text, in the
+    model's own tokens (the cost measure: forward FLOPs ~ 2 x parameters x tokens)."""
+    total = 0
+    for s in samples:
+        for args, resps in zip(s["arguments"], s["resps"]):
+            texts = [a for a in args if isinstance(a, str)]
+            if isinstance(args[-1], dict):            # generate_until: (context, generation kwargs)
+                texts += [r for r in resps if isinstance(r, str)]
+            total += sum(len(lm.tok_encode(t)) for t in texts if t)
+    return total
 
 
 def versions() -> dict[str, str]:
@@ -304,7 +321,8 @@ def record(store_root: str | Path, work: str | Path, protocol: str, info: TaskIn
                            correct=outcome.correct)
     prov = {"filter": info.filter, "kind": info.kind, "per_item": outcome.correct is not None, "n_test": outcome.n,
             "versions": versions(),
-            "eval_seconds": outcome.seconds, **provenance}
+            "eval_seconds": outcome.seconds, "eval_tokens": outcome.tokens, "n_params": outcome.n_params,
+            **provenance}
     return store.write(store_root, store.Result(
         protocol=protocol, benchmark=info.name, model=model, metric=info.metric, score=outcome.score,
         stderr=outcome.stderr, higher_is_better=info.higher_is_better, n=outcome.n, provenance=prov))

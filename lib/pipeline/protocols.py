@@ -24,7 +24,6 @@ import shutil
 from pathlib import Path
 
 from .. import layout
-from ..store import DIRECT, TBT
 from ..util import atomic_write_json
 from . import datasets
 from . import evaluate as ev
@@ -44,16 +43,24 @@ def run(spec: JobSpec, manager, model, tokenizer, benchmark: str, say=print) -> 
     rule = tk.SplitRule.from_dict(spec.splits)
     task, info = tk.inspect(manager, benchmark, spec.store_root, spec.task_timeout, rule.revisions.get(benchmark))
     plan = tk.plan_splits(task, info, rule)
+    if spec.train_fraction < 1:                       # a reduced budget: a seeded share of the training split
+        plan = tk.reduce_training(plan, spec.train_fraction, rule.seed)
     plan.dataset = datasets.record(task, plan)        # what the documents are, for the provenance
-    tk.install_splits(task, plan)
-    protocol = train_before_test if spec.protocol == TBT else direct_eval
-    return protocol(spec, model, tokenizer, task, info, plan, say)
+    shots = tk.install_splits(task, plan, spec.num_fewshot, rule.seed)
+    if spec.trains:
+        return train_before_test(spec, model, tokenizer, task, info, plan, say)
+    return direct_eval(spec, model, tokenizer, task, info, plan, say, shots)
 
 
-def direct_eval(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, plan: tk.SplitPlan, say=print) -> float:
-    """Direct evaluation: the model as it is, zero-shot, on the planned test split."""
+def direct_eval(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, plan: tk.SplitPlan, say=print,
+                shots: list[int] = ()) -> float:
+    """Direct evaluation: the model as it is on the planned test split, zero-shot, or with the
+    training documents ``shots`` in every prompt (``spec.num_fewshot`` of them, chosen by
+    :func:`lib.pipeline.tasks.install_splits`)."""
     outcome = _score(spec, model, tokenizer, task, info, plan, "test")
-    ev.record(spec.store_root, spec.work_root, DIRECT, info, spec.model, outcome, spec.provenance(plan))
+    extra = {"num_fewshot": spec.num_fewshot, "fewshot_train_ids": list(shots)} if spec.num_fewshot else {}
+    ev.record(spec.store_root, spec.work_root, spec.protocol, info, spec.model, outcome,
+              spec.provenance(plan, **extra))
     return outcome.score
 
 
@@ -80,7 +87,8 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
 
     def train(lrs, reuse: bool = True) -> list[ft.UnitResult]:
         return ft.train_units(model, tokenizer, lambda: examples("train"), recipe, lrs,
-                              lambda lr: layout.unit_dir(spec.work_root, spec.model, info.name, lr), validate,
+                              lambda lr: layout.unit_dir(spec.work_root, spec.model, info.name, lr, spec.protocol),
+                              validate,
                               info.higher_is_better, spec.config, reuse=reuse,
                               progress=lambda m: say(f"{spec.model} / {info.name}: {m}"))
 
@@ -103,7 +111,7 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
                             f"{chosen.adapter}")
     curves = {layout.lr_name(u.lr): [p[recipe.criterion] for p in u.curve] for u in units}
     adapter = Path(chosen.adapter).relative_to(spec.work_root).as_posix()      # moves with outputs/
-    atomic_write_json(layout.selection_path(spec.work_root, spec.model, info.name),
+    atomic_write_json(layout.selection_path(spec.work_root, spec.model, info.name, spec.protocol),
                       {"lr": lr, "epoch": epoch, recipe.criterion: val_value, "adapter": adapter,
                        "curves": curves, "criterion": recipe.criterion, "higher_is_better": info.higher_is_better})
 
@@ -112,15 +120,23 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
         outcome = _score(spec, tuned, tokenizer, task, info, plan, "test")
 
     # 5. record, and keep only the chosen adapter
-    ev.record(spec.store_root, spec.work_root, TBT, info, spec.model, outcome, spec.provenance(
+    ev.record(spec.store_root, spec.work_root, spec.protocol, info, spec.model, outcome, spec.provenance(
         plan, lr=lr, epoch=epoch, select_on=recipe.select_on, **{recipe.criterion: val_value},
         val_curves=curves, adapter=adapter, gradient_checkpointing=recipe.gradient_checkpointing,
         micro_batch_size=min(p.get("micro_batch_size", recipe.batch_size) for u in units for p in u.curve),
-        train_seconds=sum(u.seconds for u in units)))
+        train_seconds=sum(u.seconds for u in units), **_training_tokens(units, examples)))
     for u in units:
         if u.lr != lr and u.adapter:
             shutil.rmtree(u.adapter, ignore_errors=True)
     return outcome.score
+
+
+def _training_tokens(units: list[ft.UnitResult], examples) -> dict:
+    """Tokens of the units' training epochs and their validations (the cost measure: training FLOPs
+    ~ 6 x parameters x tokens, validation ~ 2 x): a split's tokens times the epochs the units ran."""
+    epochs = sum(len(u.curve) for u in units)
+    return {f"{role}_tokens": epochs * sum(len(ids) for ids, _ in examples(role))
+            for role in ("train", "validation")}
 
 
 def _write_example(spec: JobSpec, info: tk.TaskInfo, tokenizer, example: tuple[list[int], list[int]]) -> None:
@@ -128,7 +144,7 @@ def _write_example(spec: JobSpec, info: tk.TaskInfo, tokenizer, example: tuple[l
     that carries the loss."""
     ids, labels = example
     scored = [t for t, y in zip(ids, labels) if y != -100]
-    atomic_write_json(layout.example_path(spec.work_root, spec.model, info.name), {
+    atomic_write_json(layout.example_path(spec.work_root, spec.model, info.name, spec.protocol), {
         "text": tokenizer.decode(ids), "tokens": len(ids), "loss_tokens": len(scored),
         "loss_text": tokenizer.decode(scored)})
 

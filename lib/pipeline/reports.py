@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import layout, store
-from ..store import DIRECT, TBT
+from ..store import DIRECT, REDUCED, TBT
 from .finetune import Recipe
 from .perplexity import table as perplexity_table
 
@@ -102,17 +102,28 @@ def grid_edges(scores: pd.DataFrame, recipe: Recipe, curves: pd.DataFrame | None
     return out
 
 
+def reduced_summary(store_root: str | Path, models: list[str], selection: dict, settings: dict) -> dict:
+    """Notebook 02's ``reduced``: the reduced budget's ``mean_score`` ({benchmark: mean test score}),
+    ``n_results``, ``train_seconds`` (its units' recorded seconds) and its ``settings``."""
+    results = _ran(store.load(store_root, REDUCED), models, selection["selected"])
+    seconds = [r.get("train_seconds", 0.0) for r in results.provenance]
+    return {"mean_score": results.groupby("benchmark")["score"].mean().to_dict(), "n_results": len(results),
+            "train_seconds": float(sum(seconds)), "settings": dict(settings)}
+
+
 def direct_eval_report(store_root: str | Path, models: list[str], selection: dict) -> dict:
     """Notebook 03: ``direct`` (one row per direct-evaluation result), ``matrix`` (model x benchmark
     scores), ``protocols`` (both protocols side by side per (benchmark, model), with ``gain`` =
     train-before-test - direct where 02 has run), ``perplexity`` (bits per byte of the corpora
     before and after fine-tuning) and ``summary`` (``n_models``, ``n_benchmarks``, ``n_results``,
     ``mean_direct``, ``mean_gain_tbt_minus_direct``, ``perplexity_mean_change``, per benchmark or
-    corpus)."""
+    corpus; ``mean_fewshot``, {k-shot protocol: {benchmark: mean}}, where 03 ran k-shot evaluation)."""
     bench = selection["selected"]
     df = _ran(store.load(store_root), models, bench)
     direct = df[df.protocol == DIRECT]
-    both = df.pivot_table(index=["benchmark", "model"], columns="protocol", values="score").reset_index()
+    shots = df[df.protocol.str.startswith(DIRECT + "_")]          # k-shot direct evaluation (issue 42)
+    both = df[df.protocol.isin([DIRECT, TBT])].pivot_table(index=["benchmark", "model"], columns="protocol",
+                                                             values="score").reset_index()
     both.columns.name = None
     if TBT in both:
         both["gain"] = both[TBT] - both[DIRECT]
@@ -125,5 +136,8 @@ def direct_eval_report(store_root: str | Path, models: list[str], selection: dic
         if "gain" in both else {},
         "perplexity_mean_change": ppl.groupby("corpus")["change"].mean().to_dict() if len(ppl) else {},
     }
+    if len(shots):
+        summary["mean_fewshot"] = {p: g.groupby("benchmark")["score"].mean().to_dict()
+                                   for p, g in shots.groupby("protocol")}
     return {"direct": direct[SCORE_COLUMNS + ["n"]], "matrix": store.matrix(direct, DIRECT), "protocols": both,
             "perplexity": ppl, "summary": summary}

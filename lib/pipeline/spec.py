@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .. import layout, paths, store
-from ..store import PROTOCOLS, TBT
+from ..store import DIRECT, TBT
 from ..util import jsonable
 from . import evaluate as ev
 from . import finetune as ft
@@ -24,7 +24,7 @@ class JobSpec:
     """Everything one job needs: a dataclass of plain values and the typed recipe, so it pickles for
     submitit as it is and becomes a dict only at the JSON command-line boundary (:meth:`to_dict`,
     :meth:`from_dict`)."""
-    protocol: str                           # lib.store.DIRECT or lib.store.TBT
+    protocol: str                           # the store's name: lib.store.DIRECT, TBT or a form of one (REDUCED, k-shot)
     model: str                              # name in the store
     source: str                             # local folder or hub id
     benchmarks: list[str]
@@ -43,14 +43,21 @@ class JobSpec:
     task_timeout: float = 300.0                  # seconds to load a dataset (notebook 01's task_timeout)
     only_lr: float | None = None                 # train this learning rate's unit and stop (a unit the preflight
                                                  # split: the job of all its rates then chooses and tests)
+    num_fewshot: int = 0                         # direct evaluation: examples of the training split in the prompt
+    train_fraction: float = 1.0                  # train-before-test: the share of the planned training split used
 
     def __post_init__(self):
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"job protocol must be one of {list(PROTOCOLS)}, got {self.protocol!r}")
-        if self.protocol == TBT and not isinstance(self.recipe, ft.Recipe):
+        base = store.base_protocol(self.protocol)
+        if self.num_fewshot and (base != DIRECT or self.protocol != store.fewshot_protocol(self.num_fewshot)):
+            raise ValueError(f"a job of {self.num_fewshot} in-context examples is stored as "
+                             f"{store.fewshot_protocol(self.num_fewshot)!r}, not {self.protocol!r}")
+        if not 0 < self.train_fraction <= 1 or (self.train_fraction < 1 and base != TBT):
+            raise ValueError(f"train_fraction {self.train_fraction}: a share in (0, 1], below 1 only for "
+                             "train-before-test")
+        if base == TBT and not isinstance(self.recipe, ft.Recipe):
             raise ValueError(f"a train-before-test job needs a finetune.Recipe, got {type(self.recipe).__name__}")
         ev.check_batch_size(self.eval_batch_size)
-        if self.only_lr is not None and (self.protocol != TBT or self.only_lr not in self.recipe.lrs):
+        if self.only_lr is not None and (base != TBT or self.only_lr not in self.recipe.lrs):
             raise ValueError(f"only_lr {self.only_lr} is not one of the recipe's learning rates")
 
     def to_dict(self) -> dict:
@@ -71,12 +78,21 @@ class JobSpec:
         cfg = {"protocol": self.protocol, "model": ev.model_key(self.source), "splits": self.splits,
                "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
                "max_gen_toks": self.max_gen_toks}
-        if self.protocol == TBT:
+        if self.trains:
             recipe = {k: v for k, v in self.recipe.key().items() if k != "lrs"}
             cfg["recipe"] = recipe if lr is None else {**recipe, "lr": lr}
             if lr is None:
                 cfg["lrs"] = list(self.recipe.lrs)
+        if self.num_fewshot:                      # (left out at their defaults: results made before stay valid)
+            cfg["num_fewshot"] = self.num_fewshot
+        if self.train_fraction < 1:
+            cfg["train_fraction"] = self.train_fraction
         return jsonable(cfg)
+
+    @property
+    def trains(self) -> bool:
+        """Whether the job fine-tunes (train-before-test or a form of it)."""
+        return store.base_protocol(self.protocol) == TBT
 
     def provenance(self, plan: tk.SplitPlan, **extra) -> dict:
         """The provenance of a result of this job (the one place it is put together). The recipe is
@@ -119,10 +135,10 @@ class JobSpec:
         prov = result.provenance               # per-item values were written (perplexity has none)
         if prov.get("per_item", prov.get("kind") != "loglikelihood_rolling"):
             problems.append(layout.items_problem(self.work_root, self.protocol, benchmark, self.model))
-        if self.protocol == TBT:
+        if self.trains:
             problems += layout.unit_problems(self.work_root, self.model, benchmark,
                                              {lr: self.config(lr) for lr in self.recipe.lrs},
-                                             chosen=result.provenance.get("lr"))
+                                             chosen=result.provenance.get("lr"), protocol=self.protocol)
         problems = [p for p in problems if p]
         return "; ".join(problems) if problems else None
 
@@ -131,7 +147,8 @@ class JobSpec:
         if self.unfinished(benchmark) is None:
             return True
         return self.only_lr is not None and layout.unit_record(
-            layout.unit_dir(self.work_root, self.model, benchmark, self.only_lr), self.config(self.only_lr)) is not None
+            layout.unit_dir(self.work_root, self.model, benchmark, self.only_lr, self.protocol),
+            self.config(self.only_lr)) is not None
 
     def pending(self) -> list[str]:
         """Benchmarks without a result of this configuration in the store."""

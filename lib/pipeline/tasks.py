@@ -615,15 +615,41 @@ def plan_splits(task, info: TaskInfo, rule: SplitRule | dict, seed: int | None =
     return SplitPlan(source=source, ids=ids, carved=carve, caps=dict(caps), validation_in_test=bool(overlap))
 
 
-def install_splits(task, plan: SplitPlan) -> None:
+def install_splits(task, plan: SplitPlan, num_fewshot: int = 0, seed: int = 0) -> list[int]:
     """Put the planned subsets into the task's dataset as ``tbt_train/validation/test`` and point
-    the task's split config at them (lm-eval then renders and scores exactly those documents)."""
+    the task's split config at them (lm-eval then renders and scores exactly those documents).
+
+    Zero-shot, as in the paper, unless ``num_fewshot`` = k > 0: then every prompt starts with the
+    same k documents of the planned *training* split, the first k of its seeded shuffle (so the
+    1-shot example is the first of the 5-shot ones), in that order, through lm-eval's own few-shot
+    rendering (its ``first_n`` sampler). Returns their training-split ids (empty zero-shot)."""
     for role in SPLITS:
         task.dataset[_INSTALLED[role]] = _raw(task, plan.source[role]).select(plan.ids[role])
     task.config.training_split = _INSTALLED["train"]
     task.config.validation_split = _INSTALLED["validation"]
     task.config.test_split = _INSTALLED["test"]
-    task.set_config(key="num_fewshot", value=0)       # zero-shot, as in the paper
+    task.set_config(key="num_fewshot", value=int(num_fewshot))
+    if not num_fewshot:
+        return []
+    from lm_eval.api.samplers import FirstNSampler
+
+    train = plan.ids["train"]
+    if num_fewshot > len(train):
+        raise TaskError(f"task {task.config.task!r}: {num_fewshot} in-context examples asked, the planned "
+                        f"training split has {len(train)} documents")
+    order = list(range(len(train)))
+    random.Random(seed).shuffle(order)
+    pool = docs(task, "train")
+    task.sampler = FirstNSampler([pool[i] for i in order[:num_fewshot]], rnd=None)
+    return [train[i] for i in order[:num_fewshot]]
+
+
+def reduce_training(plan: SplitPlan, fraction: float, seed: int = 0) -> SplitPlan:
+    """``plan`` with a seeded ``fraction`` of its training documents (at least one; validation and
+    test as they were): the reduced fine-tuning budget."""
+    train = plan.ids["train"]
+    keep = sorted(random.Random(seed).sample(train, max(1, round(len(train) * fraction))))
+    return dataclasses.replace(plan, ids={**plan.ids, "train": keep})
 
 
 def use_split(task, role: str) -> None:

@@ -65,7 +65,8 @@ def unit_lock(spec: JobSpec, benchmark: str) -> UnitLock:
 def plan(protocol: str, models: list[str], selection: dict, *, store_root: str | Path, work_root: str | Path,
          recipe: ft.Recipe | None = None, chat_template: bool = False, eval_batch_size: int | str = 1,
          bootstrap_iters: int = 1000, benchmarks_per_job: int = 0, dtype: str = "float32",
-         add_bos_token: bool = True, max_gen_toks: int = 256) -> list[JobSpec]:
+         add_bos_token: bool = True, max_gen_toks: int = 256, num_fewshot: int = 0,
+         train_fraction: float = 1.0) -> list[JobSpec]:
     """One :class:`JobSpec` per model (and chunk of ``benchmarks_per_job`` benchmarks, 0 = all).
 
     ``selection`` is notebook 01's summary: ``selected`` tasks, ``include_paths``,
@@ -77,7 +78,8 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
     """
     from ... import metadata
 
-    if protocol == TBT and recipe is None:
+    trains = store.base_protocol(protocol) == TBT
+    if trains and recipe is None:
         raise ValueError("plan: train-before-test needs a recipe")
     if dtype not in ev.DTYPES:
         raise ev.ModelError(f"dtype must be one of {list(ev.DTYPES)}, got {dtype!r}{did_you_mean(dtype, ev.DTYPES)}")
@@ -111,7 +113,8 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
                                  include_paths=[str(p) for p in include],
                                  include_defaults=bool(selection.get("include_defaults")),
                                  store_root=str(store_root), work_root=str(work_root),
-                                 recipe=recipe if protocol == TBT else None,
+                                 recipe=recipe if trains else None, num_fewshot=num_fewshot,
+                                 train_fraction=train_fraction,
                                  splits=rule.to_dict(), chat_template=bool(chat_template and instruct),
                                  dtype=dtype, add_bos_token=add_bos_token, max_gen_toks=max_gen_toks,
                                  eval_batch_size=eval_batch_size, bootstrap_iters=bootstrap_iters,
@@ -183,9 +186,9 @@ class UnitCounter:
         self.paths: list[Path] = []
         for spec in specs:
             for bench in spec.pending():
-                if spec.protocol == TBT:
+                if spec.trains:
                     for lr in (spec.recipe.lrs if spec.only_lr is None else (spec.only_lr,)):
-                        udir = layout.unit_dir(spec.work_root, spec.model, bench, lr)
+                        udir = layout.unit_dir(spec.work_root, spec.model, bench, lr, spec.protocol)
                         if ft.read_unit(udir, spec.config(lr)) is None:
                             self.paths.append(udir / layout.UNIT_FILE)
                 if spec.only_lr is None:
@@ -294,11 +297,13 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
     if todo:
         counter = UnitCounter(todo)
         what, unit = "learning rates of split units" if todo[0].only_lr is not None else f"{len(todo)} jobs", "units"
-        if todo[0].protocol == TBT and todo[0].only_lr is None:   # make status's unit: a (model, benchmark)
+        if todo[0].trains and todo[0].only_lr is None:   # make status's unit: a (model, benchmark)
             units = sum(len(spec.pending()) for spec in todo)
-            what += f", {units} units of {len(todo[0].recipe.lrs)} learning rates and a test"
+            n_lrs = sorted({len(spec.recipe.lrs) for spec in todo})     # a reduced budget beside the full: 1 and 4
+            what += f", {units} units of {' or '.join(map(str, n_lrs))} learning rates and a test"
             unit = "steps"
-        with Progress(total=counter.total, label=f"{todo[0].protocol} ({what})", every=progress_every,
+        label = " + ".join(dict.fromkeys(spec.protocol for spec in todo))
+        with Progress(total=counter.total, label=f"{label} ({what})", every=progress_every,
                       unit=unit) as bar:
             if executor == "local":
                 reports += _run_local(todo, counter, bar)

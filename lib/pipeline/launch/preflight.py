@@ -119,23 +119,26 @@ def size_in_name(model: str) -> float | None:
     return float(number) * (1e9 if unit in "Bb" else 1e6)
 
 
-def unit_flops(n_params: float, task: dict, recipe=None, max_gen_toks: int = 256, checkpointing: bool = False
-               ) -> dict[str, float]:
+def unit_flops(n_params: float, task: dict, recipe=None, max_gen_toks: int = 256, checkpointing: bool = False,
+               num_fewshot: int = 0, train_fraction: float = 1.0) -> dict[str, float]:
     """FLOPs of one (model, benchmark) from notebook 01's row of the task (planned sizes, kind,
     characters per example): ``train`` and ``validation`` per learning rate (all epochs) and
     ``test`` (once). A trained token costs 4 N with LoRA (no weight gradients of the base model;
     6 N when the whole model trains, 2 N more with gradient checkpointing), a scored token 2 N;
     a multiple-choice document is scored once per choice (4 assumed), a generated answer costs
-    ``max_gen_toks`` more tokens. Validation on the loss scores each document once."""
+    ``max_gen_toks`` more tokens. Validation on the loss scores each document once. ``num_fewshot``
+    examples in the prompt lengthen every scored context by that many examples; ``train_fraction``
+    trains on that share of the planned training split (the cheaper protocols of issue 42)."""
     max_length = recipe.max_length if recipe is not None else 1024
     tok = min(max_length, task.get("chars_per_example", DEFAULT_CHARS) / CHARS_PER_TOKEN + 2)
     kind = task.get("kind")
-    per_doc = tok * (4 if kind == "multiple_choice" else 1) + (max_gen_toks if kind == "generate_until" else 0)
+    per_doc = (tok * (1 + num_fewshot) * (4 if kind == "multiple_choice" else 1)
+               + (max_gen_toks if kind == "generate_until" else 0))
     out = {"train": 0.0, "validation": 0.0, "test": 2 * n_params * per_doc * (task.get("plan_test") or 0)}
     if recipe is not None:
         full = getattr(recipe, "method", "lora") == "full"
         k = (6 if full else 4) + (2 if checkpointing else 0)
-        out["train"] = k * n_params * tok * (task.get("plan_train") or 0) * recipe.epochs
+        out["train"] = k * n_params * tok * round((task.get("plan_train") or 0) * train_fraction) * recipe.epochs
         per_val = tok if recipe.select_on == "loss" else per_doc
         out["validation"] = 2 * n_params * per_val * (task.get("plan_validation") or 0) * recipe.epochs
     return out
@@ -317,9 +320,10 @@ def preflight(specs, selection: dict, resources: dict | None = None, tflops: flo
         units = []
         for bench in spec.benchmarks:
             f = unit_flops(shape["n_params"], tasks.get(bench, {}), recipe, spec.max_gen_toks,
-                           ckpt or (recipe is not None and recipe.gradient_checkpointing))
+                           ckpt or (recipe is not None and recipe.gradient_checkpointing), spec.num_fewshot,
+                           spec.train_fraction)
             per_lr = (f["train"] + f["validation"]) * hours
-            units.append({"model": spec.model, "benchmark": bench, "family": shape["family"],
+            units.append({"protocol": spec.protocol, "model": spec.model, "benchmark": bench, "family": shape["family"],
                           "params_b": shape["n_params"] / 1e9, "dtype": spec.dtype,
                           "train_examples": (tasks.get(bench, {}).get("plan_train") or 0) if recipe else 0,
                           "gpu_hours": per_lr * n_lrs + f["test"] * hours, "gpu_hours_per_lr": per_lr,
@@ -344,7 +348,7 @@ def preflight(specs, selection: dict, resources: dict | None = None, tflops: flo
                      tflops_source=source, limit_hours=limit, resources=resources, notes=notes)
 
 
-PREFLIGHT_COLUMNS = ["model", "benchmark", "family", "params_b", "dtype", "train_examples", "gpu_hours",
+PREFLIGHT_COLUMNS = ["protocol", "model", "benchmark", "family", "params_b", "dtype", "train_examples", "gpu_hours",
                      "gpu_hours_per_lr", "test_gpu_hours", "peak_gb", "micro_batch", "checkpointing", "action"]
 
 
@@ -390,12 +394,15 @@ def _source(model: str, profile: str) -> str:
 
 
 def preflight_profile(profile: str) -> Preflight:
-    """The preflight of a profile's notebook 02, as the notebook would print it before submitting:
+    """The preflight of a profile's notebook 02, as the notebook would print it before submitting
+    (its reduced budget and its notebook 03's k-shot evaluations, where the profile asks for them, included):
     from notebook 01's summary when it has run, else from :func:`lib.pipeline.tasks.preview_selection`
     (offline: no dataset or model is loaded; model sizes from their configs where cached, else from
     ``lib.metadata``)."""
+    from dataclasses import replace
+
     from ... import params, report
-    from ...store import TBT
+    from ...store import REDUCED, TBT, fewshot_protocol
     from .. import tasks as tk
     from ..finetune import Recipe
     from ..spec import JobSpec
@@ -413,11 +420,17 @@ def preflight_profile(profile: str) -> Preflight:
     recipe = Recipe.from_params(s2)
     names = selection["selected"]
     chunk = s2["benchmarks_per_job"] or len(names)
-    specs = [JobSpec(protocol=TBT, model=m, source=_source(m, profile), benchmarks=names[i:i + chunk], include_paths=[],
+    forms = [dict(protocol=TBT, recipe=recipe)]          # and the cheaper protocols the profile asks for
+    if s2.get("reduced"):
+        r = s2["reduced"]
+        forms.append(dict(protocol=REDUCED, recipe=replace(recipe, lrs=(r["lr"],), epochs=r["epochs"], patience=0),
+                          train_fraction=r["train_fraction"]))
+    forms += [dict(protocol=fewshot_protocol(k), num_fewshot=k) for k in prof.params("03_direct_eval")["fewshot"]]
+    specs = [JobSpec(model=m, source=_source(m, profile), benchmarks=names[i:i + chunk], include_paths=[],
                      include_defaults=True, store_root=str(paths.store_dir(profile)),
-                     work_root=str(paths.work_dir(profile)), recipe=recipe, splits=rule.to_dict(), dtype=s2["dtype"],
-                     max_gen_toks=s2["max_gen_toks"], eval_batch_size=s2["eval_batch_size"])
-             for m in s2["models"] for i in range(0, len(names), chunk)]
+                     work_root=str(paths.work_dir(profile)), splits=rule.to_dict(), dtype=s2["dtype"],
+                     max_gen_toks=s2["max_gen_toks"], eval_batch_size=s2["eval_batch_size"], **form)
+             for form in forms for m in s2["models"] for i in range(0, len(names), chunk)]
     return preflight(specs, selection, s2["resources"], s2["throughput_tflops"], s2["gpu_memory_gb"], s2["executor"])
 
 
