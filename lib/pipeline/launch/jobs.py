@@ -84,6 +84,8 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
     if dtype not in ev.DTYPES:
         raise ev.ModelError(f"dtype must be one of {list(ev.DTYPES)}, got {dtype!r}{did_you_mean(dtype, ev.DTYPES)}")
     names = list(selection.get("selected") or [])
+    if protocol not in store.PROTOCOLS:     # a cheaper form ranks benchmarks: the perplexity corpora are left out
+        names = [n for n in names if n in selection.get("benchmarks", names)]
     if not names:
         raise tk.TaskError("no benchmarks selected (notebook 01 selected none)")
     if not models:

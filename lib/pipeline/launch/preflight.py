@@ -426,11 +426,14 @@ def preflight_profile(profile: str) -> Preflight:
         forms.append(dict(protocol=REDUCED, recipe=replace(recipe, lrs=(r["lr"],), epochs=r["epochs"], patience=0),
                           train_fraction=r["train_fraction"]))
     forms += [dict(protocol=fewshot_protocol(k), num_fewshot=k) for k in prof.params("03_direct_eval")["fewshot"]]
-    specs = [JobSpec(model=m, source=_source(m, profile), benchmarks=names[i:i + chunk], include_paths=[],
+    downstream = [n for n in names if n in selection.get("benchmarks", names)]    # cheaper forms: no corpora
+    specs = [JobSpec(model=m, source=_source(m, profile), include_paths=[],
+                     benchmarks=(names if form["protocol"] == TBT else downstream)[i:i + chunk],
                      include_defaults=True, store_root=str(paths.store_dir(profile)),
                      work_root=str(paths.work_dir(profile)), splits=rule.to_dict(), dtype=s2["dtype"],
                      max_gen_toks=s2["max_gen_toks"], eval_batch_size=s2["eval_batch_size"], **form)
-             for form in forms for m in s2["models"] for i in range(0, len(names), chunk)]
+             for form in forms for m in s2["models"]
+             for i in range(0, len(names if form["protocol"] == TBT else downstream), chunk)]
     return preflight(specs, selection, s2["resources"], s2["throughput_tflops"], s2["gpu_memory_gb"], s2["executor"])
 
 
