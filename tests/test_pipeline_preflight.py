@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from lib import store
@@ -31,6 +32,42 @@ def test_unit_flops_are_the_stated_arithmetic():
     gen = preflight.unit_flops(N, {**task, "kind": "generate_until"}, recipe, max_gen_toks=256)
     assert gen["test"] == 2 * N * (TOK + 256) * 200
     assert preflight.unit_flops(N, task)["train"] == 0                    # direct evaluation trains nothing
+    five = preflight.unit_flops(N, task, num_fewshot=5)                   # issue 42's cheaper protocols
+    assert five["test"] == 6 * f["test"] and five["train"] == 0           # five examples before every document
+    reduced = preflight.unit_flops(N, task, ft.Recipe.default(lrs=(1e-5,), epochs=1), train_fraction=0.1)
+    assert reduced["train"] == f["train"] / 5 / 10 and reduced["test"] == f["test"]
+
+
+def test_make_preflight_prices_the_cheaper_protocols_a_profile_asks_for(monkeypatch):
+    """`make preflight PROFILE=paper` with issue 42's protocols switched on: the k-shot and reduced
+    rows sit beside the full protocol's, downstream benchmarks only, and add to the GPU-hours."""
+    from lib import params
+
+    plain = preflight.preflight_profile("paper")
+    load = params.load_profile
+
+    def with_cheaper(profile, **kw):
+        prof = load(profile, **kw)
+        stages = prof.stages
+        stages["02_finetune"] = {**(stages.get("02_finetune") or {}),
+                                 "reduced": {"lr": 5e-5, "epochs": 1, "train_fraction": 0.1}}
+        stages["03_direct_eval"] = {**(stages.get("03_direct_eval") or {}), "fewshot": [5]}
+        return prof
+
+    monkeypatch.setattr(params, "load_profile", with_cheaper)
+    both = preflight.preflight_profile("paper")
+    t = both.table
+    assert set(t["protocol"]) == {store.TBT, store.REDUCED, "direct_eval_5shot"}
+    full = t[t.protocol == store.TBT].set_index(["model", "benchmark"])
+    reduced = t[t.protocol == store.REDUCED].set_index(["model", "benchmark"])
+    five = t[t.protocol == "direct_eval_5shot"].set_index(["model", "benchmark"])
+    assert len(reduced) == len(five) == len(full)                          # the paper has no corpora
+    assert (reduced["gpu_hours"] < full.loc[reduced.index, "gpu_hours"]).all()
+    ratio = five["test_gpu_hours"] / full.loc[five.index, "test_gpu_hours"]
+    assert np.isclose(ratio, 6).mean() > 0.8 and (ratio > 1).all()     # 5 examples + the document (generation: less)
+    assert five["gpu_hours"].sum() < full["gpu_hours"].sum()
+    assert both.summary["preflight_gpu_hours"] == pytest.approx(t["gpu_hours"].sum())
+    assert both.summary["preflight_gpu_hours"] > plain.summary["preflight_gpu_hours"]
 
 
 def _spec(benchmarks, tmp_path, protocol=store.TBT, **kw):
