@@ -392,11 +392,16 @@ def calibration_models(prof: Profile) -> list[str]:
     return [name for _, name in ranked[:CALIBRATION_COUNT]]
 
 
+CHEAPER_OFF = {"reduced": {}, "fewshot": []}    # issue 42's cheaper protocols: placement ranks on the paper's two
+
+
 def placed_params(prof: Profile, stage: str) -> dict[str, Any]:
-    """Stage ``stage`` (01-03) of a placement profile: the reference's parameters, this profile's
+    """Stage ``stage`` (01-03) of a placement profile: the reference's parameters without its cheaper
+    protocols (:data:`CHEAPER_OFF`), this profile's
     :data:`RUN_KEYS` (and, against ``published``, its subset of the paper's tasks), and as ``models``
     the new models followed by the calibration models."""
     out = reference_params(prof, stage)
+    out.update({k: off for k, off in CHEAPER_OFF.items() if k in out})
     own = prof.overrides(stage)
     out.update({k: v for k, v in own.items() if k in RUN_KEYS or (k == "tasks" and prof.reference == PUBLISHED)})
     if "models" in out:

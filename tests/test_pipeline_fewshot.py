@@ -96,6 +96,27 @@ def test_cheaper_protocols_are_stored_under_names_of_their_own_and_keep_old_resu
         JobSpec(protocol=store.fewshot_protocol(1), num_fewshot=1, train_fraction=0.5, **common)
 
 
+def test_cheaper_specs_cross_the_slurm_record_and_keep_their_own_identity():
+    """What a Slurm job receives (the spec as JSON) is the spec; the record keys k-shot, reduced and
+    full jobs of one model apart, and each form's config differs from the others (no result reused)."""
+    from lib.pipeline import finetune as ft
+    from lib.pipeline.launch import slurm
+
+    common = dict(model="m", source="/m", benchmarks=["b"], include_paths=[], include_defaults=False,
+                  store_root="/s", work_root="/w")
+    specs = [JobSpec(protocol=store.DIRECT, **common),
+             JobSpec(protocol=store.fewshot_protocol(5), num_fewshot=5, **common),
+             JobSpec(protocol=store.TBT, recipe=ft.Recipe.default(), **common),
+             JobSpec(protocol=store.REDUCED, recipe=ft.Recipe.default(lrs=(1e-5,), epochs=1), train_fraction=0.25,
+                     **common)]
+    for spec in specs:
+        assert JobSpec.from_dict(spec.to_dict()) == spec
+    assert len({slurm.spec_key(s) for s in specs}) == 4
+    configs = [s.config() for s in [specs[0], specs[1]]]
+    assert "num_fewshot" not in configs[0] and configs[1]["num_fewshot"] == 5     # zero-shot results stay valid
+    assert specs[3].config()["train_fraction"] == 0.25 and "train_fraction" not in specs[2].config()
+
+
 def test_evaluation_records_the_tokens_it_read(folder):
     tokenizer = tiny.train_tokenizer(TEXTS + [d["query"] for d in _docs("train", 30)], 300)
     lm = ev.make_lm(tiny.make_model("llama", tokenizer, d_model=32, n_layers=2, n_heads=2, max_len=256, seed=1),

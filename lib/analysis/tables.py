@@ -33,6 +33,33 @@ def agreement_table(s: Summaries) -> list[str]:
     out.append(row(f"tau(mean bits-per-byte, mean downstream), {n} models (05)",
                    est(tau["direct"]["all"], tci["direct"]["all"]),
                    est(tau["train_before_test"]["all"], tci["train_before_test"]["all"])))
+    return out + cheaper_rows(p.get("cheaper"))
+
+
+def cheaper_rows(c: dict | None) -> list[str]:
+    """Issue 42's rows of the agreement table: each cheaper protocol's mean tau with the full
+    train-before-test ranking and what its units recorded (seconds, FLOPs), in the column of the
+    protocol it is a form of (perplexity alone: before fine-tuning, the direct side)."""
+    from ..store import base_protocol
+    from .cheaper import PERPLEXITY, label
+
+    if not c:
+        return []
+
+    def cost(n: str) -> str:
+        secs, flops = c["seconds"].get(n), c.get("flops", {}).get(n)
+        parts = [f"{secs:,.0f} s" if secs is not None and secs == secs else None,
+                 f"{flops:.1e} FLOPs" if flops is not None and flops == flops else None]
+        return "; ".join(p for p in parts if p)
+
+    k = len(c["benchmarks"])
+    out = [row("seconds; FLOPs its units recorded (05)", cost(D), cost(T))]
+    for n in c["candidates"]:
+        value = est(c["tau_with_tbt_mean"][n], c["tau_with_tbt_mean_ci"][n])
+        value = f"{value}; {cost(n)}" if cost(n) and n != D else value
+        trains = n != PERPLEXITY and base_protocol(n) == T          # the reduced budget: the train-before-test side
+        out.append(row(f"{label(n)}: tau with the full train-before-test ranking, mean over {k} benchmarks (05)",
+                       *(("", value) if trains else (value, ""))))
     return out
 
 
