@@ -18,9 +18,10 @@ The test split never takes part in the choice.
 Cheaper forms of both (issue 42), each stored under a name of its own (:func:`lib.store.base_protocol`):
 direct evaluation with ``spec.num_fewshot`` documents of the planned training split in every prompt
 (:func:`lib.pipeline.tasks.install_splits`), and train-before-test on a reduced budget (one learning
-rate, few epochs, ``spec.train_fraction`` of the training split: :func:`lib.pipeline.tasks.reduce_training`). Which units run where and when (the grid, locks,
-failures, local or Slurm jobs) is the job launcher's business (:mod:`lib.pipeline.launch.jobs`); where
-the files go is :mod:`lib.layout`'s.
+rate, few epochs, ``spec.train_fraction`` of the training split: :func:`lib.pipeline.tasks.reduce_training`).
+
+Which units run where and when (the grid, locks, failures, local or Slurm jobs) is the job
+launcher's business (:mod:`lib.pipeline.launch.jobs`); where the files go is :mod:`lib.layout`'s.
 """
 
 from __future__ import annotations
