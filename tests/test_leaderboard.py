@@ -134,7 +134,7 @@ def test_protocols_are_data_a_further_one_is_one_more_column_set(tiny):
     data = leaderboard.page_data(leaderboard.board(PROFILE))
     assert data["rank"]["protocols"] == [store.DIRECT, store.TBT, KSHOT]
     assert all(set(m["shift"]) == {store.TBT, KSHOT} for m in data["models"])
-    assert data["protocols"][2] == {"id": KSHOT, "label": KSHOT, "color": "#555555"}
+    assert data["protocols"][2] == {"id": KSHOT, "label": "Direct evaluation, 5-shot", "color": "#555555"}
 
 
 def test_models_and_benchmarks_carry_what_the_filters_and_groups_need(tiny):

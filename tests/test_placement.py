@@ -74,7 +74,9 @@ def test_placement_inherits_the_reference_and_runs_new_plus_calibration_models(p
     for stage in ("02_finetune", "03_direct_eval"):
         got, want = mine.params(stage), smoke.params(stage)
         assert {k: v for k, v in got.items() if k not in ("models", "profile")} == \
-            {k: v for k, v in want.items() if k not in ("models", "profile")}
+            {k: v for k, v in want.items() if k not in ("models", "profile")} | \
+            {k: off for k, off in params.CHEAPER_OFF.items() if k in want}   # the paper's two protocols only
+    assert smoke.params("03_direct_eval")["fewshot"] and not mine.params("03_direct_eval")["fewshot"]
     assert mine.params("02_finetune")["models"] == ["new-a", "mw-llama-s"]
 
 
