@@ -153,6 +153,8 @@ def store_frame(models, values):
     return pd.DataFrame({"qa": [float(values[m]) for m in models]}, index=models)
 
 
+@pytest.mark.slow                       # runs the published profile's notebooks 04-06 (a kernel): not test-fast's
+@pytest.mark.published
 def test_published_comparison_matches_scipy(harmony_data, published_analyses):
     """05's summary on the published data against scipy's tau-b, computed from the store directly."""
     s = published_analyses["05_perplexity"]["cheaper"]
