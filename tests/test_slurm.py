@@ -380,10 +380,14 @@ def test_controller_stopped_and_started_mid_run_the_waiter_keeps_polling(slurm_r
     box = {}
     t = _launch_behind(specs, tmp_path, box)
 
-    def recorded():
-        """both jobs submitted"""
-        return len(slurm.Record(tmp_path / "logs").read()) == 2 or None
-    _wait_until(recorded)
+    def started():
+        """both jobs submitted and started (submitit's first log line: srun has its allocation; a job
+        whose srun starts while the controller is down fails, which is not what this test is about)"""
+        record = slurm.Record(tmp_path / "logs").read().values()
+        logs = [tmp_path / "logs" / f"{e['job_id']}_0_log.out" for e in record]
+        return len(logs) == 2 and all(p.exists() and "Starting with JobEnvironment" in p.read_text() for p in logs) \
+            or None
+    _wait_until(started, timeout=180)
     pid = int((cluster["state"] / "run" / "slurmctld.pid").read_text())
     os.kill(pid, signal.SIGTERM)
     said = []
