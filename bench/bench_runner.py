@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REPEATS = int(os.environ.get("BENCH_REPEATS", "5"))
 BODY = """
-from lib import params, report
+from lib import outputs, params
 ctx = params.stage("01_demo", globals())
-report.write_summary(ctx.out, {"n_squared": n * n})
+outputs.write_summary(ctx.out, {"n_squared": n * n})
 """
 CHILD = """
 import sys, time

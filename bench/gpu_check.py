@@ -176,11 +176,11 @@ def build_bundle() -> dict:
     selection, the store's metadata, the resolved parameters of 02 and 03); returns its manifest. Run in
     a process of its own (``--bundle``): reading the parameters imports papermill and Jupyter's client,
     which the check itself needs not (so they are not bundled as its wheels)."""
-    from lib import params, paths, report, store
+    from lib import outputs, params, paths, store
 
     if not (paths.stage_dir(PROFILE, "03_direct_eval") / "summary.json").exists():
         fail("the smoke profile has not run here: `make all PROFILE=smoke` first")
-    selection = report.read_selection(PROFILE)
+    selection = outputs.read_selection(PROFILE)
     meta = store.read_meta(paths.store_dir(PROFILE), "models")
     shutil.rmtree(BUNDLE / "models", ignore_errors=True)
     shutil.rmtree(BUNDLE / "tasks", ignore_errors=True)

@@ -16,7 +16,7 @@ The ground floor:
     metadata      what we know about benchmarks and models: category, metric, family, size, compute
     figreview     the checks of a figure as a reviewer reads it, and a profile's contact sheet
     plots         one figure style for every notebook; figures saved as PDF and PNG
-    report        what every stage leaves behind: summary.json, CSV tables, numbers.tex
+    outputs       what every stage leaves behind: summary.json, CSV tables, numbers.tex
     doctables     the docs' results tables: their registry, number formats and summaries
     data          `make data`: the published reference data from pinned commits, sha256-checked
     published     the published results imported into a store; a first run compared with them
@@ -43,7 +43,7 @@ __version__ = "0.1.0"
 
 LAYERS = (
     ("lib.errors", "lib.util", "lib.paths", "lib.progress", "lib.params", "lib.store", "lib.layout", "lib.metadata",
-     "lib.figreview", "lib.plots", "lib.report", "lib.doctables", "lib.data", "lib.published"),
+     "lib.figreview", "lib.plots", "lib.outputs", "lib.doctables", "lib.data", "lib.published"),
     ("lib.pipeline",),
     ("lib.analysis", "lib.placement"),
     ("lib.benchalign",),

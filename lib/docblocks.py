@@ -155,7 +155,8 @@ def differences(block: Block, measured: list[str]) -> list[Difference]:
 
 
 @dataclass
-class Report:
+class BlocksCheck:
+    """What :func:`check` or :func:`write` did: the blocks it read, the profiles it passed over, the differences."""
     checked: list[Block]
     skipped: dict[str, str]              # profile -> why its blocks were not checked
     diffs: list[Difference]
@@ -174,7 +175,7 @@ def _rendered(found: Iterable[Block], profiles: list[str] | None, skipped: dict[
             skipped[block.profile] = str(exc)
 
 
-def check(files: list[Path] | None = None, profiles: list[str] | None = None) -> Report:
+def check(files: list[Path] | None = None, profiles: list[str] | None = None) -> BlocksCheck:
     """Render every block (of ``profiles``, default all) and compare it with what is quoted."""
     cache: dict[str, Summaries] = {}
     checked, skipped, diffs = [], {}, []
@@ -182,12 +183,12 @@ def check(files: list[Path] | None = None, profiles: list[str] | None = None) ->
         for block, measured in _rendered(blocks(path), profiles, skipped, cache):
             checked.append(block)
             diffs += differences(block, measured)
-    return Report(checked, skipped, diffs)
+    return BlocksCheck(checked, skipped, diffs)
 
 
-def write(files: list[Path] | None = None, profiles: list[str] | None = None) -> Report:
+def write(files: list[Path] | None = None, profiles: list[str] | None = None) -> BlocksCheck:
     """Rewrite every block (of ``profiles``) from the outputs; blocks of a profile that has not run
-    are left as they are (and named in the report)."""
+    are left as they are (and named in what it returns)."""
     cache: dict[str, Summaries] = {}
     checked, skipped, diffs = [], {}, []
     for path in files or doc_files():
@@ -203,7 +204,7 @@ def write(files: list[Path] | None = None, profiles: list[str] | None = None) ->
                 changed = True
         if changed:
             util.atomic_write_text(path, "\n".join(lines) + "\n")
-    return Report(checked, skipped, diffs)
+    return BlocksCheck(checked, skipped, diffs)
 
 
 def copy_headline(root: Path | None = None) -> Path | None:
@@ -282,37 +283,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warn", action="store_true", help="check: one line on a difference, exit status 0")
     args = ap.parse_intermixed_args(argv)
     try:
-        rep = (write if args.action == "write" else check)(profiles=args.profiles or None)
+        outcome = (write if args.action == "write" else check)(profiles=args.profiles or None)
     except (DocError, TableBug) as exc:
         print(f"{'warning' if args.warn else 'error'}: {exc}", file=sys.stderr)
         return 0 if args.warn else 2
-    for profile, why in rep.skipped.items():
+    for profile, why in outcome.skipped.items():
         what = "left as they are" if args.action == "write" else "not checked"
         print(f"docs: the {profile} blocks are {what}: {why}", file=sys.stderr)
-    changed = sorted({(_rel(d.path), d.block) for d in rep.diffs})
+    changed = sorted({(_rel(d.path), d.block) for d in outcome.diffs})
     if args.action == "write":
         fig = copy_headline() if not args.profiles or HEADLINE[0] in args.profiles else None
-        print(f"docs: {len(rep.checked)} results block(s) from outputs/, {len(changed)} rewritten"
+        print(f"docs: {len(outcome.checked)} results block(s) from outputs/, {len(changed)} rewritten"
               + "".join(f"\n  rewrote {p}:{line}" for p, line in changed)
               + (f"\ndocs: headline figure {_rel(fig)}" if fig else ""))
         return 0
     if args.warn:
-        if rep.diffs:
-            print(f"warning: {len(rep.diffs)} quoted line(s) in README.md / docs/ differ from outputs/ "
-                  f"(first: {rep.diffs[0]}): run `make docs` to rewrite them", file=sys.stderr)
+        if outcome.diffs:
+            print(f"warning: {len(outcome.diffs)} quoted line(s) in README.md / docs/ differ from outputs/ "
+                  f"(first: {outcome.diffs[0]}): run `make docs` to rewrite them", file=sys.stderr)
         return 0
-    for d in rep.diffs:
+    for d in outcome.diffs:
         print(d)
-    if not rep.checked:
+    if not outcome.checked:
         print("error: no results block could be checked (no profile's outputs): run `make all` first",
               file=sys.stderr)
         return 2
-    if rep.diffs:
-        print(f"check-docs: {len(rep.diffs)} line(s) in {len(changed)} block(s) differ from the outputs: "
+    if outcome.diffs:
+        print(f"check-docs: {len(outcome.diffs)} line(s) in {len(changed)} block(s) differ from the outputs: "
               "run `make docs` to rewrite them", file=sys.stderr)
         return 1
-    profiles = sorted({b.profile for b in rep.checked})
-    print(f"check-docs: {len(rep.checked)} results block(s) of {', '.join(profiles)} agree with the outputs")
+    profiles = sorted({b.profile for b in outcome.checked})
+    print(f"check-docs: {len(outcome.checked)} results block(s) of {', '.join(profiles)} agree with the outputs")
     return 0
 
 

@@ -81,10 +81,10 @@ def one_torch_thread():
 def published_analyses(harmony_data) -> dict:
     """The published profile's analysis stages 04-06, run (or found cached) once per test session;
     their summaries."""
-    from lib import report, run
+    from lib import outputs, run
 
     run.run_profile("published", stages=["04", "05", "06"], wait=True)    # another worker may be running it
-    return {s: report.read_summary("published", s) for s in ("04_rank_agreement", "05_perplexity", "06_pca")}
+    return {s: outputs.read_summary("published", s) for s in ("04_rank_agreement", "05_perplexity", "06_pca")}
 
 
 # One id per test run, the same in every xdist worker (one process: made here).
@@ -102,7 +102,7 @@ def smoke():
     import fcntl
     import shutil
 
-    from lib import paths, report, run
+    from lib import outputs, paths, run
 
     prof_dir = paths.profile_dir(SMOKE)
     prof_dir.mkdir(parents=True, exist_ok=True)
@@ -118,4 +118,4 @@ def smoke():
             run.run_profile(SMOKE, stages=["01", "02", "03"], force=True)
             built.write_text(RUN_ID)
     return {"store": paths.store_dir(SMOKE), "work": paths.work_dir(SMOKE),
-            "selection": report.read_summary(SMOKE, "01_select_benchmarks")}
+            "selection": outputs.read_summary(SMOKE, "01_select_benchmarks")}

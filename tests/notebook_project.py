@@ -22,14 +22,14 @@ def notebook(path: Path, *bodies: str, params_cell: str = 'profile = "x"\nn = 1\
 
 WRITER = """
 import os
-from lib import params, report
+from lib import outputs, params
 ctx = params.stage("01_demo", globals())
-report.write_summary(ctx.out, {"n_squared": n * n})
+outputs.write_summary(ctx.out, {"n_squared": n * n})
 """
 READER = """
-from lib import params, report
+from lib import outputs, params
 ctx = params.stage("02_reader", globals())
-report.write_summary(ctx.out, {"twice": 2 * report.read_summary(ctx.profile, "01_demo")["n_squared"]})
+outputs.write_summary(ctx.out, {"twice": 2 * outputs.read_summary(ctx.profile, "01_demo")["n_squared"]})
 """
 
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from lib import figreview, paths, report, run, store
+from lib import figreview, outputs, paths, run, store
 
 pytestmark = pytest.mark.slow
 P = store.PROTOCOLS
@@ -95,7 +95,7 @@ def test_published_perplexity_and_pca_have_intervals(published_analyses):
 
 def test_smoke_analyses_use_items_and_validation_curves(smoke):
     run.run_profile("smoke", stages=["04", "05", "06"])
-    s = report.read_summary("smoke", "04_rank_agreement")
+    s = outputs.read_summary("smoke", "04_rank_agreement")
     benchmarks = smoke["selection"]["benchmarks"]
     for p in P:
         assert s["noise_ceiling"]["source"][p] == {b: "items" for b in benchmarks}
@@ -105,5 +105,5 @@ def test_smoke_analyses_use_items_and_validation_curves(smoke):
     assert all(set(c) == {"1", "2", "3"} for c in curves.values())
     assert (paths.stage_dir("smoke", "04_rank_agreement") / "figures" / "budget.pdf").exists()
     assert s["bootstrap"]["n_models"] == 4 and not math.isnan(s["mean_tau_gain_ci"][0])
-    s05 = report.read_summary("smoke", "05_perplexity")
+    s05 = outputs.read_summary("smoke", "05_perplexity")
     assert any("mw_wiki" in n and "no standard errors" in n for n in s05["notes"])

@@ -18,7 +18,7 @@ from notebook_project import notebook
 
 from lib.pipeline.launch import locks
 from lib.pipeline.launch.locks import UnitBusy, UnitLock
-from lib.pipeline.launch.outcome import JobError, JobReport, summarise
+from lib.pipeline.launch.outcome import JobError, JobOutcome, summarise
 from lib.pipeline.spec import JobSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,7 +187,7 @@ STOPPED = ("job ? died: BrokenProcessPool: A process in the process pool was ter
 def test_an_interruption_or_a_full_disk_is_one_line_and_own_failures_keep_their_retry(tmp_path, capfd, monkeypatch):
     monkeypatch.setenv("TBT_MAKE_GOAL", "make all PROFILE=smoke")
     specs = [_spec(tmp_path, m) for m in ("m1", "m2")]
-    stopped = [JobReport.of(s, failed={"b1": STOPPED, "b2": STOPPED}) for s in specs]
+    stopped = [JobOutcome.of(s, failed={"b1": STOPPED, "b2": STOPPED}) for s in specs]
     with pytest.raises(JobError) as info:
         summarise(stopped, specs)
     assert "FAILED" not in capfd.readouterr().err
@@ -196,7 +196,7 @@ def test_an_interruption_or_a_full_disk_is_one_line_and_own_failures_keep_their_
 
     full = "OSError: [Errno 28] No space left on device: '/o/smoke/work/x/adapter.safetensors'"
     with pytest.raises(JobError) as info:
-        summarise([JobReport.of(s, failed={"b1": full}) for s in specs], specs)
+        summarise([JobOutcome.of(s, failed={"b1": full}) for s in specs], specs)
     assert "FAILED" not in capfd.readouterr().err
     assert str(info.value).startswith("disk full: 2 unit(s) could not be written ([Errno 28] No space left on device: "
                                       "'/o/smoke/work/x/adapter.safetensors'); free space, then run `make all "
@@ -204,12 +204,12 @@ def test_an_interruption_or_a_full_disk_is_one_line_and_own_failures_keep_their_
 
     torch_full = "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 234752 vs 234644"
     with pytest.raises(JobError) as info:                      # torch's writer on a full disk names no errno
-        summarise([JobReport.of(specs[0], failed={"b1": torch_full})], specs)
+        summarise([JobOutcome.of(specs[0], failed={"b1": torch_full})], specs)
     assert "FAILED" not in capfd.readouterr().err
     assert str(info.value).startswith(f"disk full: 1 unit(s) could not be written ([Errno 28] No space left on "
                                       f"device: '{tmp_path / 'work'}'); free space")
 
-    own = JobReport.of(specs[0], failed={"b1": "ValueError: bad task"})
+    own = JobOutcome.of(specs[0], failed={"b1": "ValueError: bad task"})
     with pytest.raises(JobError) as info:
         summarise([own, stopped[1]], specs)
     err = capfd.readouterr().err
@@ -221,11 +221,11 @@ def test_an_interruption_or_a_full_disk_is_one_line_and_own_failures_keep_their_
 # --------------------------------------------------------------------------- 4. no path of this machine recorded
 RESOLVED_READER = """
 from pathlib import Path
-from lib import params, report, util
+from lib import outputs, params, util
 ctx = params.stage("02_reader", globals())
 tasks = (ctx.out.parent / "01_demo").resolve()        # as lib.pipeline.tasks resolves its include paths
 util.note_read(tasks)
-report.write_summary(ctx.out, {"twice": 2 * report.read_summary(ctx.profile, "01_demo")["n_squared"]})
+outputs.write_summary(ctx.out, {"twice": 2 * outputs.read_summary(ctx.profile, "01_demo")["n_squared"]})
 """
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from lib import params, report, store, util
+from lib import outputs, params, store, util
 
 
 def _res(**kw):
@@ -67,8 +67,8 @@ def test_meta_merges(tmp_path):
 
 
 def test_macro_names_are_letters_only():
-    assert report.macro_name("tau_mean/direct_eval") == "TauMeanDirectEval"
-    assert report.macro_name("pc1_share") == "PcOneShare"
+    assert outputs.macro_name("tau_mean/direct_eval") == "TauMeanDirectEval"
+    assert outputs.macro_name("pc1_share") == "PcOneShare"
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import nbclient
 import nbformat
 import pytest
 
-from lib import kernel, params, paths, report, run, store
+from lib import kernel, outputs, params, paths, run, store
 
 PROFILE = "smoke"        # the test suite's stand-in for the default profile (mini takes 15-30 minutes)
 # every notebook of the smoke profile; 08_placement, which needs a placement profile, is stepped through
@@ -72,7 +72,7 @@ def made(smoke):
     """`make all PROFILE=smoke`: every stage has run; its summaries and cache stamps as written."""
     run.run_profile(PROFILE)
     stages = list(params.load_profile(PROFILE).stages)
-    return {s: {"summary": report.read_summary(PROFILE, s),
+    return {s: {"summary": outputs.read_summary(PROFILE, s),
                 "stamp": json.loads((paths.stage_dir(PROFILE, s) / paths.STAGE_STAMP).read_text())}
             for s in stages}
 
@@ -82,7 +82,7 @@ def made(smoke):
 def test_every_notebook_steps_through_and_agrees_with_make_all(made, stage, shared_kernel):
     nb = step_through(stage, kernel=shared_kernel)
     assert "changed by hand" not in _printed(nb)
-    assert report.read_summary(PROFILE, stage) == made[stage]["summary"]
+    assert outputs.read_summary(PROFILE, stage) == made[stage]["summary"]
     assert (paths.stage_dir(PROFILE, stage) / paths.STAGE_STAMP).exists()     # still cached: nothing changed
 
 
@@ -99,12 +99,12 @@ def test_stepping_through_with_a_changed_parameter_then_make_all(made, capsys):
     nb = step_through("04_rank_agreement", edit={"min_models": "min_models = 60"})
     said = _printed(nb)
     assert "changed by hand: min_models=60" in said and "the next `make all` re-runs this stage" in said
-    assert report.read_summary(PROFILE, "04_rank_agreement")["min_models"] == 60
+    assert outputs.read_summary(PROFILE, "04_rank_agreement")["min_models"] == 60
     log = run.run_profile(PROFILE)
     assert log["04_rank_agreement"]["status"] == "ran"
     assert [s for s, r in log.items() if r["status"] == "ran"] == ["04_rank_agreement"]
     expected = params.load_profile(PROFILE).params("04_rank_agreement")["min_models"]
-    assert report.read_summary(PROFILE, "04_rank_agreement") == made["04_rank_agreement"]["summary"]
+    assert outputs.read_summary(PROFILE, "04_rank_agreement") == made["04_rank_agreement"]["summary"]
     assert made["04_rank_agreement"]["summary"]["min_models"] == expected
 
 
@@ -175,7 +175,7 @@ def test_errors_deeper_down_name_the_command_that_fixes_them(tmp_path, monkeypat
 
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "outputs")
     messages = []
-    for call in (lambda: report.read_summary("mini", "01_select_benchmarks"),
+    for call in (lambda: outputs.read_summary("mini", "01_select_benchmarks"),
                  lambda: overview.benchmark_table("mini"),
                  lambda: overview.zoo_table("mini"),
                  lambda: tasks.check_task_yaml([paths.work_dir("mini") / "world" / "tasks"]),
@@ -193,7 +193,7 @@ def test_errors_deeper_down_name_the_command_that_fixes_them(tmp_path, monkeypat
     messages.append(str(info.value))
     util.atomic_write_text(paths.stage_dir("smoke", "01_select_benchmarks") / "summary.json", "{")
     with pytest.raises(util.CorruptFile) as info:
-        report.read_summary("smoke", "01_select_benchmarks")
+        outputs.read_summary("smoke", "01_select_benchmarks")
     messages.append(str(info.value))
     monkeypatch.delenv(paths.DATA_ENV, raising=False)
     monkeypatch.setattr(paths, "DATA_DOWNLOADS", tmp_path / "data")

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lib import leaderboard, paths, plots, report, store
+from lib import leaderboard, outputs, paths, plots, store
 from lib.analysis import agreement, uncertainty
 
 PROFILE = "leaderboard_tiny"
@@ -63,8 +63,8 @@ def _rank_stage(scores: pd.DataFrame, protocols) -> None:
     downstream = [b for b in BENCHES if BENCHES[b][0] != "Perplexity"]
     oriented = {p: store.orient(store.matrix(scores, p), dirs)[downstream] for p in protocols}
     out = paths.stage_dir(PROFILE, "04_rank_agreement")
-    report.write_table(agreement.mean_ranks(oriented, n_boot=100), out, "mean_ranks", index=False)
-    report.write_summary(out, {"mean_ranks": {"unit": "benchmarks", "n_boot": 100, "seed": 0, "level": 0.95,
+    outputs.write_table(agreement.mean_ranks(oriented, n_boot=100), out, "mean_ranks", index=False)
+    outputs.write_summary(out, {"mean_ranks": {"unit": "benchmarks", "n_boot": 100, "seed": 0, "level": 0.95,
                                               "baseline": store.DIRECT, "n_benchmarks": len(downstream)}})
 
 
@@ -185,7 +185,7 @@ def test_without_ranks_the_page_says_so_and_stale_ranks_are_an_error_naming_the_
     assert leaderboard.page_data(b)["rank"]["protocols"] == []
     assert "(no mean ranks)" in leaderboard.review(PROFILE)
     table.loc[0, "model"] = "fam_c/gone"
-    report.write_table(table, ranks.parent, "mean_ranks", index=False)
+    outputs.write_table(table, ranks.parent, "mean_ranks", index=False)
     with pytest.raises(leaderboard.LeaderboardError, match=r"04_rank_agreement/mean_ranks.csv: model 'fam_c/gone'"):
         leaderboard.board(PROFILE)
     assert leaderboard.review(PROFILE).startswith(f"[{PROFILE}] leaderboard: not written (LeaderboardError")

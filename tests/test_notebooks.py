@@ -83,11 +83,11 @@ def test_result_files_are_readable_like_the_figures(tmp_path):
     code = f"""
 import os, pandas as pd
 os.umask(0o022)
-from lib import report, util
+from lib import outputs, util
 out = {str(tmp_path)!r}
-report.write_summary(out, {{"x": 1}})
-report.write_numbers_tex(out, {{"x": 1.5}})
-report.write_table(pd.DataFrame({{"a": [1]}}), out, "table")
+outputs.write_summary(out, {{"x": 1}})
+outputs.write_numbers_tex(out, {{"x": 1.5}})
+outputs.write_table(pd.DataFrame({{"a": [1]}}), out, "table")
 util.atomic_dir(os.path.join(out, "folder"), lambda d: open(os.path.join(d, "f.txt"), "w").close())
 """
     subprocess.run([sys.executable, "-c", code], cwd=paths.ROOT, check=True)

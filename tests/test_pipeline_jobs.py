@@ -142,7 +142,7 @@ class _FakeJob:
     def result(self):
         if self.fail:
             raise RuntimeError("Job (task=0) failed during processing with trace: killed by the OOM killer")
-        return outcome.JobReport.of(self.spec, scores={b: 0.5 for b in self.spec.benchmarks})
+        return outcome.JobOutcome.of(self.spec, scores={b: 0.5 for b in self.spec.benchmarks})
 
 
 def _many_specs(world, tmp, n):
@@ -172,7 +172,7 @@ def test_slurm_helpers_without_a_scheduler(world, tmp_path, monkeypatch):
         m.setattr(slurm, "_run", lambda cmd, timeout=30.0: shown)
         assert [slurm._controller_state(j) for j in ("39_0", "39_1", "39_2", "40")] == \
             ["CANCELLED", "PENDING", None, "CANCELLED"]
-    gone = slurm.ended_report(specs[1], "41_1", slurm.JobState("41_1", "UNKNOWN"))
+    gone = slurm.ended_outcome(specs[1], "41_1", slurm.JobState("41_1", "UNKNOWN"))
     assert "neither squeue, sacct nor scontrol knows it" in next(iter(gone.failed.values()))
     monkeypatch.setenv("PATH", str(tmp_path))                 # no Slurm commands here
     with pytest.raises(slurm.SchedulerDown, match="^scontrol is not installed here"):

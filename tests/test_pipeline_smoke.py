@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lib import layout, paths, report, store
+from lib import layout, outputs, paths, store
 from lib.pipeline import evaluate as ev
 from lib.pipeline import finetune as ft
 from lib.pipeline.launch import jobs
@@ -114,8 +114,8 @@ def test_per_item_correctness_matches_the_scores(smoke):
 
 
 def test_stage_summaries(smoke):
-    s2 = report.read_summary(PROFILE, "02_finetune")
-    s3 = report.read_summary(PROFILE, "03_direct_eval")
+    s2 = outputs.read_summary(PROFILE, "02_finetune")
+    s3 = outputs.read_summary(PROFILE, "03_direct_eval")
     assert s2["n_results"] == 16 and sum(s2["chosen_lr_counts"].values()) == 16
     assert s3["n_results"] == 16
     assert s3["mean_gain_tbt_minus_direct"]["mw_recall"] > 0

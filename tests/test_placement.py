@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lib import params, paths, placement, report, run, store
+from lib import outputs, params, paths, placement, run, store
 from lib.analysis import agreement
 
 SLICE = ["EleutherAI/pythia-160m-deduped", "Qwen/Qwen2.5-0.5B"]
@@ -271,7 +271,7 @@ def test_notebook_08_places_models_among_the_published_results(harmony_data, par
     for name in ("HuggingFaceTB/SmolLM2-1.7B", "allenai/OLMo-2-0425-1B"):
         _write(root, downstream[downstream.model == "Qwen/Qwen2.5-1.5B"].assign(score=lambda d: d.score + 0.002), name)
     run.run_profile("place_paper", stages=["08"])
-    s = report.read_summary("place_paper", "08_placement")
+    s = outputs.read_summary("place_paper", "08_placement")
     assert s["comparable"] and s["reference"] == "published" and len(s["benchmarks"]) == 24
     assert set(s["placement"]) == {"HuggingFaceTB/SmolLM2-1.7B", "allenai/OLMo-2-0425-1B"}
     out = paths.stage_dir("place_paper", "08_placement")
@@ -305,7 +305,7 @@ def test_place_smoke_trains_only_new_and_calibration_models_and_reproduces_smoke
     lrs = params.load_profile("smoke").params("02_finetune")["lrs"]
     assert len(units) == len(models) * len(sel) * len(lrs)          # 2 new + 1 calibration, nothing else
     assert {p: p.stat().st_mtime_ns for p in store.iter_paths(smoke["store"])} == before
-    s = report.read_summary("place_smoke", "08_placement")
+    s = outputs.read_summary("place_smoke", "08_placement")
     assert s["comparable"] and s["calibration"]["n_failed"] == 0
     assert s["calibration"]["n_identical"] == s["calibration"]["n_results"]
     assert set(s["placement"]) == set(models[:2])
@@ -314,7 +314,7 @@ def test_place_smoke_trains_only_new_and_calibration_models_and_reproduces_smoke
     from test_lab import step_through
 
     step_through("08_placement", profile="place_smoke")
-    assert report.read_summary("place_smoke", "08_placement") == s
+    assert outputs.read_summary("place_smoke", "08_placement") == s
     assert (paths.stage_dir("place_smoke", "08_placement") / paths.STAGE_STAMP).exists()
     # the place_mini block of the docs renders from place_smoke's summary (the same keys)
     from test_docs import rendered_against_stand_ins

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lib import metadata, paths, published, report, run, store, util
+from lib import metadata, outputs, paths, published, run, store, util
 
 PAPER_BENCHMARKS = 24
 
@@ -110,12 +110,12 @@ def test_analysis_notebooks_on_a_tiny_store(tmp_path, monkeypatch):
             store.write(root, store.Result(p, "t_corpus", m, "bits_per_byte", 2.0 - 0.2 * k, higher_is_better=False))
     log = run.run_profile(TINY_PROFILE, force=True)
     assert [s["status"] for s in log.values()] == ["ran"] * 3
-    s04 = report.read_summary(TINY_PROFILE, "04_rank_agreement")
+    s04 = outputs.read_summary(TINY_PROFILE, "04_rank_agreement")
     assert s04["n_pairs"] == 3 and s04["n_benchmarks"] == 3
     assert any("one benchmark" in n for n in s04["notes"])
-    s05 = report.read_summary(TINY_PROFILE, "05_perplexity")
+    s05 = outputs.read_summary(TINY_PROFILE, "05_perplexity")
     assert s05["corpora"] == ["t_corpus"] and s05["tau_average"]["direct"]["instruct"] is None   # NaN -> null
-    s06 = report.read_summary(TINY_PROFILE, "06_pca")
+    s06 = outputs.read_summary(TINY_PROFILE, "06_pca")
     assert s06["n_models"] == {"direct_eval": 4, "train_before_test": 3}
     assert any("compute" in n for n in s06["notes"])
 
@@ -159,7 +159,7 @@ def test_published_profile_reproduces_the_paper(harmony_data, published_analyses
     def mean_over(protocol, names, models):
         return np.array([np.mean([raw[protocol][b][m] for b in names]) for m in models])
 
-    s05 = report.read_summary("published", "05_perplexity")
+    s05 = outputs.read_summary("published", "05_perplexity")
     with_ppl = sorted(raw["direct_eval"]["wiki_2025"])
     assert len(with_ppl) == 53
     for setting, ppl_p, ds_p, group in [("direct", "direct_eval", "direct_eval", "all"),
@@ -171,7 +171,7 @@ def test_published_profile_reproduces_the_paper(harmony_data, published_analyses
         assert s05["tau_average"][setting][group] == pytest.approx(expected, abs=1e-9), (setting, group)
         assert s05["n_models"][setting][group] == len(ms)
 
-    s06 = report.read_summary("published", "06_pca")
+    s06 = outputs.read_summary("published", "06_pca")
     models = sorted(raw["direct_eval"]["mnli"])
     for protocol in store.PROTOCOLS:
         x = np.array([[raw[protocol][b][m] for b in downstream] for m in models])

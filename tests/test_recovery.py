@@ -146,11 +146,11 @@ def test_moved_or_linked_outputs_stay_cached(project, monkeypatch):
 
 
 DATA_READER = """
-from lib import params, report
+from lib import outputs, params
 from lib.benchalign import data as bdata
 ctx = params.stage("01_demo", globals())
 scores, models, _ = bdata.read_oll("ifeval")
-report.write_summary(ctx.out, {"mean": float(scores.mean()), "n": n})
+outputs.write_summary(ctx.out, {"mean": float(scores.mean()), "n": n})
 """
 
 
@@ -358,11 +358,11 @@ RAISE = {   # a cell body -> what the one line must say
     "units": ("from lib.pipeline.launch import outcome\nfrom lib.pipeline.spec import JobSpec\n"
               "spec = JobSpec('direct_eval', 'm', 'm', ['b'], [], False, str(ctx.store), str(ctx.work))\n"
               "full = {'b': 'OSError: [Errno 28] No space left on device'}\n"
-              "outcome.summarise([outcome.JobReport.of(spec, failed=full)], [spec])",
+              "outcome.summarise([outcome.JobOutcome.of(spec, failed=full)], [spec])",
               ["disk full writing ", "free space there, then run"]),
     "failed-units": ("from lib.pipeline.launch import outcome\nfrom lib.pipeline.spec import JobSpec\n"
                      "spec = JobSpec('direct_eval', 'm', 'm', ['b'], [], False, str(ctx.store), str(ctx.work))\n"
-                     "outcome.summarise([outcome.JobReport.of(spec, failed={'b': 'ValueError: bad'})], [spec])",
+                     "outcome.summarise([outcome.JobOutcome.of(spec, failed={'b': 'ValueError: bad'})], [spec])",
                      ["1 unit(s) failed and 0 run elsewhere", "(listed above)"]),
 }
 
@@ -388,14 +388,14 @@ def test_every_failure_in_a_stage_ends_in_one_line_exit_2_and_the_traceback_in_a
 
 PROGRESSING = """
 import time
-from lib import params, report
+from lib import outputs, params
 from lib.progress import Progress
 ctx = params.stage("01_demo", globals())
 with Progress(20, "demo units", every=0) as bar:
     for i in range(20):
         time.sleep(0.5)
         bar.advance()
-report.write_summary(ctx.out, {"done": 20})
+outputs.write_summary(ctx.out, {"done": 20})
 """
 
 

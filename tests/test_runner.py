@@ -21,18 +21,18 @@ def _notebook(path, body: str, default: int = 1):
 
 BODY = """
 import json, os
-from lib import params, report
+from lib import outputs, params
 ctx = params.stage("01_demo", globals())
-report.write_summary(ctx.out, {"n_squared": n * n})
+outputs.write_summary(ctx.out, {"n_squared": n * n})
 with open(os.path.join(ctx.out, "calls.txt"), "a") as fh:
     fh.write("x")
 """
 READER = """
 import os
-from lib import params, report
+from lib import outputs, params
 ctx = params.stage("02_reader", globals())
-first = report.read_summary(ctx.profile, "01_demo")
-report.write_summary(ctx.out, {"twice": 2 * first["n_squared"]})
+first = outputs.read_summary(ctx.profile, "01_demo")
+outputs.write_summary(ctx.out, {"twice": 2 * first["n_squared"]})
 with open(os.path.join(ctx.out, "calls.txt"), "a") as fh:
     fh.write("x")
 """
@@ -184,10 +184,10 @@ def test_progress_lines_touch_the_heartbeat_file(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- one run per profile
 SLEEPER = """
 import time
-from lib import params, report
+from lib import outputs, params
 ctx = params.stage("01_demo", globals())
 time.sleep(n)
-report.write_summary(ctx.out, {"slept": n})
+outputs.write_summary(ctx.out, {"slept": n})
 """
 
 

@@ -189,21 +189,21 @@ def _direct_specs(tmp: Path, models: list[str], benchmarks=("mw_facts",)):
     src = paths.store_dir(PROFILE)
     for kind in ("models", "benchmarks"):
         store.write_meta(tmp / "store", kind, store.read_meta(src, kind))
-    from lib import report
+    from lib import outputs
 
-    sel = report.read_summary(PROFILE, "01_select_benchmarks")
+    sel = outputs.read_summary(PROFILE, "01_select_benchmarks")
     return jobs.plan(DIRECT, models, {**sel, "selected": list(benchmarks)}, store_root=tmp / "store",
                      work_root=tmp / "work", bootstrap_iters=200, eval_batch_size=32, max_gen_toks=0)
 
 
 def _tbt_specs(tmp: Path, models: list[str], benchmarks):
-    from lib import params, report
+    from lib import outputs, params
     from lib.pipeline import finetune as ft
 
     src = paths.store_dir(PROFILE)
     for kind in ("models", "benchmarks"):
         store.write_meta(tmp / "store", kind, store.read_meta(src, kind))
-    sel = report.read_summary(PROFILE, "01_select_benchmarks")
+    sel = outputs.read_summary(PROFILE, "01_select_benchmarks")
     recipe = ft.Recipe.from_params(params.load_profile(PROFILE).params("02_finetune"))
     return jobs.plan(TBT, models, {**sel, "selected": list(benchmarks)}, store_root=tmp / "store",
                      work_root=tmp / "work", recipe=recipe, bootstrap_iters=200, eval_batch_size=32, max_gen_toks=0)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lib import figreview, layout, paths, report, run, store
+from lib import figreview, layout, outputs, paths, run, store
 
 pytestmark = pytest.mark.slow
 STAGES = ["00_world", "01_select_benchmarks", "02_finetune", "03_direct_eval", "04_rank_agreement",
@@ -61,7 +61,7 @@ def _tau_b(a, b):
 
 def test_rank_agreement_reads_the_smoke_store(full_smoke):
     df, sel = full_smoke["results"], full_smoke["selection"]
-    summary = report.read_summary("smoke", "04_rank_agreement")
+    summary = outputs.read_summary("smoke", "04_rank_agreement")
     benchmarks = sel["benchmarks"]
     assert summary["n_benchmarks"] == len(benchmarks) == 3
     assert summary["n_pairs"] == 3
@@ -76,7 +76,7 @@ def test_rank_agreement_reads_the_smoke_store(full_smoke):
 
 def test_perplexity_and_pca_read_the_smoke_store(full_smoke):
     df = full_smoke["results"]
-    ppl = report.read_summary("smoke", "05_perplexity")
+    ppl = outputs.read_summary("smoke", "05_perplexity")
     assert ppl["corpora"] == ["mw_wiki"]
     # tau between (negated) bits-per-byte and mean downstream score, before fine-tuning
     d = df[df.protocol == "direct_eval"]
@@ -87,7 +87,7 @@ def test_perplexity_and_pca_read_the_smoke_store(full_smoke):
     got = ppl["tau_average"]["direct"]["all"]
     assert got is not None and got == pytest.approx(expected, abs=1e-9)
 
-    pca = report.read_summary("smoke", "06_pca")
+    pca = outputs.read_summary("smoke", "06_pca")
     benchmarks = full_smoke["selection"]["benchmarks"]
     for protocol in store.PROTOCOLS:
         m = store.matrix(df, protocol, benchmarks).dropna()
@@ -103,7 +103,7 @@ def test_perplexity_and_pca_read_the_smoke_store(full_smoke):
 def test_benchalign_runs_on_pipeline_items(full_smoke):
     """07 reads the direct-eval items the pipeline wrote: every selected benchmark as a feature, every
     item counted, the four models; smoke's four leave no test group, and the summary says so."""
-    summary = report.read_summary("smoke", "07_benchalign")
+    summary = outputs.read_summary("smoke", "07_benchalign")
     benchmarks = full_smoke["selection"]["benchmarks"]
     items = paths.work_dir("smoke") / "items" / "direct_eval"
     assert sorted(p.name for p in items.iterdir()) == sorted(benchmarks)
@@ -132,7 +132,7 @@ def test_every_docs_table_of_the_mini_world_renders_from_the_smoke_summaries(ful
                                                  "budget", "scores", "benchalign-pipeline", "cheaper"}, sorted(tables)
     for where, lines in tables.items():
         assert lines and all(isinstance(line, str) for line in lines), where
-        if where.endswith(" benchalign-pipeline") and not report.read_summary("smoke", "07_benchalign")["main"]:
+        if where.endswith(" benchalign-pipeline") and not outputs.read_summary("smoke", "07_benchalign")["main"]:
             assert lines == [lines[0]] and lines[0].startswith("(no test group large enough: "), lines
             continue                            # smoke's 4 models leave no test group (its summary says so)
         data = [line for line in lines if line.startswith("| ") and not line.startswith("| ---")][1:]

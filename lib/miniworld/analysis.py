@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import plots, report, store
+from .. import outputs, plots, store
 from ..analysis import agreement, structure
 from ..store import DIRECT, PROTOCOLS
 
@@ -243,9 +243,9 @@ def notebook_section(ctx, view: str, summary: dict) -> pd.DataFrame | None:
         rep = causal.report(df, ctx.store, ctx.work, n_boot, int(getattr(ctx, "params", {}).get("seed", 0)))
         health = twin_health(df, ctx.store)
         values = {**rep["summary"], "twin_health": twin_health_summary(health)}
-        report.write_table(health, ctx.out, "preparation_twin_health", index=False)
+        outputs.write_table(health, ctx.out, "preparation_twin_health", index=False)
         for name in ("subsets", "compositions", "leads", "task_leads"):
-            report.write_table(rep[name], ctx.out, f"causal_{name}", index=False)
+            outputs.write_table(rep[name], ctx.out, f"causal_{name}", index=False)
         for name, fig in rep["figures"].items():
             plots.savefig(fig, ctx.out, name)
         table, fig = rep["leads"], None
@@ -260,7 +260,7 @@ def notebook_section(ctx, view: str, summary: dict) -> pd.DataFrame | None:
         values = {f"{r.protocol}/{r.models}": r.pc1_share for r in table.itertuples()}
         fig = plot_pca(table)
     if view != "ranks":
-        report.write_table(table, ctx.out, f"preparation_{view}", index=False)
+        outputs.write_table(table, ctx.out, f"preparation_{view}", index=False)
     if fig is not None:
         plots.savefig(fig, ctx.out, f"preparation_{view}")
     summary["preparation"] = values

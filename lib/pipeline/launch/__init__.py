@@ -4,7 +4,7 @@
                 in this process, a process pool, submitit's local executor or Slurm; the unit counter
     slurm       everything Slurm: limits, job states, the executor, submission, the waiter, the
                 submission record, ``make submit``
-    outcome     JobReport (what a job reports), failure records, the retry command, the failure list
+    outcome     JobOutcome (what a job reports), failure records, the retry command, the failure list
     status      ``make status``: units done / running / pending / failed per stage, from the store and Slurm
     locks       one lock file per unit, so two jobs never work on (or delete) the same unit
     preflight   ``make preflight``: GPU-hours and memory of every unit before submission, split or refused

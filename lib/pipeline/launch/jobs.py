@@ -3,7 +3,7 @@
 What one (model, benchmark) does is :mod:`lib.pipeline.protocols`; what a job runs and what
 determines its results, :class:`lib.pipeline.spec.JobSpec`; where the files go, :mod:`lib.layout`
 and :mod:`lib.store`. This module plans the grid, runs jobs under locks and launches them; what a
-job reports and the failure list, :mod:`lib.pipeline.launch.outcome`; Slurm,
+job outcomes and the failure list, :mod:`lib.pipeline.launch.outcome`; Slurm,
 :mod:`lib.pipeline.launch.slurm`.
 
 Every file is written atomically and the last one of a unit marks it done, so finished units are
@@ -46,7 +46,7 @@ from ..device import free_memory, pin_arithmetic
 from ..spec import JobSpec
 from . import slurm
 from .locks import UnitBusy, UnitLock
-from .outcome import JobError, JobReport, record_failure, summarise
+from .outcome import JobError, JobOutcome, record_failure, summarise
 
 EXECUTORS = ("local", "processes", "slurm", "submitit_local")
 POLL_SECONDS = {"local": 2.0, "processes": 2.0, "submitit_local": 2.0, "slurm": 30.0}   # job state checks
@@ -132,23 +132,23 @@ def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_job(spec: JobSpec | dict, progress=None) -> JobReport:
+def run_job(spec: JobSpec | dict, progress=None) -> JobOutcome:
     """Run the pending benchmarks of one job, each under its lock; one that fails does not stop
-    the others. Returns its :class:`JobReport`; every failure is also written to ``<work>/failed/``
+    the others. Returns its :class:`JobOutcome`; every failure is also written to ``<work>/failed/``
     with its traceback and a spec that retries it."""
     spec = JobSpec.from_dict(spec) if isinstance(spec, dict) else spec
     say = progress or _log
-    report = JobReport.of(spec)
+    outcome = JobOutcome.of(spec)
     pending = spec.pending()
     if not pending:
-        return report
+        return outcome
     try:
         manager = tk.task_manager(spec.include_paths, spec.include_defaults)
         model, tokenizer = ev.load_model(spec.source, dtype=spec.dtype)          # once per job
     except Exception as exc:  # noqa: BLE001 - every benchmark of the job fails with the reason
         for bench in pending:
-            report.failed[bench] = record_failure(spec, bench, exc)
-        return report
+            outcome.failed[bench] = record_failure(spec, bench, exc)
+        return outcome
     for bench in pending:
         try:
             with unit_lock(spec, bench):
@@ -156,22 +156,22 @@ def run_job(spec: JobSpec | dict, progress=None) -> JobReport:
                     continue
                 score = protocols.run(spec, manager, model, tokenizer, bench, say)
         except UnitBusy as busy:
-            report.busy[bench] = str(busy)
+            outcome.busy[bench] = str(busy)
             say(f"{spec.model} / {bench}: skipped, running elsewhere ({busy})")
             continue
         except Exception as exc:  # noqa: BLE001 - recorded, reported at the end of the launch
-            report.failed[bench] = record_failure(spec, bench, exc)
-            say(f"{spec.model} / {bench}: FAILED ({report.failed[bench]})")
+            outcome.failed[bench] = record_failure(spec, bench, exc)
+            say(f"{spec.model} / {bench}: FAILED ({outcome.failed[bench]})")
             free_memory()
             continue
         layout.failure_path(spec.work_root, spec.protocol, spec.model, bench, spec.only_lr).unlink(missing_ok=True)
         if score is None:                                 # a job of one learning rate: its unit is trained
-            report.trained.append(bench)
+            outcome.trained.append(bench)
             say(f"{spec.model} / {bench}: {layout.lr_name(spec.only_lr)} trained")
             continue
-        report.scores[bench] = score
+        outcome.scores[bench] = score
         say(f"{spec.model} / {bench}: {score:.4f}")
-    return report
+    return outcome
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,21 +262,21 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
     run = dict(executor=executor, resources=resources or {}, log_folder=log_folder, max_jobs=max_jobs,
                max_array=max_array, progress_every=progress_every, max_requeues=max_requeues)
     split = [s for s in specs if s.only_lr is not None]     # units the preflight split by learning rate
-    reports = _launch_wave(split, **run) if split else []
-    unfinished = {(r.model, b) for r in reports for b in (*r.failed, *r.busy)}
+    outcomes = _launch_wave(split, **run) if split else []
+    unfinished = {(r.model, b) for r in outcomes for b in (*r.failed, *r.busy)}
     rest = []
     for spec in (s for s in specs if s.only_lr is None):      # a split unit chooses and tests once its rates ran
         keep = [b for b in spec.benchmarks if (spec.model, b) not in unfinished]
         if keep:
             rest.append(replace(spec, benchmarks=keep))
-    reports += _launch_wave(rest, **run)
-    return summarise(reports, specs)
+    outcomes += _launch_wave(rest, **run)
+    return summarise(outcomes, specs)
 
 
 def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folder, max_jobs: int, max_array: int,
-                 progress_every: float, max_requeues: int = slurm.MAX_REQUEUES) -> list[JobReport]:
-    """Run ``specs`` side by side (:func:`launch`); one report per job."""
-    todo, reports = [], []
+                 progress_every: float, max_requeues: int = slurm.MAX_REQUEUES) -> list[JobOutcome]:
+    """Run ``specs`` side by side (:func:`launch`); one outcome per job."""
+    todo, outcomes = [], []
     folder = Path(log_folder or layout.submitit_dir(specs[0].work_root)) if specs else None
     queued = slurm.queued_jobs(specs, folder) if executor == "slurm" and specs else {}
     for spec in specs:
@@ -293,7 +293,7 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
         held = {b: unit_lock(spec, b) for b in pending}
         busy = {b: lk.describe(lk.holder()) for b, lk in held.items() if lk.holder() is not None and not lk.stale()}
         if len(busy) == len(pending):                  # all of it runs elsewhere: do not resubmit
-            reports.append(JobReport.of(spec, busy=busy))
+            outcomes.append(JobOutcome.of(spec, busy=busy))
         else:
             todo.append(spec)
     if todo:
@@ -308,19 +308,19 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
         with Progress(total=counter.total, label=f"{label} ({what})", every=progress_every,
                       unit=unit) as bar:
             if executor == "local":
-                reports += _run_local(todo, counter, bar)
+                outcomes += _run_local(todo, counter, bar)
             elif executor == "processes":
-                reports += _run_processes(todo, folder, max_jobs, counter, bar)
+                outcomes += _run_processes(todo, folder, max_jobs, counter, bar)
             elif executor == "slurm":
-                reports += slurm.run(run_job, todo, queued, resources, folder, max_array, max_requeues, counter, bar,
+                outcomes += slurm.run(run_job, todo, queued, resources, folder, max_array, max_requeues, counter, bar,
                                      poll=POLL_SECONDS["slurm"])
             else:
-                reports += _run_submitit(todo, executor, resources, folder, max_jobs, counter, bar)
+                outcomes += _run_submitit(todo, executor, resources, folder, max_jobs, counter, bar)
             bar.update(counter.done())
-    return reports
+    return outcomes
 
 
-def _run_local(todo: list[JobSpec], counter: UnitCounter, bar: Progress) -> list[JobReport]:
+def _run_local(todo: list[JobSpec], counter: UnitCounter, bar: Progress) -> list[JobOutcome]:
     stop = threading.Event()
 
     def watch():
@@ -337,7 +337,7 @@ def _run_local(todo: list[JobSpec], counter: UnitCounter, bar: Progress) -> list
 
 
 def _run_submitit(todo: list[JobSpec], executor: str, resources: dict, folder: Path, max_jobs: int,
-                  counter: UnitCounter, bar: Progress) -> list[JobReport]:
+                  counter: UnitCounter, bar: Progress) -> list[JobOutcome]:
     import submitit
 
     ex = submitit.LocalExecutor(folder=folder)      # it knows only generic parameters
@@ -393,7 +393,7 @@ def _pool_worker(log_folder: str, parent: int) -> None:
     sys.stdout = sys.stderr = log
 
 
-def _pool_job(spec: JobSpec) -> JobReport:
+def _pool_job(spec: JobSpec) -> JobOutcome:
     try:
         return run_job(spec)
     finally:
@@ -410,18 +410,18 @@ def worker_pool(workers: int, folder: Path):
 
 
 def _run_processes(todo: list[JobSpec], folder: Path, max_jobs: int, counter: UnitCounter,
-                   bar: Progress) -> list[JobReport]:
+                   bar: Progress) -> list[JobOutcome]:
     with worker_pool(min(max_jobs or default_max_jobs(), len(todo)), folder) as pool:
         futures = [pool.submit(_pool_job, spec) for spec in todo]
         return _wait(list(zip(todo, futures)), [], None, counter, bar, poll=POLL_SECONDS["processes"])
 
 
 def _wait(running: list, queue: list[JobSpec], submit, counter: UnitCounter, bar: Progress,
-          limit: int = 0, poll: float = 2.0) -> list[JobReport]:
+          limit: int = 0, poll: float = 2.0) -> list[JobOutcome]:
     """Wait for ``running`` (spec, job) pairs; with ``submit`` start the specs of ``queue`` so that
-    at most ``limit`` run at once. Returns one report per job (a failed job: all its pending
+    at most ``limit`` run at once. Returns one outcome per job (a failed job: all its pending
     benchmarks failed, with the job's log file)."""
-    reports = []
+    outcomes = []
     queue = list(queue)
     while running or queue:
         while submit is not None and queue and len(running) < limit:
@@ -430,11 +430,11 @@ def _wait(running: list, queue: list[JobSpec], submit, counter: UnitCounter, bar
         finished = [(s, j) for s, j in running if j.done()]
         for spec, job in finished:
             running.remove((spec, job))
-            reports.append(JobReport.died(spec, job))
+            outcomes.append(JobOutcome.died(spec, job))
         bar.update(counter.done())
         if not finished:
             time.sleep(poll)
-    return reports
+    return outcomes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -448,9 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     items = data if isinstance(data, list) else [data.get("spec", data) if "reason" in data else data]
     failed = 0
     for item in items:
-        report = run_job(JobSpec.from_dict(item), progress=_log)
-        failed += len(report.failed) + len(report.busy)
-        print(json.dumps(report.to_dict()), flush=True)
+        outcome = run_job(JobSpec.from_dict(item), progress=_log)
+        failed += len(outcome.failed) + len(outcome.busy)
+        print(json.dumps(outcome.to_dict()), flush=True)
     return 1 if failed else 0
 
 

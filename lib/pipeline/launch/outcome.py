@@ -1,10 +1,10 @@
-"""What a job reports and what a launch makes of the reports: :class:`JobReport`, the failure record
+"""How a job ended and what a launch makes of it: :class:`JobOutcome`, the failure record
 of a unit (``<work>/failed/``), the command that retries it, and the list of failures that ends a
 launch (:class:`JobError`).
 
-Every way a job ends gives one :class:`JobReport`: it ran (:func:`lib.pipeline.launch.jobs.run_job`),
-its process died (:meth:`JobReport.died`), Slurm ended it without a result
-(:func:`lib.pipeline.launch.slurm.ended_report`), or all of it runs elsewhere (:meth:`JobReport.of`
+Every way a job ends gives one :class:`JobOutcome`: it ran (:func:`lib.pipeline.launch.jobs.run_job`),
+its process died (:meth:`JobOutcome.died`), Slurm ended it without a result
+(:func:`lib.pipeline.launch.slurm.ended_outcome`), or all of it runs elsewhere (:meth:`JobOutcome.of`
 with ``busy``). ``make status`` and the failure list name the same retry command
 (:func:`retry_command`).
 """
@@ -31,7 +31,7 @@ class JobError(UserError, RuntimeError):
 
 
 @dataclass
-class JobReport:
+class JobOutcome:
     """The outcome of one job: ``scores`` {benchmark: test score}, ``trained`` (benchmarks whose one
     learning rate it trained), ``failed`` {benchmark: reason}, ``busy`` {benchmark: who holds it}."""
     model: str
@@ -43,11 +43,11 @@ class JobReport:
     busy: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, spec: JobSpec, **outcome) -> JobReport:
+    def of(cls, spec: JobSpec, **outcome) -> JobOutcome:
         return cls(model=spec.model, protocol=spec.protocol, lr=spec.only_lr, **outcome)
 
     @classmethod
-    def failing(cls, spec: JobSpec, reason: str, trace: str) -> JobReport:
+    def failing(cls, spec: JobSpec, reason: str, trace: str) -> JobOutcome:
         """Every pending benchmark of ``spec`` failed for ``reason`` (each gets its failure record)."""
         failed = {}
         for bench in spec.pending():
@@ -56,8 +56,8 @@ class JobReport:
         return cls.of(spec, failed=failed)
 
     @classmethod
-    def died(cls, spec: JobSpec, job) -> JobReport:
-        """The report a finished job returned, or, when the job itself died (killed, timed out,
+    def died(cls, spec: JobSpec, job) -> JobOutcome:
+        """The outcome a finished job returned, or, when the job itself died (killed, timed out,
         crashed), one whose pending benchmarks all failed, naming the job's log file."""
         try:
             return job.result()
@@ -119,7 +119,7 @@ def _resume_command(specs: list[JobSpec]) -> str:
     return os.environ.get("TBT_MAKE_GOAL") or (paths.make_command(specs[0].work_root) if specs else "make all")
 
 
-def summarise(reports: list[JobReport], specs: list[JobSpec]) -> dict[str, dict]:
+def summarise(outcomes: list[JobOutcome], specs: list[JobSpec]) -> dict[str, dict]:
     """{model: {benchmark: score}} of what the jobs finished; or, when a unit failed or runs
     elsewhere, the list of them (each failure with its retry command) on the console and
     :class:`JobError`. Units stopped from outside (a full disk, their process killed) are not
@@ -127,7 +127,7 @@ def summarise(reports: list[JobReport], specs: list[JobSpec]) -> dict[str, dict]
     results: dict[str, dict] = {}
     lines, outside = [], {}
     by_model = {(s.protocol, s.model): s for s in specs}
-    for rep in reports:
+    for rep in outcomes:
         if rep.scores:
             results.setdefault(rep.model, {}).update(rep.scores)
         spec = by_model[(rep.protocol, rep.model)]
@@ -143,8 +143,8 @@ def summarise(reports: list[JobReport], specs: list[JobSpec]) -> dict[str, dict]
                          "    wait for it to finish, then run the stage again")
     if not lines and not outside:
         return results
-    n_failed = sum(len(r.failed) for r in reports) - sum(len(v) for v in outside.values())
-    n_busy = sum(len(r.busy) for r in reports)
+    n_failed = sum(len(r.failed) for r in outcomes) - sum(len(v) for v in outside.values())
+    n_busy = sum(len(r.busy) for r in outcomes)
     finished = sum(len(v) for v in results.values())
     command = _resume_command(specs)
     if "disk full" in outside:        # with errno 28 and a file, so the runner's line names the disk

@@ -401,7 +401,7 @@ def preflight_profile(profile: str) -> Preflight:
     ``lib.metadata``)."""
     from dataclasses import replace
 
-    from ... import params, report
+    from ... import outputs, params
     from ...store import REDUCED, TBT, fewshot_protocol
     from .. import tasks as tk
     from ..finetune import Recipe
@@ -413,7 +413,7 @@ def preflight_profile(profile: str) -> Preflight:
                         seed=s1["split_seed"], procedure=s1["split_procedure"], val_fraction=s1["val_fraction"],
                         shared_test=s1["shared_test"])
     try:
-        selection = report.read_selection(profile)
+        selection = outputs.read_selection(profile)
     except FileNotFoundError:
         include = tk.resolve_include_paths(s1["include_paths"], paths.work_dir(profile))
         selection = tk.preview_selection(list(s1["tasks"]), rule, include, s1["include_defaults"])

@@ -13,7 +13,7 @@ submitit writes the job scripts, submits them and runs our function inside the j
   waiting process keeps polling);
 - :func:`run`: submits the jobs not yet queued as job arrays, re-attaches to those still queued or
   running, and waits for all (:func:`wait`), saying why jobs pend when someone must act; a job that
-  left the queue without a result ends in :func:`ended_report`. With ``TBT_SUBMIT_ONLY=1``
+  left the queue without a result ends in :func:`ended_outcome`. With ``TBT_SUBMIT_ONLY=1``
   (``make submit``) it raises :class:`JobsSubmitted` instead of waiting;
 - :class:`Record`: ``submitted.json`` beside submitit's logs, one entry per job spec with its job
   id, written the moment ``sbatch`` returns, so a process that dies while waiting loses nothing
@@ -36,7 +36,7 @@ from ... import paths
 from ...errors import UserError
 from ...progress import clock, tell
 from ...util import atomic_write_json
-from .outcome import JobError, JobReport, write_failure
+from .outcome import JobError, JobOutcome, write_failure
 
 SUBMIT_ONLY_ENV = "TBT_SUBMIT_ONLY"   # `make submit`: a Slurm stage submits its jobs and returns (:func:`run`)
 ACCOUNTING_LAG_S = 60.0                 # how long a job may be in neither squeue nor sacct
@@ -423,7 +423,7 @@ def queued_jobs(specs: list, folder: Path) -> dict[str, str]:
 
 
 def run(fn, todo: list, queued: dict[str, str], resources: dict, folder: Path, max_array: int, max_requeues: int,
-        counter, bar, poll: float) -> list[JobReport]:
+        counter, bar, poll: float) -> list[JobOutcome]:
     """Submit the specs of ``todo`` that are not ``queued`` (as job arrays running ``fn``, each job id
     recorded at once), re-attach to the queued ones, and wait for all (:func:`wait`)."""
     import submitit
@@ -462,12 +462,12 @@ def _id_list(ids: list[str], n: int = 6) -> str:
     return ", ".join(ids[:n]) + (f" and {len(ids) - n} more" if len(ids) > n else "")
 
 
-def wait(entries: list[tuple], counter, bar, poll: float) -> list[JobReport]:
+def wait(entries: list[tuple], counter, bar, poll: float) -> list[JobOutcome]:
     """Wait for Slurm jobs (spec, job id, submitit job), asking the scheduler every ``poll``
-    seconds; one report per job. Says in one line when the scheduler stops answering (and goes on
+    seconds; one outcome per job. Says in one line when the scheduler stops answering (and goes on
     polling), when it answers again, when a job is requeued, and why jobs pend when that changes
     (with what to do when waiting will not help)."""
-    reports, seen, down_since, last_note = [], {}, None, None
+    outcomes, seen, down_since, last_note = [], {}, None, None
     entries = list(entries)
     while entries:
         asked = time.monotonic()
@@ -501,7 +501,7 @@ def wait(entries: list[tuple], counter, bar, poll: float) -> list[JobReport]:
                 if time.monotonic() - seen.setdefault(f"{jid}/gone", time.monotonic()) < grace:
                     continue
             entries.remove(entry)
-            reports.append(JobReport.died(spec, job) if result and result.exists() else ended_report(spec, jid, st))
+            outcomes.append(JobOutcome.died(spec, job) if result and result.exists() else ended_outcome(spec, jid, st))
         note = pending_note([(s, found[j]) for s, j, _ in entries])
         if note != last_note:
             if note:
@@ -510,7 +510,7 @@ def wait(entries: list[tuple], counter, bar, poll: float) -> list[JobReport]:
         bar.update(counter.done())
         if entries:
             time.sleep(poll)
-    return reports
+    return outcomes
 
 
 def pending_note(items: list[tuple]) -> str | None:
@@ -530,8 +530,8 @@ ENDED = {"CANCELLED": "was cancelled", "TIMEOUT": "reached its time limit too of
                     "cancelled while it pended leaves no record)"}
 
 
-def ended_report(spec, jid: str, st: JobState) -> JobReport:
-    """The report of a job that left the queue without a result of its own (cancelled, killed at
+def ended_outcome(spec, jid: str, st: JobState) -> JobOutcome:
+    """The outcome of a job that left the queue without a result of its own (cancelled, killed at
     its time limit, node failure): what it finished is in the store, the rest failed."""
     word = st.state.split()[0] if st.state else "UNKNOWN"
     why = ENDED.get(word, "ended")
@@ -539,4 +539,4 @@ def ended_report(spec, jid: str, st: JobState) -> JobReport:
     for bench in spec.pending():
         failed[bench] = f"job {jid} {why} ({st.state}) before finishing it"
         write_failure(spec, bench, failed[bench], f"slurm job {jid}: {st.state}")
-    return JobReport.of(spec, failed=failed)
+    return JobOutcome.of(spec, failed=failed)
