@@ -38,6 +38,7 @@ from notebook_project import project  # noqa: E402,F401  (the tiny notebook proj
 SERIAL = {"smoke": ("test_analysis_notebooks.py", "test_lab.py", "test_pipeline_smoke.py", "test_smoke_profile.py",
                    "test_placement.py", "test_leaderboard_browser.py"),
           "slurm": ("test_slurm.py",),
+          "published-07": ("test_docs.py", "test_benchalign_experiments.py"),     # share published 07's run
           "miniworld-test": ("test_miniworld_notebook.py", "test_miniworld_zoo.py")}
 _SERIAL_GROUP = {module: group for group, modules in SERIAL.items() for module in modules}
 
@@ -85,6 +86,17 @@ def published_analyses(harmony_data) -> dict:
 
     run.run_profile("published", stages=["04", "05", "06"], wait=True)    # another worker may be running it
     return {s: outputs.read_summary("published", s) for s in ("04_rank_agreement", "05_perplexity", "06_pca")}
+
+
+@pytest.fixture(scope="session")
+def published_run(harmony_data) -> Path:
+    """Stages 04-07 of the published profile, run (or found cached) once per test session as `make all`
+    runs them (07 alone takes about two minutes: the docs check and 07's own test share it); the
+    profile's folder."""
+    from lib import paths, run
+
+    run.run_profile("published", stages=["04", "05", "06", "07"], wait=True)
+    return paths.profile_dir("published")
 
 
 # One id per test run, the same in every xdist worker (one process: made here).

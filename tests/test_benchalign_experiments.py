@@ -237,20 +237,19 @@ def test_notebook_runs_on_pipeline_items_and_degrades(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_notebook_runs_on_leaderboard_items(tmp_path, monkeypatch, harmony_data):
-    from lib import published
-
-    monkeypatch.setenv("TBT_OUTPUTS", str(tmp_path))
-    monkeypatch.setattr(paths, "OUTPUTS", tmp_path)
-    published.import_store("published")
-    summary = _run_notebook(tmp_path, monkeypatch, dict(profile="published", data_source="oll_items", **FAST))
+@pytest.mark.published
+def test_notebook_runs_on_leaderboard_items(published_run):
+    """The published profile's 07 as `make all` runs it (the run the docs check reads: tests/conftest.py)."""
+    out = published_run / "07_benchalign"
+    summary = json.loads((out / "summary.json").read_text())
     assert summary["data"]["models"] == 428 and summary["data"]["data_source"] == "oll_items"
     assert set(summary["main"]) == {"13B+", "30B+", "70B+"}
     assert summary["flag_counts"]["70B+"]["instruct"] > 0 and summary["flag_counts"]["70B+"]["base"] > 0
     assert set(summary["within"]) == {"instruct", "base"} and "main" in summary["within"]["instruct"]
-    assert summary["subsets"]["0.05"]["items"] == 82 and summary["config"]["subset_items"] == 10
+    assert set(summary["subsets"]) == {"0.071", "0.237"} and summary["subsets"]["0.071"]["items"] == 117
+    assert summary["config"]["subset_items"] == 117          # 7.1 % of the 1,650 items: the paper's 1,500 of 21,065
     assert summary["ablation"]["30B+"]["ranknet"]["spearman_ci"] is not None
-    flags = pd.read_csv(tmp_path / "published" / "07_benchalign" / "instruct_flag.csv", index_col=0)
+    flags = pd.read_csv(out / "instruct_flag.csv", index_col=0)
     assert len(flags) == 428 and flags.loc["google/gemma-2-27b-it", "instruct"]
     assert not flags.loc["meta-llama/Llama-3.1-70B", "instruct"]
     for group in ("30B+", "70B+"):
@@ -262,14 +261,14 @@ def test_notebook_runs_on_leaderboard_items(tmp_path, monkeypatch, harmony_data)
                 assert {"spearman_diff_no_alignment", "spearman_diff_no_alignment_ci"} <= set(rec)
     assert summary["cross_paper"]["counts"]["source"] == 32
     assert "spearman_diff_no_alignment_ci" in summary["cross_paper"]["comparison"]["benchalign"]
-    assert len(summary["protocol"]["chosen_steps"]["benchalign"]) == 1 and summary["protocol"]["curve"]["step"][0] == 0
-    assert set(summary["source_selection"]["70B+"]["4"]) == set(studies.SELECTIONS)
+    assert len(summary["protocol"]["chosen_steps"]["benchalign"]) == 5 and summary["protocol"]["curve"]["step"][0] == 0
+    assert set(summary["source_selection"]["70B+"]["10"]) == set(studies.SELECTIONS)
     assert "19 model names" in summary["data"]["duplicates_line"] and summary["data"]["duplicates"] == "first"
     assert len(summary["data"]["info"]["duplicated_names"]) == 3
-    figs = tmp_path / "published" / "07_benchalign" / "figures"
+    figs = out / "figures"
     assert {p.name for p in figs.iterdir()} >= {"methods.pdf", "methods.png", "weights.png", "cross_paper_weights.png",
                                                   "learning_curve.png", "data_needs.png"}
-    review = figreview.check(figs.parent)          # sizes, text, overlap, labels (lib.figreview)
+    review = figreview.check(out)                  # sizes, text, overlap, labels (lib.figreview)
     assert not any(review.values()), review
 
 

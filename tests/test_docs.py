@@ -184,18 +184,9 @@ def test_readme_is_short():
 
 
 # --------------------------------------------------------------------------- the published blocks
-@pytest.fixture(scope="module")
-def published_outputs(harmony_data):
-    """Stages 04-07 of the published profile, run (or found cached) as `make all` runs them."""
-    from lib import run
-
-    run.run_profile("published", stages=["04", "05", "06", "07"], wait=True)
-    return paths.profile_dir("published")
-
-
 @pytest.mark.slow
 @pytest.mark.published
-def test_published_blocks_agree_with_the_run_and_an_edit_fails(published_outputs, tmp_path):
+def test_published_blocks_agree_with_the_run_and_an_edit_fails(published_run, tmp_path):
     rep = docblocks.check(profiles=["published"])
     assert {b.table for b in rep.checked} >= {"headline", "benchalign-short", "benchalign", "noise"}, rep.skipped
     assert not rep.skipped, rep.skipped

@@ -223,7 +223,7 @@ def test_a_second_run_of_a_profile_is_refused_or_waits_and_a_killed_run_leaves_n
     monkeypatch.setenv("TBT_PARAMS", str(project / "params"))
     monkeypatch.setenv("TBT_NOTEBOOKS", str(project / "notebooks"))
     _notebook(project / "notebooks" / "01_demo.ipynb", SLEEPER)
-    (project / "params" / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 6}\n")
+    (project / "params" / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 3}\n")
     summary = project / "outputs" / "x" / "01_demo" / "summary.json"
 
     first = _runner(project)
@@ -236,7 +236,7 @@ def test_a_second_run_of_a_profile_is_refused_or_waits_and_a_killed_run_leaves_n
     assert len(err) == 1 and f"pid {first.pid}" in err[0] and "WAIT=1" in err[0]
     output, _ = first.communicate(timeout=300)
     assert first.returncode == 0, output
-    assert json.loads(summary.read_text()) == {"slept": 6}           # the first run finished, complete
+    assert json.loads(summary.read_text()) == {"slept": 3}           # the first run finished, complete
 
     second = _runner(project, "--force")
     _wait_for_lock(project, second.pid)

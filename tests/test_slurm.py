@@ -113,7 +113,7 @@ def _release_requeued():
 # --------------------------------------------------------------------------- the profile through Slurm
 @pytest.fixture(scope="module")
 def slurm_run(cluster, smoke):
-    """`make submit`, `make status`, then `make all` of smoke_slurm (stages 00-07 through the cluster)."""
+    """`make submit`, `make status`, then `make all` of smoke_slurm (stages 00-04: 02 and 03 through the cluster)."""
     from lib import run
     from lib.pipeline.launch import status
 
@@ -131,7 +131,9 @@ def slurm_run(cluster, smoke):
     before = _stored()
     status_lines = status.lines(PROFILE)
     after = _stored()                   # the jobs run on meanwhile: status's "done" lies between the two
-    finished = run.run_profile(PROFILE)
+    # `make all` again: waits for the jobs, then 04, the first stage the submission stopped at (05-07
+    # read the store as smoke's do and never meet the cluster: left out to keep `make test` short)
+    finished = run.run_profile(PROFILE, stages=["00", "01", "02", "03", "04"])
     return {"submitted": submitted, "status": status_lines, "stored": (before, after), "finished": finished,
             "smoke's world": (world_before, digest(world))}
 
@@ -165,8 +167,7 @@ def test_profile_through_slurm_equals_the_processes_run(slurm_run, smoke):
         sizes = sorted(Counter(i.split("_")[0] for i in ids).values())
         assert sizes == [1, 3]                           # two arrays: 3 tasks + 1 (MaxArraySize 3)
         assert set(_sacct(ids).values()) == {"COMPLETED"}
-    for stage in ("04_rank_agreement", "05_perplexity", "06_pca", "07_benchalign"):
-        assert (paths.stage_dir(PROFILE, stage) / "summary.json").exists()
+    assert (paths.stage_dir(PROFILE, "04_rank_agreement") / "summary.json").exists()
 
 
 def test_status_after_submit_counts_units_from_store_and_scheduler(slurm_run):
