@@ -43,17 +43,6 @@ SERIAL = {"smoke": ("test_analysis_notebooks.py", "test_lab.py", "test_pipeline_
 _SERIAL_GROUP = {module: group for group, modules in SERIAL.items() for module in modules}
 
 
-def pytest_collection_modifyitems(config, items):
-    """The slow tests first, the quick unit tests last (a stable sort: each module keeps its order).
-    xdist hands out the serial groups first (its scopes with most tests lead) and then single tests
-    in this order, so the few hundred quick tests fill the end of the run, where one worker would
-    otherwise wait for the other's last long test."""
-    def quick(item) -> bool:
-        return item.get_closest_marker("slow") is None and item.path.name not in _SERIAL_GROUP
-
-    items.sort(key=quick)
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
