@@ -19,6 +19,21 @@ from . import finetune as ft
 from . import tasks as tk
 
 
+def planned_benchmarks(protocol: str, selection: dict) -> list[str]:
+    """The tasks of notebook 01's ``selection`` a job of ``protocol`` runs: every selected one for the
+    paper's two protocols; for a cheaper form (k-shot, a reduced budget), which only ranks
+    benchmarks, the selected benchmarks without the perplexity corpora."""
+    names = list(selection.get("selected") or [])
+    if protocol in store.PROTOCOLS:
+        return names
+    return [n for n in names if n in selection.get("benchmarks", names)]
+
+
+def fine_tunes(protocol: str) -> bool:
+    """Whether a job of ``protocol`` fine-tunes (train-before-test or a form of it)."""
+    return store.base_protocol(protocol) == TBT
+
+
 @dataclass
 class JobSpec:
     """Everything one job needs: a dataclass of plain values and the typed recipe, so it pickles for
@@ -92,7 +107,7 @@ class JobSpec:
     @property
     def trains(self) -> bool:
         """Whether the job fine-tunes (train-before-test or a form of it)."""
-        return store.base_protocol(self.protocol) == TBT
+        return fine_tunes(self.protocol)
 
     def provenance(self, plan: tk.SplitPlan, **extra) -> dict:
         """The provenance of a result of this job (the one place it is put together). The recipe is

@@ -36,14 +36,13 @@ from pathlib import Path
 
 from ... import layout, store
 from ...progress import Progress, tell
-from ...store import TBT
 from ...util import did_you_mean
 from .. import evaluate as ev
 from .. import finetune as ft
 from .. import protocols
 from .. import tasks as tk
 from ..device import free_memory, pin_arithmetic
-from ..spec import JobSpec
+from ..spec import JobSpec, fine_tunes, planned_benchmarks
 from . import slurm
 from .locks import UnitBusy, UnitLock
 from .outcome import JobError, JobOutcome, record_failure, summarise
@@ -78,14 +77,12 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
     """
     from ... import metadata
 
-    trains = store.base_protocol(protocol) == TBT
+    trains = fine_tunes(protocol)
     if trains and recipe is None:
         raise ValueError("plan: train-before-test needs a recipe")
     if dtype not in ev.DTYPES:
         raise ev.ModelError(f"dtype must be one of {list(ev.DTYPES)}, got {dtype!r}{did_you_mean(dtype, ev.DTYPES)}")
-    names = list(selection.get("selected") or [])
-    if protocol not in store.PROTOCOLS:     # a cheaper form ranks benchmarks: the perplexity corpora are left out
-        names = [n for n in names if n in selection.get("benchmarks", names)]
+    names = planned_benchmarks(protocol, selection)
     if not names:
         raise tk.TaskError("no benchmarks selected (notebook 01 selected none)")
     if not models:

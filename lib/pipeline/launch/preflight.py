@@ -405,7 +405,7 @@ def preflight_profile(profile: str) -> Preflight:
     from ...store import REDUCED, TBT, fewshot_protocol
     from .. import tasks as tk
     from ..finetune import Recipe
-    from ..spec import JobSpec
+    from ..spec import JobSpec, planned_benchmarks
 
     prof = params.load_profile(profile)
     s1, s2 = prof.params("01_select_benchmarks"), prof.params("02_finetune")
@@ -418,22 +418,19 @@ def preflight_profile(profile: str) -> Preflight:
         include = tk.resolve_include_paths(s1["include_paths"], paths.work_dir(profile))
         selection = tk.preview_selection(list(s1["tasks"]), rule, include, s1["include_defaults"])
     recipe = Recipe.from_params(s2)
-    names = selection["selected"]
-    chunk = s2["benchmarks_per_job"] or len(names)
+    chunk = s2["benchmarks_per_job"] or len(selection["selected"])
     forms = [dict(protocol=TBT, recipe=recipe)]          # and the cheaper protocols the profile asks for
     if s2.get("reduced"):
         r = s2["reduced"]
         forms.append(dict(protocol=REDUCED, recipe=replace(recipe, lrs=(r["lr"],), epochs=r["epochs"], patience=0),
                           train_fraction=r["train_fraction"]))
     forms += [dict(protocol=fewshot_protocol(k), num_fewshot=k) for k in prof.params("03_direct_eval")["fewshot"]]
-    downstream = [n for n in names if n in selection.get("benchmarks", names)]    # cheaper forms: no corpora
-    specs = [JobSpec(model=m, source=_source(m, profile), include_paths=[],
-                     benchmarks=(names if form["protocol"] == TBT else downstream)[i:i + chunk],
+    specs = [JobSpec(model=m, source=_source(m, profile), include_paths=[], benchmarks=names[i:i + chunk],
                      include_defaults=True, store_root=str(paths.store_dir(profile)),
                      work_root=str(paths.work_dir(profile)), splits=rule.to_dict(), dtype=s2["dtype"],
                      max_gen_toks=s2["max_gen_toks"], eval_batch_size=s2["eval_batch_size"], **form)
-             for form in forms for m in s2["models"]
-             for i in range(0, len(names if form["protocol"] == TBT else downstream), chunk)]
+             for form in forms for names in [planned_benchmarks(form["protocol"], selection)]
+             for m in s2["models"] for i in range(0, len(names), chunk)]
     return preflight(specs, selection, s2["resources"], s2["throughput_tflops"], s2["gpu_memory_gb"], s2["executor"])
 
 
