@@ -138,7 +138,8 @@ def _file_digest(path: str, size: int, mtime_ns: int) -> str:     # the stat mak
 
 def digest(path: str | os.PathLike) -> str:
     """Content digest of a file, or of a folder (every file under it by relative path and content;
-    hidden temporary files excluded); ``"missing"`` when the path does not exist."""
+    hidden temporary files and Python's bytecode caches excluded: a task folder's ``utils.py``
+    leaves a ``__pycache__`` once lm-eval imports it); ``"missing"`` when the path does not exist."""
     path = Path(path)
     if not path.exists():
         return "missing"
@@ -148,7 +149,7 @@ def digest(path: str | os.PathLike) -> str:
     h = hashlib.sha256()
     for sub in sorted(path.rglob("*")):
         rel = sub.relative_to(path)
-        if sub.is_file() and not any(part.startswith(".") for part in rel.parts):
+        if sub.is_file() and not any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
             st = sub.stat()
             h.update(f"{rel.as_posix()}\0{_file_digest(str(sub), st.st_size, st.st_mtime_ns)}\n".encode())
     return h.hexdigest()

@@ -47,6 +47,19 @@ def test_atomic_write_leaves_no_temporary_files(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
 
 
+def test_a_folders_digest_is_its_files_not_hidden_files_or_bytecode(tmp_path):
+    """A task folder read by a stage: lm-eval importing its utils.py (which leaves __pycache__) or
+    an editor's hidden file does not make the stage re-run; a changed file does."""
+    (tmp_path / "utils.py").write_text("def f(doc):\n    return doc\n")
+    before = util.digest(tmp_path)
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "utils.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / ".utils.py.swp").write_text("x")
+    assert util.digest(tmp_path) == before
+    (tmp_path / "utils.py").write_text("def f(doc):\n    return doc.strip()\n")
+    assert util.digest(tmp_path) != before
+
+
 def test_stamps_say_whether_cached_work_is_current(tmp_path):
     stamp = tmp_path / "done.json"
     assert util.current(stamp, {"lr": 1e-3}) is None
