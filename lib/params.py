@@ -37,7 +37,6 @@ import ast
 import fcntl
 import functools
 import json
-import logging
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -72,46 +71,37 @@ def notebook_path(stage: str) -> Path:
     return paths.NOTEBOOKS / f"{stage}.ipynb"
 
 
-class _Collect(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 @functools.lru_cache(maxsize=64)
-def _inspect(path: str, mtime_ns: int) -> tuple[tuple[str, Any, str], ...]:
-    import papermill as pm
-
-    log, collect = logging.getLogger("papermill"), _Collect()
-    log.addHandler(collect)
+def _inspect(path: str, mtime_ns: int) -> tuple[tuple[str, Any], ...]:
+    """The ``name = literal`` lines of the notebook's cell tagged ``parameters``, in order, read
+    with :mod:`ast` (the cell papermill injects values after; importing papermill and its JSON-schema
+    checks would cost every kernel a second)."""
+    name = Path(path).name
     try:
-        found = pm.inspect_notebook(path)
-    except Exception as exc:  # papermill's own errors, unreadable JSON
+        cells = json.loads(Path(path).read_text())["cells"]
+        source = next(("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])), "")
+        tree = ast.parse(source)
+    except (ValueError, KeyError, TypeError, SyntaxError) as exc:   # unreadable JSON, not a notebook, bad code
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ParamsError(f"{paths.show(path)}: cannot read its parameters cell ({first}): `git checkout "
                           f"{paths.show(path)}` restores the committed notebook (your edits to it "
                           "are lost; copy the file aside first to keep them)") from None
-    finally:
-        log.removeHandler(collect)
-    if collect.messages:         # a line papermill skips would silently lose a parameter
-        raise ParamsError(f"{Path(path).name}: parameters cell: {collect.messages[0]} (one `name = literal  "
-                          "# comment` per line; keep brackets and '=' out of comments)")
     out = []
-    for name, spec in found.items():
+    for stmt in tree.body:
+        target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else getattr(stmt, "target", None)
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or not isinstance(target, ast.Name) or stmt.value is None:
+            raise ParamsError(f"{name}: parameters cell, line {stmt.lineno}: one `name = literal  # comment` per "
+                              "statement (derive values in the next cell)")
         try:
-            value = ast.literal_eval(spec["default"])
-        except (ValueError, SyntaxError):
-            raise ParamsError(f"{Path(path).name}: parameter {name!r} = {spec['default']} is not a literal "
-                              "(derive values in the next cell)") from None
-        out.append((name, value, spec.get("help", "")))
+            out.append((target.id, ast.literal_eval(stmt.value)))
+        except ValueError:
+            raise ParamsError(f"{name}: parameter {target.id!r} = {ast.get_source_segment(source, stmt.value)} is "
+                              "not a literal (derive values in the next cell)") from None
     return tuple(out)
 
 
 def notebook_parameters(stage: str) -> dict[str, Any]:
-    """The defaults of the notebook's ``parameters`` cell, in order (papermill reads the cell)."""
+    """The defaults of the notebook's ``parameters`` cell, in order."""
     path = notebook_path(stage)
     if not path.exists():
         known = sorted(p.stem for p in paths.NOTEBOOKS.glob("*.ipynb"))
@@ -119,7 +109,7 @@ def notebook_parameters(stage: str) -> dict[str, Any]:
     found = _inspect(str(path), path.stat().st_mtime_ns)
     if not found:
         raise ParamsError(f"{path.name}: no cell tagged 'parameters' (or it is empty)")
-    out = {name: value for name, value, _ in found}
+    out = dict(found)
     if "profile" not in out:
         raise ParamsError(f"{path.name}: the parameters cell must define `profile`")
     return out

@@ -4,6 +4,7 @@ outputs out of commits; result files readable like the figures."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
@@ -111,3 +112,27 @@ def test_smoke_profile_executes_every_notebook():
     assert placed.reference == "smoke"
     missing = sorted(p.stem for p in NOTEBOOKS if p.stem not in smoke.stages and p.stem not in placed.stages)
     assert not missing, f"notebooks not exercised by params/smoke.yaml: {missing}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_parameters_cell_reads_as_papermill_reads_it(path):
+    """lib reads the defaults with ast (no papermill in the kernel); papermill, which injects the
+    values after that cell, finds the same names with the same values in the same order."""
+    import papermill as pm
+
+    theirs = {k: ast.literal_eval(v["default"]) for k, v in pm.inspect_notebook(str(path)).items()}
+    assert list(params.notebook_parameters(path.stem).items()) == list(theirs.items())
+
+
+@pytest.mark.parametrize("cell,message", [
+    ('profile = "x"\nn = len("ab")', "parameter 'n' = len(\"ab\") is not a literal"),
+    ('profile = "x"\na, b = 1, 2', "parameters cell, line 2: one `name = literal  # comment` per statement"),
+    ('profile = "x"\nprint(1)', "parameters cell, line 2: one `name = literal  # comment` per statement"),
+    ('profile = "x"\nn = (1', "cannot read its parameters cell"),
+])
+def test_a_parameters_cell_that_is_not_name_equals_literal_is_an_error_naming_the_line(project, cell, message):
+    from notebook_project import notebook
+
+    notebook(project / "notebooks" / "01_demo.ipynb", "pass", params_cell=cell)
+    with pytest.raises(params.ParamsError, match=re.escape(message)):
+        params.notebook_parameters("01_demo")
