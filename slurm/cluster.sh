@@ -166,7 +166,11 @@ down() {
   if [ -e "$CONF" ] && command -v scancel >/dev/null && pid_alive "$STATE/run/slurmctld.pid"; then
     scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
   fi
-  for d in slurmd slurmctld slurmdbd mariadbd munged; do stop_one "$d"; done
+  # each daemon takes 1-2 s to exit: the node and controller side by side, then the accounting daemon
+  # (the controller's last records go to it), then the database and munge
+  for d in slurmd slurmctld; do stop_one "$d" & done; wait
+  stop_one slurmdbd
+  for d in mariadbd munged; do stop_one "$d" & done; wait
   say "down (state kept in $STATE; \`rm -rf $STATE\` forgets every job)"
 }
 
