@@ -79,7 +79,8 @@ def _inspect(path: str, mtime_ns: int) -> tuple[tuple[str, Any], ...]:
     name = Path(path).name
     try:
         cells = json.loads(Path(path).read_text())["cells"]
-        source = next(("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])), "")
+        source = next(("".join(c["source"]) for c in cells
+                       if "parameters" in c.get("metadata", {}).get("tags", [])), "")
         tree = ast.parse(source)
     except (ValueError, KeyError, TypeError, SyntaxError) as exc:   # unreadable JSON, not a notebook, bad code
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -88,7 +89,8 @@ def _inspect(path: str, mtime_ns: int) -> tuple[tuple[str, Any], ...]:
                           "are lost; copy the file aside first to keep them)") from None
     out = []
     for stmt in tree.body:
-        target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else getattr(stmt, "target", None)
+        single = isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+        target = stmt.targets[0] if single else getattr(stmt, "target", None)
         if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or not isinstance(target, ast.Name) or stmt.value is None:
             raise ParamsError(f"{name}: parameters cell, line {stmt.lineno}: one `name = literal  # comment` per "
                               "statement (derive values in the next cell)")
