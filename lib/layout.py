@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .errors import UserError
 from .store import TBT, slug
-from .util import CorruptFile, atomic_write_json, jsonable, note_read, read_json
+from .util import FORCE_ENV, CorruptFile, atomic_write_json, jsonable, note_read, read_json
 
 UNIT_FILE = "unit.json"            # written last: a learning-rate unit without it is unfinished
 SELECTION_FILE = "selection.json"
@@ -102,6 +102,16 @@ def write_unit(unit: Work, record: dict) -> Path:
     return atomic_write_json(Path(unit) / UNIT_FILE, record)
 
 
+def forced_out(path: Path) -> bool:
+    """Whether ``path`` was written before the start of a ``FORCE=1`` run (:data:`FORCE_ENV`, set
+    by :mod:`lib.run`), so that the result or unit it holds is redone, not reused."""
+    since = os.environ.get(FORCE_ENV)
+    try:
+        return bool(since) and path.stat().st_mtime < float(since)
+    except FileNotFoundError:
+        return False
+
+
 def unit_record(unit: Work, config: dict | None = None) -> dict | None:
     """A finished unit's record (``unit.json``, its adapter as a path under the unit's folder);
     None when it has not finished, its record is damaged (:func:`check_unit`) or, given
@@ -125,7 +135,7 @@ def check_unit(unit: Work, config: dict | None = None) -> tuple[dict | None, str
         return None, f"{lr_label(unit)}/{UNIT_FILE} does not parse"
     if not isinstance(record, dict):
         return None, f"{lr_label(unit)}/{UNIT_FILE} is not a JSON object"
-    if config is not None and jsonable(record.get("config")) != jsonable(config):
+    if config is not None and jsonable(record.get("config")) != jsonable(config) or forced_out(path):
         return None, ""
     problem = _curve_problem(record)
     if problem:

@@ -42,7 +42,7 @@ from .kernel import Heartbeat, execute
 from .params import LOCK_FILE, PREPARED_STAMP, ParamsError, Profile, check_stage, load_profile, lock_holder
 from .pipeline.device import pin_arithmetic
 from .stagecache import results_digest, stage_key, stale
-from .util import atomic_write_json, mark, read_json
+from .util import FORCE_ENV, atomic_write_json, mark, read_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +129,8 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
             (out_dir / paths.STAGE_STAMP).unlink(missing_ok=True)
             print(f"[{name}] {stage}: running ({reason}) ...", flush=True)
             t0 = time.time()
+            if force:          # its jobs redo the results and units written before now (lib.layout.forced_out)
+                os.environ[FORCE_ENV] = str(t0)
             try:
                 reads = execute(stage, params, out_dir, label=f"[{name}] {stage}", where=where)
             except Exception as exc:

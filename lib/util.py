@@ -4,7 +4,8 @@
   through a temporary sibling and ``os.replace``, so a reader never sees half a file;
   :func:`atomic_dir` does the same for a folder that a callback fills.
 - :func:`read_json` names the file when it does not parse (:class:`CorruptFile`).
-- :func:`sha256_file` and :func:`digest` (a file or a whole folder, by content).
+- :func:`sha256_file` and :func:`digest` (a file or a whole folder, by content); :func:`code_digest`
+  (what a Python file does: a comment or docstring leaves it as it is).
 - :func:`jsonable` turns numpy values and paths into plain JSON types.
 - :func:`did_you_mean`: the one close-match hint of every error that names an unknown thing.
 - :func:`current` / :func:`mark`: the one "is this cached and current?" check. A *stamp* is a
@@ -39,6 +40,7 @@ from .errors import UserError
 from .paths import ROOT, portable
 
 READS_ENV = "TBT_READS"      # set by lib.run: file to which a running stage appends what it reads
+FORCE_ENV = "TBT_FORCE_SINCE"  # set by lib.run under FORCE=1: results and units written before this time are redone
 
 
 class CorruptFile(UserError, ValueError):
@@ -204,6 +206,20 @@ def mark(stamp: str | os.PathLike, key: Any, **record: Any) -> dict:
 
 
 # --------------------------------------------------------------------------- what code a computation runs
+def code_digest(path: str | os.PathLike) -> str:
+    """Digest of what a Python source file does: its syntax tree without docstrings, so that a
+    comment, a docstring or the layout of a line leaves it as it is, and any other edit (a changed
+    constant, a renamed variable, a moved statement) changes it."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+
+
 def _module_file(name: str, root: Path) -> Path | None:
     base = root.joinpath(*name.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):

@@ -151,6 +151,23 @@ def test_every_loss_gradient_matches_finite_differences(small, loss):
     assert np.abs(grad).max() > 1e-4                              # a real, non-zero gradient
 
 
+@pytest.mark.parametrize("loss", ["lambdarank", "ndcg_loss2"])
+def test_ties_broken_by_the_last_bits_of_a_sum_do_not_move_the_ndcg_losses(loss):
+    """Equal accuracies at the initial weights, summed in another order (another CPU's kernels):
+    the scores differ in the last float32 bits; the tied models share their mean rank, so the
+    loss and its gradient are the same, while a real gap still ranks."""
+    y = np.array([5.0, 4.0, 3.0, 2.0, 1.0, 0.0])
+    pairs = rank.Pairs(rank.Target(y), np.ones((6, 1), dtype=bool))
+    S = torch.tensor([[0.5], [0.5], [0.25], [0.75], [0.25], [0.5]], dtype=torch.float32)
+    noisy = S.clone()
+    noisy[[0, 1, 5], 0] = torch.tensor([0.5, 0.5000001, 0.49999997])       # one ulp up and down
+    assert pairs.ranks(S)[:, 0].tolist() == pairs.ranks(noisy)[:, 0].tolist() == [3.0, 3.0, 5.5, 1.0, 5.5, 3.0]
+    value, grad = pairs.step(S, loss, value=True)
+    value2, grad2 = pairs.step(noisy, loss, value=True)
+    assert float(value[0]) == pytest.approx(float(value2[0]), rel=1e-6)
+    np.testing.assert_allclose(grad.numpy(), grad2.numpy(), rtol=1e-5, atol=1e-7)
+
+
 def test_normalisation_is_weighted_accuracy_bounded_sign_free_and_scale_free():
     w = np.array([1.0, 3.0, 0.0, 4.0])
     np.testing.assert_allclose(rank.normalise(w), w / 8.0)       # all non-negative: sums to one

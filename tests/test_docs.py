@@ -56,6 +56,28 @@ def test_check_names_file_line_quoted_and_measured_number(toy):
     assert [str(d) for d in rep.diffs] == [f"{toy}:{k + 1}: quoted 0.77, measured 0.76"]
 
 
+def test_a_number_that_moved_within_its_stated_spread_passes_as_another_cpu_and_one_beyond_fails(toy, capsys):
+    """Another arithmetic path moves the last digits: ``spread`` records how far (from the quotes to
+    the outputs), and check then passes such a move, says so, and still fails a larger one."""
+    docblocks.write(files=[toy])
+    quoted = toy.read_text()
+    summary = paths.OUTPUTS / "toy" / "01_x" / "summary.json"
+    summary.write_text(json.dumps({"tau": {"a": 0.5273, "b": 0.7552}, "ci": [0.449, 0.574]}))   # another CPU
+    rep = docblocks.check(files=[toy], spreads={})
+    assert len(rep.diffs) == 1 and not rep.diffs[0].within_spread
+    root = toy.parent
+    (root / "docs").mkdir()
+    assert docblocks.spread(files=[toy], root=root) == (2, 1)
+    stated = docblocks.read_spreads(root)
+    assert stated == {"toy/toy-table": {"| a | # [#, #] |": [0.01, 0.0, 0.0], "| b | # |": [0.0]}}
+    rep = docblocks.check(files=[toy], spreads=stated)
+    assert len(rep.diffs) == 1 and rep.diffs[0].within_spread and toy.read_text() == quoted
+    summary.write_text(json.dumps({"tau": {"a": 0.5473, "b": 0.7552}, "ci": [0.449, 0.574]}))   # 0.02: too far
+    assert not docblocks.check(files=[toy], spreads=stated).diffs[0].within_spread
+    summary.write_text(json.dumps({"tau": {"a": 0.5173, "b": 0.7652}, "ci": [0.449, 0.574]}))   # b never moved
+    assert not docblocks.check(files=[toy], spreads=stated).diffs[0].within_spread
+
+
 def test_check_reports_missing_rows_and_changed_text(toy):
     docblocks.write(files=[toy])
     text = toy.read_text()

@@ -28,6 +28,7 @@ from lib.benchalign import experiments as ex
 from lib.benchalign import memo, methods
 from lib.pipeline import evaluate as ev
 from lib.pipeline import finetune as ft
+from lib.pipeline import spec as spec_mod
 from lib.pipeline.spec import JobSpec
 
 # --------------------------------------------------------------------------- a tiny project of notebooks
@@ -285,6 +286,65 @@ def test_a_unit_is_finished_only_when_all_its_files_are(tmp_path):
     path = store.path_for(spec.store_root, store.TBT, "b", "m")
     path.write_text(path.read_text().replace('"score": 0.5', '"score": NaN'))
     assert "is damaged" in spec.unfinished("b")
+
+
+# --------------------------------------------------------------------------- units follow the code
+def test_a_code_digest_ignores_comments_and_docstrings_but_not_behaviour(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text('"""Doc."""\ndef f(x):\n    """Doc."""\n    return x * 1.0\n')
+    before = util.code_digest(src)
+    src.write_text('"""Other doc."""\n# a comment\ndef f(x):\n    """Other."""\n\n    return x * 1.0  # why\n')
+    assert util.code_digest(src) == before
+    src.write_text('"""Doc."""\ndef f(x):\n    """Doc."""\n    return x * 0.05\n')
+    assert util.code_digest(src) != before
+
+
+def test_a_training_change_redoes_the_units_of_older_code_and_a_comment_does_not(tmp_path, monkeypatch):
+    """The issue-50 trial on a copy of lib: max_norm 1.0 -> 0.05 in the training step makes a stored
+    result 'computed by other code', naming the file; a comment changes nothing. The library
+    versions are part of the key too."""
+    root = tmp_path / "repo"
+    shutil.copytree(paths.ROOT / "lib", root / "lib", ignore=shutil.ignore_patterns("__pycache__"))
+    step = root / "lib" / "pipeline" / "training.py"
+    uncached = spec_mod.code_version.__wrapped__
+    today = uncached(root)
+    assert set(today) == {"lib", "libraries", "arithmetic"} and "lib/pipeline/training.py" in today["lib"]
+    assert today["libraries"]["torch"].startswith("2.13.0") and "lm_eval" in today["libraries"]
+    step.write_text(step.read_text().replace("def optimizer_step(", "# clipped as the paper does\ndef optimizer_step("))
+    assert uncached(root) == today
+    step.write_text(step.read_text().replace("max_norm: float = 1.0", "max_norm: float = 0.05"))
+    changed = uncached(root)
+    assert changed["lib"]["lib/pipeline/training.py"] != today["lib"]["lib/pipeline/training.py"]
+    assert spec_mod.code_change(today, changed) == "computed by other code (lib/pipeline/training.py changed)"
+    newer = {**today, "libraries": {**today["libraries"], "torch": "2.14.1"}}
+    assert f"torch {today['libraries']['torch']} -> 2.14.1" in spec_mod.code_change(today, newer)
+    assert spec_mod.code_change(None, today) == "computed before units recorded their code"
+
+    spec = _spec(_model(tmp_path / "m"), tmp_path)           # a result of today's code, read after the change
+    monkeypatch.setattr(spec_mod, "code_version", lambda root=None: today)
+    store.write(spec.store_root, store.Result(store.TBT, "b", "m", "acc", 0.5, provenance={
+        "config": spec.config(), "lr": 1e-3, "kind": "generate_until", "per_item": False}))
+    for lr in spec.recipe.lrs:
+        _unit(Path(spec.work_root), lr, spec.config(lr), adapter=lr == 1e-3)
+    assert spec.unfinished("b") is None
+    monkeypatch.setattr(spec_mod, "code_version", lambda root=None: changed)
+    assert spec.unfinished("b") == "computed by other code (lib/pipeline/training.py changed)"
+    assert spec_mod.older_code(spec.store_root) == {"computed by other code (lib/pipeline/training.py changed)": 1}
+    assert all(ft.read_unit(layout.unit_dir(spec.work_root, "m", "b", lr), spec.config(lr)) is None
+               for lr in spec.recipe.lrs)                      # and no unit of it is reused either
+
+
+def test_force_redoes_results_and_units_written_before_the_forced_run(tmp_path, monkeypatch):
+    spec = _spec(_model(tmp_path / "m"), tmp_path)
+    store.write(spec.store_root, store.Result(store.TBT, "b", "m", "acc", 0.5, provenance={
+        "config": spec.config(), "lr": 1e-3, "kind": "generate_until", "per_item": False}))
+    units = [_unit(Path(spec.work_root), lr, spec.config(lr), adapter=lr == 1e-3) for lr in spec.recipe.lrs]
+    assert spec.unfinished("b") is None
+    monkeypatch.setenv(util.FORCE_ENV, str(time.time() + 1))
+    assert spec.unfinished("b") == "FORCE=1 redoes it"
+    assert ft.read_unit(units[0], spec.config(1e-3)) is None
+    monkeypatch.setenv(util.FORCE_ENV, str(time.time() - 60))  # written after the forced run began: kept
+    assert spec.unfinished("b") is None and ft.read_unit(units[0], spec.config(1e-3)) is not None
 
 
 # --------------------------------------------------------------------------- one line for every failure

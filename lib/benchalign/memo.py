@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .. import paths
-from ..util import atomic_write_bytes, digest, jsonable, lib_closure
+from ..util import atomic_write_bytes, code_digest, jsonable, lib_closure
 
 T = TypeVar("T")
 
@@ -50,13 +50,14 @@ def split_key(split) -> dict:
 
 
 def code_key() -> dict:
-    """The ``lib`` source files 07's computations run (by content) and the versions, threads and
+    """The ``lib`` source files 07's computations run (by what they do: :func:`lib.util.code_digest`,
+    so a comment or docstring redoes nothing) and the versions, threads and
     pinned kernels (lib.pipeline.device's arithmetic: an earlier MKL_CBWR gave other last bits) that
     decide their floating-point results."""
     import torch
 
     files = lib_closure(["import lib.benchalign.experiments"])
-    return {"lib": {str(p.relative_to(paths.ROOT)): digest(p) for p in files},
+    return {"lib": {p.relative_to(paths.ROOT).as_posix(): code_digest(p) for p in files},
             "numpy": np.__version__, "torch": torch.__version__, "threads": torch.get_num_threads(),
             "kernels": str(torch.backends.cpu.get_cpu_capability()), "mkl_cbwr": os.environ.get("MKL_CBWR"),
             "python": sys.version.split()[0]}

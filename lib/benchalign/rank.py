@@ -68,6 +68,7 @@ LOSSES = ("ranknet", "lambdarank", "ndcg_loss2", "pointwise")
 PAIRWISE = LOSSES[:3]             # weighted means over preferred pairs (one blockwise kernel)
 FLOOR = 0.1
 _EPS = 1e-12
+TIE = 1e-4                        # scores this close (relative to a column's largest) rank as tied
 _BLOCK_ELEMENTS = 1 << 22        # block of the pairwise losses: rows x models x columns <= 4M entries
 _KEEP_ELEMENTS = 1 << 27         # pair indicators (bool) kept between steps up to 128M entries (128 MB)
 
@@ -146,11 +147,23 @@ class Pairs:
 
     def ranks(self, S_sorted: torch.Tensor) -> torch.Tensor:
         """1-based rank of each model by score among its column's rows, best first (sorted order,
-        K x C; rows outside a column rank after them)."""
-        order = torch.argsort(torch.where(self.sorted_mask, S_sorted, -torch.inf), dim=0, descending=True)
-        r = torch.empty_like(order)
-        r.scatter_(0, order, torch.arange(1, len(S_sorted) + 1).unsqueeze(1).expand_as(order))
-        return r.to(S_sorted.dtype)
+        K x C; rows outside a column rank after them). Scores closer than :data:`TIE` of the
+        column's largest score are tied and share their mean rank: at the initial weights, models
+        with equal accuracy differ only in the last bits of a float32 sum, which another CPU rounds
+        otherwise, and a tie broken by them gave the NDCG-weighted losses other curves there."""
+        masked = torch.where(self.sorted_mask, S_sorted, -torch.inf)
+        order = torch.argsort(masked, dim=0, descending=True, stable=True)
+        desc = masked.gather(0, order)
+        scale = torch.where(self.sorted_mask, S_sorted.abs(), 0.0).amax(0, keepdim=True).clamp_min(_EPS)
+        starts = torch.cat([torch.ones_like(desc[:1], dtype=torch.bool),
+                            (desc[:-1] - desc[1:]).nan_to_num(0.0) > TIE * scale])      # a new tie group
+        group = starts.long().cumsum(0) - 1
+        position = torch.arange(1, len(S_sorted) + 1, dtype=S_sorted.dtype).unsqueeze(1).expand_as(desc)
+        total = torch.zeros_like(desc).scatter_add_(0, group, position)
+        count = torch.zeros_like(desc).scatter_add_(0, group, torch.ones_like(desc))
+        r = torch.empty_like(desc)
+        r.scatter_(0, order, (total / count).gather(0, group))
+        return r
 
     def pairwise(self, S_sorted: torch.Tensor, loss: str, value: bool = True, grad: bool = True
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -8,15 +8,19 @@ The job grid (:mod:`lib.pipeline.launch.jobs`) makes the specs and launches them
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import asdict, dataclass, field, replace
+from importlib import metadata
 from pathlib import Path
 
 from .. import layout, paths, store
 from ..store import DIRECT, TBT
-from ..util import jsonable
+from ..util import code_digest, jsonable, lib_closure
 from . import evaluate as ev
 from . import finetune as ft
 from . import tasks as tk
+from .device import PINNED_ARITHMETIC, THREADS_ENV
 
 
 def planned_benchmarks(protocol: str, selection: dict) -> list[str]:
@@ -27,6 +31,57 @@ def planned_benchmarks(protocol: str, selection: dict) -> list[str]:
     if protocol in store.PROTOCOLS:
         return names
     return [n for n in names if n in selection.get("benchmarks", names)]
+
+
+# The libraries whose code shapes a unit's numbers (their versions are part of its key).
+NUMERIC_LIBRARIES = ("torch", "transformers", "peft", "lm_eval", "datasets", "tokenizers", "numpy")
+
+
+@functools.lru_cache(maxsize=4)
+def code_version(root: Path | None = None) -> dict:
+    """What code computes a unit, part of its key (:meth:`JobSpec.config`): every ``lib`` module a
+    job imports, by what it does (:func:`lib.util.code_digest`: comments and docstrings do not
+    count), the versions of the libraries that shape its numbers, and the CPU arithmetic and thread
+    count it runs with. After any change of these a stored unit is redone, never reused."""
+    root = root or paths.ROOT
+    files = lib_closure(["import lib.pipeline.protocols"], root)
+    return {"lib": {p.relative_to(root).as_posix(): code_digest(p)[:16] for p in files},
+            "libraries": {name: metadata.version(name) for name in NUMERIC_LIBRARIES},
+            "arithmetic": {k: os.environ.get(k) for k in (*PINNED_ARITHMETIC, THREADS_ENV)}}
+
+
+def code_change(stored: dict | None, current: dict | None = None) -> str:
+    """In a few words, how the code of a stored unit (its config's ``code``) differs from
+    ``current`` (today's :func:`code_version`); ``""`` when it does not."""
+    current = code_version() if current is None else current
+    if not isinstance(stored, dict):
+        return "computed before units recorded their code"
+    if stored == current:
+        return ""
+    old, new = stored.get("lib", {}), current["lib"]
+    changes = [f"{f} changed" for f in sorted(new) if f in old and old[f] != new[f]]
+    changes += [f"{f} new" for f in sorted(set(new) - set(old))]
+    changes += [f"{f} gone" for f in sorted(set(old) - set(new))]
+    for part in ("libraries", "arithmetic"):
+        was = stored.get(part) or {}
+        changes += [f"{k} {was.get(k)} -> {v}" for k, v in current[part].items() if was.get(k) != v]
+    shown = ", ".join(changes[:3]) + (f" and {len(changes) - 3} more" if len(changes) > 3 else "")
+    return f"computed by other code ({shown})"
+
+
+def older_code(store_root: str | Path) -> dict[str, int]:
+    """{why: how many} of the fine-tuned or evaluated results in a store that other code than today's
+    computed (:func:`code_change`): what ``make status`` lists and the next run redoes."""
+    found: dict[str, int] = {}
+    for path in store.iter_paths(store_root) if Path(store_root).is_dir() else ():
+        try:
+            config = store.read(path).provenance.get("config")
+        except store.StoreError:
+            continue                                   # a damaged result: the run names it when it redoes it
+        why = code_change(config.get("code")) if isinstance(config, dict) else ""
+        if why:
+            found[why] = found.get(why, 0) + 1
+    return found
 
 
 def fine_tunes(protocol: str) -> bool:
@@ -89,10 +144,11 @@ class JobSpec:
         """What determines a result (recorded with it): a result or unit made with another
         recipe, split rule, model, precision or evaluation setting is not reused but redone. The
         model is named by its content (:func:`lib.pipeline.evaluate.model_key`), never by where it
-        lies: a model rebuilt in place with other weights is redone, a moved folder is not."""
+        lies: a model rebuilt in place with other weights is redone, a moved folder is not. The
+        code that computes it is in it too (:func:`code_version`): a result of older code is redone."""
         cfg = {"protocol": self.protocol, "model": ev.model_key(self.source), "splits": self.splits,
                "chat_template": self.chat_template, "dtype": self.dtype, "add_bos_token": self.add_bos_token,
-               "max_gen_toks": self.max_gen_toks}
+               "max_gen_toks": self.max_gen_toks, "code": code_version()}
         if self.trains:
             recipe = {k: v for k, v in self.recipe.key().items() if k != "lrs"}
             cfg["recipe"] = recipe if lr is None else {**recipe, "lr": lr}
@@ -144,8 +200,13 @@ class JobSpec:
         except store.StoreError as exc:      # what is wrong, not the advice to delete it: it is being redone
             why = str(exc).split("; delete it", 1)[0].split(": ", 2)[-1][:120]
             return f"its result {'/'.join(path.parts[-3:])} is damaged ({why})"
-        if result.provenance.get("config") != self.config():
-            return ""
+        stored, config = result.provenance.get("config") or {}, self.config()
+        if stored != config:
+            same_but_code = {k: v for k, v in stored.items() if k != "code"} == \
+                {k: v for k, v in config.items() if k != "code"}
+            return code_change(stored.get("code"), config["code"]) if same_but_code else ""
+        if layout.forced_out(path):
+            return "FORCE=1 redoes it"
         problems = []
         prov = result.provenance               # per-item values were written (perplexity has none)
         if prov.get("per_item", prov.get("kind") != "loglikelihood_rolling"):

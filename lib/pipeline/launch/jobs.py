@@ -276,12 +276,13 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
     todo, outcomes = [], []
     folder = Path(log_folder or layout.submitit_dir(specs[0].work_root)) if specs else None
     queued = slurm.queued_jobs(specs, folder) if executor == "slurm" and specs else {}
+    redone: dict[str, list[str]] = {}        # why a finished unit is redone -> which
     for spec in specs:
         why = {b: spec.unfinished(b) for b in spec.benchmarks}
         pending = [b for b in spec.benchmarks if why[b] is not None]
         for b in pending:
-            if why[b]:                       # files of a finished unit went missing or were damaged
-                tell(f"redoing {spec.protocol} {spec.model} / {b}: {why[b]}")
+            if why[b]:                       # older code, FORCE=1, or files that went missing or were damaged
+                redone.setdefault(why[b], []).append(f"{spec.protocol} {spec.model} / {b}")
         if not pending:
             continue
         if slurm.spec_key(spec) in queued:             # its job is queued or running: re-attach to it
@@ -293,6 +294,9 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
             outcomes.append(JobOutcome.of(spec, busy=busy))
         else:
             todo.append(spec)
+    for why, units in redone.items():
+        tell(f"redoing {units[0]}: {why}" if len(units) == 1 else
+             f"redoing {len(units)} units ({units[0]}, ...): {why}")
     if todo:
         counter = UnitCounter(todo)
         what, unit = "learning rates of split units" if todo[0].only_lr is not None else f"{len(todo)} jobs", "units"

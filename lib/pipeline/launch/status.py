@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from ... import layout, paths, store
-from ..spec import JobSpec
+from ..spec import JobSpec, older_code
 from . import slurm
 from .outcome import retry_command
 
@@ -104,6 +104,8 @@ def lines(profile: str) -> list[str]:
                 out.append(f"  pending because {reason}: {hint}")
         failures += st["failures"]
     out += failures
+    for why, n in older_code(paths.store_dir(profile)).items():
+        out.append(f"{profile}: {n} results {why}; `{paths.make_command(profile)}` redoes them")
     if any("running" in line or "pending" in line for line in out) and not failures:
         out.append(f"when they have finished: `make all PROFILE={profile}` (it re-attaches to jobs still queued, "
                    "waits, and runs the analyses)")
