@@ -31,6 +31,8 @@ export TOKENIZERS_PARALLELISM := false
 ifeq ($(shell uname -m),x86_64)
 export ATEN_CPU_CAPABILITY ?= avx2
 export MKL_CBWR ?= AVX2,STRICT
+export OPENBLAS_CORETYPE ?= Haswell
+export OPENBLAS_NUM_THREADS ?= 1
 endif
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Python's default: a module is compiled the first time it is imported and its bytecode cached (in
@@ -148,7 +150,7 @@ align: $(STAMP) ## align a benchmark to your preferences: ITEMS="a.npz b.npz" PR
 	$(PY) -m lib.benchalign.align align --items $(ITEMS) --prefs $(PREFS) --out $(OUT) $(ALIGN_ARGS)
 
 score: $(STAMP) ## aligned scores and ranks of new models: BENCH=bench.json ITEMS="c.npz" [OUT=scores.csv]
-	$(PY) -m lib.benchalign.align score --bench $(BENCH) --items $(ITEMS) $(if $(OUT),--out $(OUT),) $(ALIGN_ARGS)
+	@$(PY) -m lib.benchalign.align score --bench $(BENCH) --items $(ITEMS) $(if $(OUT),--out $(OUT),) $(ALIGN_ARGS)
 
 docs: $(STAMP) ## rewrite the results tables of README.md and docs/ from outputs/ (and the headline figure)
 	$(PY) -m lib.docblocks write

@@ -178,16 +178,42 @@ def known_profiles() -> list[str]:
     return sorted(p.stem for p in paths.PARAMS.glob("*.yaml"))
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (lines {seen[key]} and {key_node.start_mark.line + 1}; "
+                    "the last would silently win)", key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(path: Path):
+    """A params YAML file; one :class:`ParamsError` line naming the file, the line and what is wrong
+    (a tab, a key given twice, ...) instead of PyYAML's several."""
+    try:
+        return yaml.load(path.read_text(), Loader=_UniqueKeys)   # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if "\t" in path.read_text().splitlines()[mark.line] if mark is not None else False:
+            problem += " (a tab: YAML indents with spaces)"
+        raise ParamsError(f"{where}: not valid YAML: {problem}") from None
+
+
 def load_profile(name: str, validate: bool = True) -> Profile:
     """Read ``params/<name>.yaml``; with ``validate`` check every override against its notebook."""
     path = profile_path(name)
     if not path.exists():
         known = known_profiles()
         raise ParamsError(f"unknown profile {name!r}: no {path}{did_you_mean(name, known)}; profiles: {known}")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ParamsError(f"{path}: not valid YAML: {exc}") from None
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ParamsError(f"{path}: expected a mapping at the top level")
     for key in raw:

@@ -89,7 +89,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
                 where: Where | None = None) -> dict[str, dict]:
     """Run (or skip, when cached) the stages of profile ``name``; returns per-stage status/timing.
     Holds the profile's lock throughout (:func:`profile_lock`); ``where`` follows the stage running."""
-    from .pipeline.launch.fetch import check_named_models  # here: the runner starts without pandas
+    from .pipeline.launch.fetch import check_named_models, check_store_models  # here: the runner starts without pandas
     from .pipeline.launch.slurm import SUBMIT_ONLY_ENV, JobsSubmitted, check_profile
     from .pipeline.launch.status import JOB_STAGES
 
@@ -108,6 +108,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
     with profile_lock(name, wait=wait):
         t_start = time.time()
         run_prepare(prof)
+        check_store_models(prof, selected)        # the models it names are among those prepare built
         log: dict[str, dict] = {}
         submit_only = bool(os.environ.get(SUBMIT_ONLY_ENV))
         for i, stage in enumerate(selected):

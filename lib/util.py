@@ -134,26 +134,33 @@ def sha256_bytes(data: bytes | str) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
-def _file_digest(path: str, size: int, mtime_ns: int) -> str:     # the stat makes the cache safe
+def _file_digest(path: str, size: int, mtime_ns: int, root: str = "") -> str:   # the stat makes the cache safe
+    if root and path.endswith((".yaml", ".yml")):      # a task YAML names its data files absolutely (below)
+        text = Path(path).read_text(encoding="utf-8")
+        return hashlib.sha256(text.replace(root, "<folder>").encode()).hexdigest()
     return sha256_file(path)
 
 
 def digest(path: str | os.PathLike) -> str:
     """Content digest of a file, or of a folder (every file under it by relative path and content;
     hidden temporary files and Python's bytecode caches excluded: a task folder's ``utils.py``
-    leaves a ``__pycache__`` once lm-eval imports it); ``"missing"`` when the path does not exist."""
+    leaves a ``__pycache__`` once lm-eval imports it); ``"missing"`` when the path does not exist.
+    In a YAML file the folder's own absolute path counts as the same text wherever the folder lies:
+    lm-eval reads a local task's data files from the working directory, so its YAML names them
+    absolutely (:mod:`lib.pipeline.localtasks`), and a moved checkout must not re-run what read it."""
     path = Path(path)
     if not path.exists():
         return "missing"
     if path.is_file():
         st = path.stat()
-        return _file_digest(str(path), st.st_size, st.st_mtime_ns)
+        return _file_digest(str(path), st.st_size, st.st_mtime_ns, os.path.abspath(path.parent))
     h = hashlib.sha256()
+    root = os.path.abspath(path)
     for sub in sorted(path.rglob("*")):
         rel = sub.relative_to(path)
         if sub.is_file() and not any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
             st = sub.stat()
-            h.update(f"{rel.as_posix()}\0{_file_digest(str(sub), st.st_size, st.st_mtime_ns)}\n".encode())
+            h.update(f"{rel.as_posix()}\0{_file_digest(str(sub), st.st_size, st.st_mtime_ns, root)}\n".encode())
     return h.hexdigest()
 
 

@@ -4,6 +4,7 @@ and on the published leaderboard items, the one-line errors, the readers, and th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -294,3 +295,79 @@ def test_noise_study_recovers_the_latent_and_reports_every_condition():
                                   "pairs flip=0.40 per_model=all"]
     too_small = split_by_size(data, 3, {"big": 41})
     assert "skipped" in align.noise_study(data, too_small, Config())
+
+
+# --------------------------------------------------------------------------- inputs a user may hand it (issue 50)
+@pytest.mark.parametrize("weight, says", [
+    ("NaN", "is nan, not a finite number"), ("null", "is None, not a finite number"),
+    ("Infinity", "is inf, not a finite number"), ('"0.1"', "is '0.1', not a finite number"),
+])
+def test_a_hand_edited_aligned_file_with_a_bad_weight_is_one_line(small, capsys, weight, says):
+    tmp, items, models, prefs = small
+    assert align.main(["align", "--items", str(items), "--prefs", str(prefs), "--out", str(tmp / "b.json"),
+                       "--max-steps", "20"]) == 0
+    capsys.readouterr()
+    text = (tmp / "b.json").read_text()
+    first = json.loads(text)["weights"][0]
+    edited = tmp / "e.json"
+    edited.write_text(text.replace(f'"weights": [\n  {json.dumps(first)},', f'"weights": [\n  {weight},', 1))
+    assert align.main(["score", "--bench", str(edited), "--items", str(items)]) == 2
+    assert capsys.readouterr().err == (f"error: {edited} does not parse: the weight of item 'items/0' {says} "
+                                       "(write the file again with `align`)\n")
+    bench = json.loads(text)
+    bench["items"][1] = bench["items"][0]
+    edited.write_text(json.dumps(bench))
+    assert align.main(["score", "--bench", str(edited), "--items", str(items)]) == 2
+    assert capsys.readouterr().err == f"error: {edited} does not parse: item id 'items/0' occurs twice\n"
+
+
+def test_names_are_text_missing_values_are_named_and_every_file_holds_the_same_models(tmp_path, capsys):
+    long = tmp_path / "long.csv"
+    long.write_text("model,item,correct\n025,q1,1\n025,q2,0\nNA,q1,0\nNA,q2,1\nnull,q1,1\n")
+    X, models, ids = align._read_table(long)
+    assert models == ["025", "NA", "null"] and ids == ["q1", "q2"]
+    with pytest.raises(align.AlignError, match=r"model 'null' has no value for item 'q2' \(missing or not a number; "
+                                               r"1 such entries\)"):
+        align.read_items([long])
+    prefs = tmp_path / "p.csv"
+    prefs.write_text("winner,loser\n025,NA\n")
+    assert align.read_preferences(prefs).winner == ["025"] and align.read_preferences(prefs).loser == ["NA"]
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text("model,x1,x2\nm1,1,0\nm2,0,1\n")
+    b.write_text("model,y1\nm1,1\n")
+    with pytest.raises(align.AlignError, match=f"model 'm2' is in {a} but not in {b} \\(1 such models\\)"):
+        align.read_items([a, b])
+
+
+def test_out_is_checked_before_the_fit_never_an_input_and_replaced_only_when_asked(small, capsys):
+    tmp, items, models, prefs = small
+    base = ["align", "--items", str(items), "--prefs", str(prefs), "--max-steps", "20"]
+    for out, says in ((prefs, f"--out {prefs} is one of the inputs: it would be overwritten; give another file name"),
+                      (tmp, f"--out {tmp} is a folder: give a file name")):
+        assert align.main([*base, "--out", str(out)]) == 2
+        assert capsys.readouterr().err == f"error: {says}\n"
+    (tmp / ".b.json.x1y2.tmp").write_text("left by a killed write")
+    assert align.main([*base, "--out", str(tmp / "b.json")]) == 0
+    assert not list(tmp.glob(".b.json.*.tmp"))
+    capsys.readouterr()
+    assert align.main([*base, "--out", str(tmp / "b.json")]) == 2
+    assert capsys.readouterr().err == (f"error: --out {tmp / 'b.json'} exists: add --replace to overwrite it, or "
+                                       "give another file name\n")
+    assert align.main([*base, "--out", str(tmp / "b.json"), "--replace"]) == 0
+    locked = tmp / "ro"
+    locked.mkdir(mode=0o500)
+    if not os.access(locked, os.W_OK):                  # (root writes anywhere)
+        assert align.main([*base, "--out", str(locked / "b.json")]) == 2
+
+
+def test_the_pair_bootstrap_in_blocks_keeps_its_memory_and_its_small_results(monkeypatch):
+    rng = np.random.default_rng(0)
+    wt = rng.random(500) + 0.5
+    right = {"a": rng.integers(0, 2, 500).astype(float), "b": np.full(500, 0.5)}
+    whole = align._pair_bootstrap(wt, right, 200, 3)
+    d = align.uncertainty.draws(500, 200, 3) * wt            # what it computed before: all draws at once
+    np.testing.assert_array_equal(whole["a"], d @ right["a"] / d.sum(1))
+    monkeypatch.setattr(align, "BOOT_ELEMENTS", 500 * 30)    # 30 draws at a time
+    blocks = align._pair_bootstrap(wt, right, 200, 3)
+    assert len(blocks["a"]) == 200 and np.allclose(blocks["b"], 0.5)
+    assert abs(np.std(blocks["a"]) - np.std(whole["a"])) < 0.3 * np.std(whole["a"])

@@ -327,6 +327,7 @@ def test_resources_no_node_of_the_partition_meets_are_refused_before_any_work(pa
     from lib.pipeline.launch import slurm
 
     monkeypatch.setattr(slurm, "_run", lambda cmd, timeout=30.0: NODES[tuple(cmd)])
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: f"/usr/bin/{name}")
     (params_dir / "x.yaml").write_text(f"description: demo\ncommon: {{executor: slurm, resources: {resources}}}\n"
                                        "stages:\n  02_finetune:\n")
     with pytest.raises(params.ParamsError) as info:
@@ -344,6 +345,55 @@ def test_resources_no_node_of_the_partition_meets_are_refused_before_any_work(pa
     (params_dir / "x.yaml").write_text(f"description: demo\ncommon: {{executor: slurm, resources: {fits}}}\n"
                                        "stages:\n  02_finetune:\n")
     slurm.check_profile(params.load_profile("x"))
+
+
+@pytest.mark.parametrize("text, line", [
+    ("description: x\nstages:\n\t02_finetune:\n",
+     "x.yaml:3: not valid YAML: found character '\\t' that cannot start any token (a tab: YAML indents with spaces)"),
+    ("description: x\nstages:\n  02_finetune:\n  02_finetune: {models: [a]}\n",
+     "x.yaml:4: not valid YAML: key '02_finetune' given twice (lines 3 and 4; the last would silently win)"),
+])
+def test_a_params_yaml_with_a_tab_or_a_key_twice_is_one_line_naming_the_line(params_dir, monkeypatch, capsys,
+                                                                               text, line):
+    from lib import paths, run
+
+    monkeypatch.setattr(paths, "OUTPUTS", params_dir / "outputs")
+    (params_dir / "x.yaml").write_text(text)
+    assert run.main(["x"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {params_dir / line}"
+
+
+def test_executor_slurm_without_slurm_is_one_line_before_any_work(params_dir, monkeypatch, capsys):
+    from lib import params, paths, run
+    from lib.pipeline.launch import slurm
+
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None)
+    monkeypatch.setattr(paths, "OUTPUTS", params_dir / "outputs")
+    (params_dir / "x.yaml").write_text("description: demo\nstages:\n  02_finetune: {executor: slurm}\n")
+    assert run.main(["x"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {params_dir / 'x.yaml'}: stages.02_finetune.executor: slurm, but this machine has no Slurm (no "
+        "sbatch on PATH): `make slurm-up` starts a one-machine cluster here, or set executor: processes")
+    assert not (params_dir / "outputs").exists()                      # nothing ran
+
+
+def test_a_model_name_with_a_typo_is_named_with_its_key_after_prepare_before_any_stage(params_dir, monkeypatch):
+    from lib import params, paths, store
+    from lib.pipeline.launch.fetch import check_store_models
+
+    monkeypatch.setattr(paths, "OUTPUTS", params_dir / "outputs")
+    (params_dir / "x.yaml").write_text("description: demo\nstages:\n  02_finetune: {models: [mw-llama-s, "
+                                       "mw-llama-s-typo]}\n")
+    store.write_meta(paths.store_dir("x"), "models", {m: {"family": "llama", "path": f"../work/models/{m}"}
+                                                      for m in ("mw-llama-s", "mw-llama-m")})
+    prof = params.load_profile("x")
+    with pytest.raises(params.ParamsError) as info:
+        check_store_models(prof, ["02_finetune"])
+    assert str(info.value).startswith(f"{params_dir / 'x.yaml'}: stages.02_finetune.models[1]: no model "
+                                      "'mw-llama-s-typo' in this profile's store (did you mean 'mw-llama-s'"), info.value
+    assert str(info.value).endswith("(its prepare step builds 2 models: "
+                                    f"{paths.show(paths.store_dir('x') / '_meta' / 'models.json')})")
+    check_store_models(prof, ["03_direct_eval"])                       # a stage that does not name them
 
 
 def test_a_missing_model_folder_is_refused_before_prepare(params_dir, tmp_path):

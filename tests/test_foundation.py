@@ -60,6 +60,25 @@ def test_a_folders_digest_is_its_files_not_hidden_files_or_bytecode(tmp_path):
     assert util.digest(tmp_path) != before
 
 
+def test_a_task_folder_moved_with_its_checkout_keeps_its_digest(tmp_path):
+    """lm-eval needs absolute data paths in a local task's YAML: a checkout moved and its tasks
+    written again at the new place digest as before (its stages stay cached); other data does not."""
+    from lib.pipeline.localtasks import write_task
+
+    def tasks(where, answer="b"):
+        write_task(where, "t", "generate_until", {"train": [{"question": "a", "answer": answer}],
+                                                  "test": [{"question": "c", "answer": "d"}]})
+        return where
+
+    before = util.digest(tasks(tmp_path / "one" / "tasks"))
+    yaml = tmp_path / "one" / "tasks" / "t" / "t.yaml"
+    assert str(tmp_path / "one") in yaml.read_text()
+    single = util.digest(yaml)
+    moved = tasks(tmp_path / "two" / "tasks")
+    assert util.digest(moved) == before and util.digest(moved / "t" / "t.yaml") == single
+    assert util.digest(tasks(tmp_path / "three" / "tasks", answer="other")) != before
+
+
 def test_stamps_say_whether_cached_work_is_current(tmp_path):
     stamp = tmp_path / "done.json"
     assert util.current(stamp, {"lr": 1e-3}) is None

@@ -40,6 +40,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import signal
 import sys
 import zipfile
 from dataclasses import dataclass, field
@@ -110,15 +112,25 @@ def _read_npz(path: Path) -> tuple[np.ndarray, list[str], list[str]]:
     return X, models, ids
 
 
+NAME_COLUMNS = ("model", "winner", "loser", "item")     # always text: a model named 025, NA or null is a name
+
+
 def _read_frame(path: Path) -> pd.DataFrame:
     try:
         if path.suffix == ".parquet":
-            return pd.read_parquet(path)
-        if path.suffix == ".jsonl":
-            return pd.read_json(path, lines=True)
-        return pd.read_csv(path)
+            df = pd.read_parquet(path)
+        elif path.suffix == ".jsonl":
+            df = pd.read_json(path, lines=True, dtype=False)
+        else:
+            df = pd.read_csv(path, dtype={c: str for c in NAME_COLUMNS}, keep_default_na=False)
     except Exception as exc:  # noqa: BLE001
         raise _parse_error(path, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    for c in (c for c in NAME_COLUMNS if c in df.columns):
+        empty = np.flatnonzero(df[c].isna().to_numpy() | (df[c].astype(str).str.strip() == "").to_numpy())
+        if len(empty):
+            raise _parse_error(path, f"row {empty[0] + 2}: no {c} name")
+        df[c] = df[c].astype(str)
+    return df
 
 
 def _read_table(path: Path) -> tuple[np.ndarray, list[str], list[str]]:
@@ -134,10 +146,7 @@ def _read_table(path: Path) -> tuple[np.ndarray, list[str], list[str]]:
     else:
         df = df.set_index("model")
     df.index = df.index.astype(str)
-    try:
-        X = df.to_numpy(dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise _parse_error(path, f"entries must be numbers ({exc})") from None
+    X = df.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)   # text: missing, named below
     return X, list(df.index), [str(c) for c in df.columns]
 
 
@@ -163,18 +172,19 @@ def _read_samples(folder: Path, metric: str | None) -> tuple[np.ndarray, list[st
 def _samples_file(path: Path, task: str, metric: str | None) -> dict[str, float]:
     out: dict[str, float] = {}
     filters: set[str] = set()
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            names = [metric] if metric else rec["metrics"]
-            name = next(m for m in names if isinstance(rec.get(m), (int, float)) and not isinstance(rec[m], bool))
-            out[f"{task}/{rec['doc_id']}"] = float(rec[name])
-            filters.add(rec.get("filter", ""))
-        except (json.JSONDecodeError, KeyError, StopIteration, TypeError) as exc:
-            what = f"no numeric metric {metric!r}" if metric else f"{type(exc).__name__}: {exc}"
-            raise _parse_error(path, f"line {n}: {what}") from None
+    with open(path, encoding="utf-8") as lines:            # line by line: a large file is never held whole
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                names = [metric] if metric else rec["metrics"]
+                name = next(m for m in names if isinstance(rec.get(m), (int, float)) and not isinstance(rec[m], bool))
+                out[f"{task}/{rec['doc_id']}"] = float(rec[name])
+                filters.add(rec.get("filter", ""))
+            except (json.JSONDecodeError, KeyError, StopIteration, TypeError) as exc:
+                what = f"no numeric metric {metric!r}" if metric else f"{type(exc).__name__}: {exc}"
+                raise _parse_error(path, f"line {n}: {what}") from None
     if len(filters) > 1:
         raise _parse_error(path, f"records of several filters {sorted(filters)}; keep one filter's records")
     return out
@@ -192,7 +202,12 @@ def _read_one(path: Path, metric: str | None) -> tuple[np.ndarray, list[str], li
     else:
         raise _parse_error(path, "items are read from .npz, .csv, .parquet or a folder of lm-eval samples")
     if len(set(ids)) != len(ids):
-        raise _parse_error(path, "an item id occurs twice")
+        raise _parse_error(path, f"item id {next(i for i in ids if ids.count(i) > 1)!r} occurs twice")
+    bad = np.argwhere(~np.isfinite(np.asarray(X, dtype=np.float64)))
+    if len(bad):
+        i, j = bad[0]
+        raise _parse_error(path, f"model {models[i]!r} has no value for item {ids[j]!r} (missing or not a number; "
+                                 f"{len(bad)} such entries)")
     try:
         X = check_matrix(X, str(path), models, binary=False)
     except ItemDataError as exc:
@@ -209,7 +224,14 @@ def read_items(paths, metric: str | None = None) -> Items:
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise AlignError(f"item id {dup!r} occurs in more than one of the items files {[str(p) for p in paths]}")
-    common = [m for m in parts[0][1] if all(m in set(p[1]) for p in parts[1:])]
+    held = [set(models) for _, models, _ in parts]
+    for k, (_, models, _) in enumerate(parts):
+        for other, names in enumerate(held):
+            lost = [m for m in models if m not in names]
+            if lost:
+                raise AlignError(f"model {lost[0]!r} is in {paths[k]} but not in {paths[other]} ({len(lost)} such "
+                                 "models): every items file must hold the same models; give its items or drop it")
+    common = list(parts[0][1])
     blocks = []
     for X, models, _ in parts:
         index = {m: i for i, m in enumerate(models)}
@@ -337,10 +359,11 @@ def _metrics(oof: np.ndarray, plain: np.ndarray, ref: np.ndarray, pairs, n_boot:
                              pair_draws=uncertainty.weighted_pair_accuracy(s, ref, mdraws))
     else:
         w, lo, wt = pairs
-        pdraws = uncertainty.draws(len(w), n_boot, seed + 1) * wt
-        for name, s in (("aligned", oof), ("plain_accuracy", plain)):
-            right = np.where(s[w] > s[lo], 1.0, np.where(s[w] == s[lo], 0.5, 0.0))
-            out[name].update(pair_acc=float(wt @ right / wt.sum()), pair_draws=pdraws @ right / pdraws.sum(1))
+        right = {name: np.where(s[w] > s[lo], 1.0, np.where(s[w] == s[lo], 0.5, 0.0))
+                 for name, s in (("aligned", oof), ("plain_accuracy", plain))}
+        boot = _pair_bootstrap(wt, right, n_boot, seed + 1)
+        for name in right:
+            out[name].update(pair_acc=float(wt @ right[name] / wt.sum()), pair_draws=boot[name])
     res: dict = {}
     for name in ("aligned", "plain_accuracy"):
         r = out[name]
@@ -351,6 +374,25 @@ def _metrics(oof: np.ndarray, plain: np.ndarray, ref: np.ndarray, pairs, n_boot:
                    "pair_acc": _round(a["pair_acc"] - p["pair_acc"]),
                    "pair_acc_ci": _ci(a["pair_draws"] - p["pair_draws"])}
     return res
+
+
+BOOT_ELEMENTS = 25_000_000    # bootstrap weights held at once (n_boot x pairs): about 0.3 GB
+
+
+def _pair_bootstrap(wt: np.ndarray, right: dict[str, np.ndarray], n_boot: int, seed: int) -> dict[str, np.ndarray]:
+    """Weighted pair accuracy of each of ``right`` (1, 0.5 or 0 per pair) in ``n_boot`` draws of the
+    pairs with replacement, :data:`BOOT_ELEMENTS` weights at a time: all draws at once up to that
+    size, beyond it in blocks of draws, each block from its own seed (millions of pairs fit)."""
+    n = len(wt)
+    rows = max(1, BOOT_ELEMENTS // max(n, 1))
+    out: dict[str, list] = {name: [] for name in right}
+    for k, start in enumerate(range(0, n_boot, rows)):
+        size = min(rows, n_boot - start)
+        d = uncertainty.draws(n, size, seed if rows >= n_boot else [seed, k]) * wt
+        total = d.sum(1)
+        for name, r in right.items():
+            out[name].append(d @ r / total)
+    return {name: np.concatenate(v) for name, v in out.items()}
 
 
 def _round(x) -> float | None:
@@ -417,6 +459,15 @@ def read_bench(path) -> dict:
     if not isinstance(bench, dict) or bench.get("format") != FORMAT or len(bench.get("items", ())) != len(
             bench.get("weights", (None,))):
         raise _parse_error(path, f"not an aligned benchmark ({FORMAT}: items and weights of equal length)")
+    ids, weights = bench["items"], bench["weights"]
+    for k, (item, w) in enumerate(zip(ids, weights)):
+        if not isinstance(item, str):
+            raise _parse_error(path, f"item {k} is {item!r}, not an item id")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not np.isfinite(w):
+            raise _parse_error(path, f"the weight of item {item!r} is {w!r}, not a finite number (write the file "
+                                     "again with `align`)")
+    if len(set(ids)) != len(ids):
+        raise _parse_error(path, f"item id {next(i for i in ids if ids.count(i) > 1)!r} occurs twice")
     bench["path"] = str(path)
     return bench
 
@@ -673,6 +724,29 @@ def _write(text: str, out: str | None) -> None:
         sys.stdout.write(text)
 
 
+def check_out(out: str | None, inputs: list[str], replace: bool) -> None:
+    """Before any work: ``--out`` is a file this command may write, not one of its inputs, and not an
+    existing file unless ``replace``; temporary files a killed earlier write left beside it go."""
+    if not out:
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise AlignError(f"--out {out} is a folder: give a file name")
+    if any(path.resolve() == Path(i).resolve() for i in inputs):
+        raise AlignError(f"--out {out} is one of the inputs: it would be overwritten; give another file name")
+    if path.exists() and not replace:
+        raise AlignError(f"--out {out} exists: add --replace to overwrite it, or give another file name")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise AlignError(f"--out {out}: cannot write in {folder} (missing, read-only or no permission)")
+    for stale in folder.glob(f".{path.name}.*.tmp"):       # from a write that was killed
+        stale.unlink(missing_ok=True)
+
+
+def _raise_on_sigterm(signum, frame):
+    raise KeyboardInterrupt    # so that a write in progress removes its temporary file (util.atomic_write_bytes)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lib.benchalign.align", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -680,6 +754,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--items", nargs="+", required=True, help=".npz, .csv, .parquet or a folder of lm-eval samples")
     a.add_argument("--prefs", required=True, help="winner,loser[,weight] pairs or model,score (.csv/.parquet/.jsonl)")
     a.add_argument("--out", required=True, help="the aligned benchmark (.json)")
+    a.add_argument("--replace", action="store_true", help="overwrite --out when it exists")
     for name, default in (("seed", 0), ("folds", 5), ("max-steps", 3000), ("patience", 200)):
         a.add_argument(f"--{name}", type=int, default=default)
     a.add_argument("--lr", type=float, default=1e-4)
@@ -687,13 +762,16 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--bench", required=True, help="an aligned benchmark written by align")
     s.add_argument("--items", nargs="+", required=True)
     s.add_argument("--out", help="CSV file (default: stdout)")
+    s.add_argument("--replace", action="store_true", help="overwrite --out when it exists")
     for q in (a, s):
         q.add_argument("--metric", help="lm-eval samples: the metric to read (default: the first numeric one)")
     args = p.parse_args(argv)
     from .methods import set_threads
 
     set_threads(1)
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
+        check_out(args.out, [*args.items, args.prefs if args.command == "align" else args.bench], args.replace)
         if args.command == "align":
             items = read_items(args.items, args.metric)
             bench = align(items, read_preferences(args.prefs), seed=args.seed, folds=args.folds, lr=args.lr,

@@ -14,8 +14,17 @@ AVX2 code paths, which every x86-64 machine of the last decade has (``ATEN_CPU_C
 and MKL's conditional numerical reproducibility in its strict form, ``MKL_CBWR=AVX2,STRICT``: on a
 machine with AMX tiles the plain ``AVX2`` form still let results depend on memory alignment, and a
 stacked run differed from the same run alone in the last bits); it measured no slower here.
-The variables are read when torch loads, so the runner, the Makefile and the tests set them
-before any torch import; a value set by the user wins.
+numpy, scipy and scikit-learn compute with OpenBLAS, which picks its kernels by the CPU too (AVX-512
+"SkylakeX" kernels on an Intel machine, "Haswell" ones on an AMD EPYC without AVX-512: the k-means
+anchor points of 07 came out otherwise): ``OPENBLAS_CORETYPE=Haswell`` gives every x86-64 machine
+with AVX2 the same kernels, and ``OPENBLAS_NUM_THREADS=1`` the same split of the work, whatever its
+core count. MKL's strict AVX2 branch holds only on Intel CPUs (on others MKL falls back to its
+automatic branch, Intel's documentation says); its portable branch (``MKL_CBWR=COMPATIBLE``) made
+the mini world's training 1.7-2.3x slower here, so training's last bits still depend on the CPU
+vendor, and the numbers quoted from it carry the spread measured between two CPUs
+(``docs/spreads.json``, :mod:`lib.docblocks`). The variables are read when torch and numpy load,
+so the runner, the Makefile and the tests set them before any import; a value set by the user (or
+the machine) wins.
 """
 
 from __future__ import annotations
@@ -24,7 +33,8 @@ import os
 import platform
 
 THREADS_ENV = "TBT_TORCH_THREADS"
-PINNED_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT"}
+PINNED_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT",
+                     "OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_NUM_THREADS": "1"}
 
 
 def pin_arithmetic(environ=None) -> dict[str, str]:

@@ -104,6 +104,29 @@ def check_named_models(prof, stages: list[str]) -> None:
                 raise ParamsError(f"{where}: {exc}") from None
 
 
+def check_store_models(prof, stages: list[str]) -> None:
+    """After prepare, before any stage: every name among the ``models`` of ``stages`` that is neither
+    a hub id nor a folder is a model of the profile's store (what its prepare step built), else
+    :class:`lib.params.ParamsError` naming the params file, the key and the closest names."""
+    from ... import store
+    from ...params import ParamsError
+    from ...util import did_you_mean
+
+    known = None
+    for stage in (s for s in MODEL_STAGES if s in stages):
+        scope = f"stages.{stage}" if "models" in (prof.stages.get(stage) or {}) else "common"
+        for i, entry in enumerate(prof.params(stage).get("models") or []):
+            if not isinstance(entry, str) or "/" in entry or entry.startswith((".", "~")) or Path(entry).exists():
+                continue
+            if known is None:
+                root = paths.store_dir(prof.name)
+                known = [k for k, v in store.read_meta(root, "models").items() if v.get("path")]
+            if entry not in known:
+                raise ParamsError(f"{prof.path}: {scope}.models[{i}]: no model {entry!r} in this profile's store"
+                                  f"{did_you_mean(entry, known, n=3)} (its prepare step builds "
+                                  f"{len(known)} models: {paths.show(root / '_meta' / 'models.json')})")
+
+
 def hub_cache() -> Path:
     """Where the hub puts model weights (``HF_HUB_CACHE``, else ``HF_HOME/hub``)."""
     from huggingface_hub import constants

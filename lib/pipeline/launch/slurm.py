@@ -205,6 +205,10 @@ def check_profile(prof) -> None:
     for stage_name, values in prof.stages.items():
         merged = {**prof.common, **(values or {})}
         resources = merged.get("resources")
+        if merged.get("executor") == "slurm" and shutil.which("sbatch") is None:
+            scope = f"stages.{stage_name}" if "executor" in (values or {}) else "common"
+            raise ParamsError(f"{prof.path}: {scope}.executor: slurm, but this machine has no Slurm (no sbatch on "
+                              "PATH): `make slurm-up` starts a one-machine cluster here, or set executor: processes")
         if merged.get("executor") != "slurm" or not isinstance(resources, dict):
             continue
         scope = f"stages.{stage_name}" if "resources" in (values or {}) else "common"
