@@ -364,7 +364,7 @@ def test_a_params_yaml_with_a_tab_or_a_key_twice_is_one_line_naming_the_line(par
 
 
 def test_executor_slurm_without_slurm_is_one_line_before_any_work(params_dir, monkeypatch, capsys):
-    from lib import params, paths, run
+    from lib import paths, run
     from lib.pipeline.launch import slurm
 
     monkeypatch.setattr(slurm.shutil, "which", lambda name: None)
@@ -390,7 +390,8 @@ def test_a_model_name_with_a_typo_is_named_with_its_key_after_prepare_before_any
     with pytest.raises(params.ParamsError) as info:
         check_store_models(prof, ["02_finetune"])
     assert str(info.value).startswith(f"{params_dir / 'x.yaml'}: stages.02_finetune.models[1]: no model "
-                                      "'mw-llama-s-typo' in this profile's store (did you mean 'mw-llama-s'"), info.value
+                                      "'mw-llama-s-typo' in this profile's store (did you mean 'mw-llama-s'"), \
+        info.value
     assert str(info.value).endswith("(its prepare step builds 2 models: "
                                     f"{paths.show(paths.store_dir('x') / '_meta' / 'models.json')})")
     check_store_models(prof, ["03_direct_eval"])                       # a stage that does not name them
