@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from . import paths
 from .params import notebook_path
+from .pipeline.device import PINNED_ARITHMETIC
 from .util import CorruptFile, digest, jsonable, lib_closure, read_json, sha256_bytes
 
 
@@ -39,12 +41,15 @@ def _notebook_source_hash(path: Path) -> str:
 
 
 def stage_key(stage: str, params: dict, root: Path | None = None) -> dict:
-    """What determines a stage besides its inputs: notebook source, parameters, lib closure."""
+    """What determines a stage besides its inputs: notebook source, parameters, lib closure, and the
+    CPU arithmetic its processes run with (:data:`lib.pipeline.device.PINNED_ARITHMETIC`: another
+    setting computes other last bits)."""
     root = root or paths.ROOT
     nb = notebook_path(stage)
     files = lib_closure(_code_cells(nb), root)
     return {"notebook": _notebook_source_hash(nb), "params": params,
-            "lib": {str(p.relative_to(root)): digest(p) for p in files}}
+            "lib": {str(p.relative_to(root)): digest(p) for p in files},
+            "arithmetic": {k: os.environ.get(k) for k in PINNED_ARITHMETIC}}
 
 
 def _changed_inputs(reads: dict[str, str]) -> list[str]:
@@ -62,6 +67,10 @@ def _key_change(old: dict, new: dict) -> str:
         changed = sorted(k for k in set(new["params"]) | set(old.get("params") or {})
                          if (old.get("params") or {}).get(k) != jsonable(new["params"]).get(k))
         return f"its parameters changed ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''})"
+    was = old.get("arithmetic") or {}
+    moved = [f"{k} {was.get(k)} -> {v}" for k, v in new.get("arithmetic", {}).items() if was.get(k) != v]
+    if moved and "arithmetic" in old:
+        return f"the arithmetic changed ({', '.join(moved[:2])})"
     lib = [f for f in set(new["lib"]) | set(old.get("lib") or {}) if (old.get("lib") or {}).get(f) != new["lib"].get(f)]
     return f"{sorted(lib)[0]} changed" + (f" (and {len(lib) - 1} more lib files)" if len(lib) > 1 else "") \
         if lib else "its key changed"
