@@ -61,6 +61,10 @@ def failure_line(exc: BaseException, where: Where) -> str:
     name = exc.ename if kernel else type(exc).__name__
     if cls is not None and issubclass(cls, KeyboardInterrupt):
         return interrupted_line(where)
+    if type(exc).__name__ == "DeadKernelError":     # nbclient's: the kernel process ended mid-cell
+        command = os.environ.get("TBT_MAKE_GOAL") or paths.make_command(profile)
+        return (f"{prefix}the notebook's kernel died (killed, or out of memory: `dmesg | tail` says which); "
+                f"`{command}` resumes from this stage (the stages before it are cached, finished units kept)")
     filename, err = getattr(exc, "filename", None), None
     if isinstance(exc, OSError) and exc.errno is not None:
         err = exc.errno
@@ -164,10 +168,13 @@ def write_log(exc: BaseException, argv: list[str], where: Where) -> Path | None:
     profile = where.profile or (argv[0] if argv and not argv[0].startswith("-") else "run")
     for folder in (paths.profile_dir(profile) / "logs", Path(tempfile.gettempdir())):
         name = f"run-{stamp}.log" if folder.name == "logs" else f"tbt-{profile}-{stamp}.log"
-        with contextlib.suppress(OSError):
+        try:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / name).write_text("\n".join(text) + "\n", encoding="utf-8")
             return folder / name
+        except OSError:
+            with contextlib.suppress(OSError):
+                (folder / name).unlink(missing_ok=True)          # no empty or cut log left behind
     return None
 
 
@@ -195,6 +202,9 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+FULL_BYTES = 64 << 20            # a disk with less free space than this is the full one
+
+
 def _folder(filename: str | None, where: Where) -> Path:
     """The folder an OSError concerns: the file's existing parent, else the running stage's folder."""
     if filename:
@@ -202,9 +212,14 @@ def _folder(filename: str | None, where: Where) -> Path:
         while not path.exists() and path != path.parent:
             path = path.parent
         return path if path.is_dir() else path.parent
-    if where.stage:
-        return paths.stage_dir(where.profile, where.stage)
-    return paths.OUTPUTS
+    here = paths.stage_dir(where.profile, where.stage) if where.stage and where.profile else paths.OUTPUTS
+    # no file named: of the disks a run writes to, the one that is full (the temporary folder, the
+    # caches and shared memory may lie on other disks than outputs/)
+    for folder in (here, paths.ROOT / ".cache", Path(tempfile.gettempdir()), Path("/dev/shm")):
+        with contextlib.suppress(OSError):
+            if folder.exists() and shutil.disk_usage(folder).free < FULL_BYTES:
+                return folder
+    return here
 
 
 
@@ -231,6 +246,8 @@ class _LibraryWarnings(logging.Handler):
                 return
             logger = logger.parent
         if any(h is not self for h in logger.handlers):
+            return
+        if record.getMessage().startswith("Kernel died"):      # the run's one line says so, with what to do
             return
         if not _INTERRUPTED.is_set() and logging.lastResort is not None:
             logging.lastResort.handle(record)

@@ -95,6 +95,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
 
     pin_arithmetic()          # also for callers from Python: the kernels inherit it
     where = where if where is not None else Where()
+    where.profile = name                          # a failure in prepare names the profile too
     prof = load_profile(name)                     # validates every stage before any work starts
     check_profile(prof)                           # and its Slurm resources against the partition's nodes
     selected = _select(prof, stages)

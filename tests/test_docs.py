@@ -209,10 +209,13 @@ def test_readme_is_short():
 @pytest.mark.slow
 @pytest.mark.published
 def test_published_blocks_agree_with_the_run_and_an_edit_fails(published_run, tmp_path):
+    """The run is on other kernels than `make all`'s (tests/conftest.py): every quoted number holds
+    there as quoted or within its stated spread, as it must on another CPU."""
     rep = docblocks.check(profiles=["published"])
     assert {b.table for b in rep.checked} >= {"headline", "benchalign-short", "benchalign", "noise"}, rep.skipped
     assert not rep.skipped, rep.skipped
-    assert rep.diffs == [], "\n".join(map(str, rep.diffs)) + "\n(run `make docs` and commit)"
+    real = [d for d in rep.diffs if not d.within_spread]
+    assert real == [], "\n".join(map(str, real)) + "\n(run `make docs` and commit)"
     # a quoted number edited by hand: the check names the file, the line, the quoted and the measured value
     readme = paths.ROOT / "README.md"
     lines = readme.read_text().splitlines()
@@ -223,7 +226,7 @@ def test_published_blocks_agree_with_the_run_and_an_edit_fails(published_run, tm
     lines[k] = lines[k].replace(measured, edited, 1)
     copy = tmp_path / "README.md"
     copy.write_text("\n".join(lines) + "\n")
-    diffs = docblocks.check(files=[copy], profiles=["published"]).diffs
+    diffs = [d for d in docblocks.check(files=[copy], profiles=["published"]).diffs if not d.within_spread]
     assert [str(d) for d in diffs] == [f"{copy}:{k + 1}: quoted {edited}, measured {measured}"]
 
 

@@ -586,3 +586,28 @@ def test_a_hub_model_missing_from_the_offline_cache_is_refused_before_prepare(pa
     assert err.startswith(f"error: {params_dir / 'x.yaml'}: common.models[0]: hub model 'nobody/no-such-model' is "
                           "not in the local cache and HF_HUB_OFFLINE is set: run `make models PROFILE=x`"), err
     assert "\n" not in err and not (tmp_path / "outputs").exists()    # before prepare: nothing made
+
+
+def test_a_killed_kernel_is_one_line_with_where_the_run_resumes(monkeypatch, caplog):
+    import logging
+
+    from nbclient.exceptions import DeadKernelError
+
+    from lib import failures
+
+    monkeypatch.delenv("TBT_MAKE_GOAL", raising=False)
+    where = failures.Where(profile="smoke", stage="02_finetune")
+    assert failures.failure_line(DeadKernelError("Kernel died"), where) == (
+        "[smoke] 02_finetune: the notebook's kernel died (killed, or out of memory: `dmesg | tail` says which); "
+        "`make all PROFILE=smoke` resumes from this stage (the stages before it are cached, finished units kept)")
+    printed = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            printed.append(record.getMessage())
+
+    monkeypatch.setattr(logging, "lastResort", Collect())      # what would reach the terminal
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])     # (pytest's own capture is not the terminal)
+    for text in ("Kernel died while waiting for execute reply.", "another warning"):
+        failures._LibraryWarnings().emit(logging.LogRecord("nbclient.x", logging.ERROR, __file__, 1, text, None, None))
+    assert printed == ["another warning"]

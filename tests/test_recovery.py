@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -397,11 +398,17 @@ def test_a_notebook_that_does_not_parse_says_git_checkout(project, capfd):
     assert "`git checkout " in err[0] and "01_demo.ipynb` restores the committed notebook" in err[0]
 
 
-def test_os_errors_name_the_folder_and_the_space():
+def test_os_errors_name_the_folder_and_the_space(monkeypatch):
     full = failures.os_error_line(errno.ENOSPC, str(paths.OUTPUTS / "smoke" / "02_finetune" / "x.json"), "smoke")
     assert full.startswith(f"disk full writing {paths.show(paths.OUTPUTS / 'smoke' / '02_finetune' / 'x.json')} (")
     assert " free on the disk of " in full
     assert "free space there, then run `make all PROFILE=smoke` again" in full and "ln -s" in full
+    # no file named and outputs/ has room: the full disk is the one named (here the temporary folder)
+    real = shutil.disk_usage
+    monkeypatch.setattr(failures.shutil, "disk_usage", lambda p: real(p)._replace(
+        free=0 if str(p) == tempfile.gettempdir() else 10 << 30))
+    line = failures.os_error_line(errno.ENOSPC, None, "smoke", failures.Where(profile="smoke"))
+    assert f"0 B free on the disk of {paths.show(Path(tempfile.gettempdir()))}" in line, line
     ro = failures.os_error_line(errno.EROFS, "/tmp/x", "smoke")
     assert ro.startswith("/tmp is on a read-only file system: remount it read-write, or move outputs/ to another disk")
     assert "everything made so far stays cached" in ro and ro.endswith("then run `make all PROFILE=smoke` again")
