@@ -44,7 +44,8 @@ from lib.doctables import TABLES, Missing, Summaries
 START = re.compile(r"^<!-- results:(?P<profile>[A-Za-z0-9_]+)/(?P<table>[A-Za-z0-9_-]+) -->\s*$")
 END = "<!-- /results -->"
 NUMBER = re.compile(r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?")
-SPREADS = "docs/spreads.json"   # {"profile/table": {row with its numbers as #: [spread of each number]}}
+SPREADS = "docs/spreads.json"   # {"profile/table": {row with its numbers as #: [spread of each number]}};
+                                # a row that is not there moved nowhere: its numbers must be as quoted
 # The figure at the top of README.md: written by `make docs` from the published profile's outputs.
 HEADLINE = ("published", "04_rank_agreement", "figures/tau_heatmaps.png", "docs/figures/headline.png")
 
@@ -248,11 +249,13 @@ def spread(files: list[Path] | None = None, profiles: list[str] | None = None,
                 measured_rows += 1
                 old = table.get(row_key(q), [0.0] * len(by))
                 new = [round(max(a, b), 10) for a, b in zip(old, by)]
-                if new != old or row_key(q) not in table:
-                    widened += new != old
+                if new != old and any(new):                # a row that never moved is not listed
+                    widened += 1
                     table[row_key(q)] = new
-    util.atomic_write_text(path, json.dumps({k: dict(sorted(v.items())) for k, v in sorted(spreads.items()) if v},
-                                            indent=1) + "\n")
+    tables = {k: dict(sorted(v.items())) for k, v in sorted(spreads.items()) if v}
+    util.atomic_write_text(path, "{\n" + ",\n".join(            # a row a line: diffs stay readable
+        f"{json.dumps(k)}: {{\n" + ",\n".join(f"  {json.dumps(r)}: {json.dumps(v)}" for r, v in rows.items()) + "\n}"
+        for k, rows in tables.items()) + "\n}\n")
     return measured_rows, widened
 
 
