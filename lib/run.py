@@ -85,6 +85,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _forced(since: float | None):
+    """While a stage runs under FORCE=1: its jobs redo the results and units written before ``since``
+    (:func:`lib.layout.forced_out`); this stage only, so a later run in this process reuses them."""
+    if since is None:
+        yield
+        return
+    os.environ[FORCE_ENV] = str(since)
+    try:
+        yield
+    finally:
+        os.environ.pop(FORCE_ENV, None)
+
+
 def run_profile(name: str, stages: list[str] | None = None, force: bool = False, wait: bool = False,
                 where: Where | None = None) -> dict[str, dict]:
     """Run (or skip, when cached) the stages of profile ``name``; returns per-stage status/timing.
@@ -131,10 +145,9 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
             (out_dir / paths.STAGE_STAMP).unlink(missing_ok=True)
             print(f"[{name}] {stage}: running ({reason}) ...", flush=True)
             t0 = time.time()
-            if force:          # its jobs redo the results and units written before now (lib.layout.forced_out)
-                os.environ[FORCE_ENV] = str(t0)
             try:
-                reads = execute(stage, params, out_dir, label=f"[{name}] {stage}", where=where)
+                with _forced(t0 if force else None):
+                    reads = execute(stage, params, out_dir, label=f"[{name}] {stage}", where=where)
             except Exception as exc:
                 cls, text = raised(exc)
                 if not (submit_only and cls is not None and issubclass(cls, JobsSubmitted)):

@@ -336,6 +336,9 @@ def test_a_training_change_redoes_the_units_of_older_code_and_a_comment_does_not
 
 
 def test_force_redoes_results_and_units_written_before_the_forced_run(tmp_path, monkeypatch):
+    with run._forced(123.0):                                   # the runner sets it for a forced stage only
+        assert os.environ[util.FORCE_ENV] == "123.0"
+    assert util.FORCE_ENV not in os.environ
     spec = _spec(_model(tmp_path / "m"), tmp_path)
     store.write(spec.store_root, store.Result(store.TBT, "b", "m", "acc", 0.5, provenance={
         "config": spec.config(), "lr": 1e-3, "kind": "generate_until", "per_item": False}))

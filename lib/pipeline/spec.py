@@ -47,7 +47,8 @@ def code_version(root: Path | None = None) -> dict:
     files = lib_closure(["import lib.pipeline.protocols"], root)
     return {"lib": {p.relative_to(root).as_posix(): code_digest(p)[:16] for p in files},
             "libraries": {name: metadata.version(name) for name in NUMERIC_LIBRARIES},
-            "arithmetic": {k: os.environ.get(k) for k in (*PINNED_ARITHMETIC, THREADS_ENV)}}
+            "arithmetic": {**{k: os.environ.get(k) for k in PINNED_ARITHMETIC},
+                           THREADS_ENV: os.environ.get(THREADS_ENV) or "1"}}     # its default, as device.py reads it
 
 
 def code_change(stored: dict | None, current: dict | None = None) -> str:
