@@ -200,11 +200,12 @@ def read_yaml(path: Path):
         return yaml.load(path.read_text(), Loader=_UniqueKeys)   # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        if mark is None:
+            raise ParamsError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        if "\t" in path.read_text().splitlines()[mark.line] if mark is not None else False:
+        if "\t" in path.read_text().splitlines()[mark.line]:
             problem += " (a tab: YAML indents with spaces)"
-        raise ParamsError(f"{where}: not valid YAML: {problem}") from None
+        raise ParamsError(f"{path}:{mark.line + 1}: not valid YAML: {problem}") from None
 
 
 def load_profile(name: str, validate: bool = True) -> Profile:
