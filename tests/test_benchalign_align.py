@@ -331,7 +331,7 @@ def test_names_are_text_missing_values_are_named_and_every_file_holds_the_same_m
         align.read_items([long])
     prefs = tmp_path / "p.csv"
     prefs.write_text("winner,loser\n025,NA\n")
-    assert align.read_preferences(prefs).winner == ["025"] and align.read_preferences(prefs).loser == ["NA"]
+    assert align.read_preferences(prefs).models == ["025", "NA"]
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     a.write_text("model,x1,x2\nm1,1,0\nm2,0,1\n")
     b.write_text("model,y1\nm1,1\n")
@@ -371,3 +371,22 @@ def test_the_pair_bootstrap_in_blocks_keeps_its_memory_and_its_small_results(mon
     blocks = align._pair_bootstrap(wt, right, 200, 3)
     assert len(blocks["a"]) == 200 and np.allclose(blocks["b"], 0.5)
     assert abs(np.std(blocks["a"]) - np.std(whole["a"])) < 0.3 * np.std(whole["a"])
+
+
+def test_preferences_read_in_chunks_equal_one_read_and_name_rows_across_chunks(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    names = [f"m{i}" for i in range(30)]
+    pairs = [(names[a], names[b], w) for a, b, w in zip(rng.integers(0, 30, 500), rng.integers(0, 30, 500),
+                                                         rng.integers(1, 4, 500)) if a != b]
+    path = tmp_path / "p.csv"
+    path.write_text("winner,loser,weight\n" + "".join(f"{a},{b},{w}\n" for a, b, w in pairs))
+    whole = align.read_preferences(path)
+    monkeypatch.setattr(align, "CHUNK_ROWS", 7)
+    chunked = align.read_preferences(path)
+    assert chunked.models == whole.models == list(dict.fromkeys([p[0] for p in pairs] + [p[1] for p in pairs]))
+    for k in ("winner", "loser", "weight"):
+        assert np.array_equal(getattr(chunked, k), getattr(whole, k))
+    assert [chunked.models[i] for i in chunked.winner] == [p[0] for p in pairs]
+    path.write_text(path.read_text() + "m1,m1,1\n")
+    with pytest.raises(align.AlignError, match=f"row {len(pairs) + 2}: 'm1' is preferred to itself"):
+        align.read_preferences(path)

@@ -116,21 +116,35 @@ NAME_COLUMNS = ("model", "winner", "loser", "item")     # always text: a model n
 
 
 def _read_frame(path: Path) -> pd.DataFrame:
+    return pd.concat(list(_read_chunks(path, None)), ignore_index=True)
+
+
+CHUNK_ROWS = 500_000    # rows of a preferences file read at once (a few tens of MB)
+
+
+def _read_chunks(path: Path, rows: int | None):
+    """The table at ``path`` in frames of up to ``rows`` rows (all at once for ``None`` and parquet),
+    name columns as text and never empty; each frame's index continues the file's row count."""
     try:
         if path.suffix == ".parquet":
-            df = pd.read_parquet(path)
+            chunks = [pd.read_parquet(path)]
         elif path.suffix == ".jsonl":
-            df = pd.read_json(path, lines=True, dtype=False)
+            chunks = pd.read_json(path, lines=True, dtype=False, chunksize=rows) if rows else [
+                pd.read_json(path, lines=True, dtype=False)]
         else:
-            df = pd.read_csv(path, dtype={c: str for c in NAME_COLUMNS}, keep_default_na=False)
+            chunks = pd.read_csv(path, dtype={c: str for c in NAME_COLUMNS}, keep_default_na=False, chunksize=rows)
+            chunks = chunks if rows else [chunks]
+        for df in chunks:
+            for c in (c for c in NAME_COLUMNS if c in df.columns):
+                empty = np.flatnonzero(df[c].isna().to_numpy() | (df[c].astype(str).str.strip() == "").to_numpy())
+                if len(empty):
+                    raise _parse_error(path, f"row {df.index[empty[0]] + 2}: no {c} name")
+                df[c] = df[c].astype(str)
+            yield df
+    except AlignError:
+        raise
     except Exception as exc:  # noqa: BLE001
         raise _parse_error(path, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
-    for c in (c for c in NAME_COLUMNS if c in df.columns):
-        empty = np.flatnonzero(df[c].isna().to_numpy() | (df[c].astype(str).str.strip() == "").to_numpy())
-        if len(empty):
-            raise _parse_error(path, f"row {empty[0] + 2}: no {c} name")
-        df[c] = df[c].astype(str)
-    return df
 
 
 def _read_table(path: Path) -> tuple[np.ndarray, list[str], list[str]]:
@@ -241,45 +255,66 @@ def read_items(paths, metric: str | None = None) -> Items:
 
 @dataclass
 class Preferences:
-    """Pairs (``winner`` beats ``loser`` with ``weight``) or, when ``scores`` is set, a score per model."""
-    winner: list[str] = field(default_factory=list)
-    loser: list[str] = field(default_factory=list)
+    """Pairs (model ``winner[k]`` beats model ``loser[k]`` with ``weight[k]``; indices into ``names``)
+    or, when ``scores`` is set, a score per model."""
+    names: list[str] = field(default_factory=list)
+    winner: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    loser: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     weight: np.ndarray = field(default_factory=lambda: np.zeros(0))
     scores: dict[str, float] | None = None
     path: Path | None = None
 
     @property
     def models(self) -> list[str]:
-        return list(self.scores) if self.scores is not None else list(dict.fromkeys(self.winner + self.loser))
+        return list(self.scores) if self.scores is not None else self.names
 
 
 def read_preferences(path) -> Preferences:
+    """Pairs (columns winner, loser[, weight]) or scores (model, score) from a CSV, JSONL or parquet file,
+    read :data:`CHUNK_ROWS` rows at a time: memory grows with the models and the pairs' integer
+    codes, not with the file's text."""
     path = Path(path)
     if not path.exists():
         raise AlignError(f"{path} does not exist")
-    df = _read_frame(path)
-    cols = set(df.columns)
-    if {"winner", "loser"} <= cols:
-        w = df["weight"] if "weight" in cols else pd.Series(1.0, index=df.index)
-        w = pd.to_numeric(w, errors="coerce").to_numpy(dtype=np.float64)
-        bad = np.flatnonzero(~(np.isfinite(w) & (w > 0)) | df[["winner", "loser"]].isna().any(axis=1).to_numpy())
-        if len(bad):
-            raise _parse_error(path, f"row {bad[0] + 2}: a pair needs a winner, a loser and a positive weight")
-        winner, loser = df["winner"].astype(str).tolist(), df["loser"].astype(str).tolist()
-        same = [i for i, (a, b) in enumerate(zip(winner, loser)) if a == b]
-        if same:
-            raise _parse_error(path, f"row {same[0] + 2}: {winner[same[0]]!r} is preferred to itself")
-        return Preferences(winner, loser, w, path=path)
-    if {"model", "score"} <= cols:
-        s = pd.to_numeric(df["score"], errors="coerce").to_numpy(dtype=np.float64)
-        bad = np.flatnonzero(~np.isfinite(s) | df["model"].isna().to_numpy())
-        if len(bad):
-            raise _parse_error(path, f"row {bad[0] + 2}: a model needs a name and a finite score")
-        if df["model"].duplicated().any():
-            raise _parse_error(path, f"model {df.model[df.model.duplicated()].iloc[0]!r} has two scores")
-        return Preferences(scores=dict(zip(df["model"].astype(str), s.tolist())), path=path)
-    raise _parse_error(path, "preferences need columns winner, loser[, weight] or model, score; "
-                       f"found {list(df.columns)}")
+    kind, parts, winners, losers, scores = None, [], {}, {}, {}
+    for df in _read_chunks(path, CHUNK_ROWS):
+        cols = set(df.columns)
+        kind = kind or ("pairs" if {"winner", "loser"} <= cols else "scores" if {"model", "score"} <= cols else None)
+        if kind is None:
+            raise _parse_error(path, "preferences need columns winner, loser[, weight] or model, score; "
+                               f"found {list(df.columns)}")
+        if kind == "pairs":
+            w = df["weight"] if "weight" in cols else pd.Series(1.0, index=df.index)
+            w = pd.to_numeric(w, errors="coerce").to_numpy(dtype=np.float64)
+            bad = np.flatnonzero(~(np.isfinite(w) & (w > 0)))
+            if len(bad):
+                raise _parse_error(path, f"row {df.index[bad[0]] + 2}: a pair needs a winner, a loser and a "
+                                   "positive weight")
+            same = np.flatnonzero((df["winner"] == df["loser"]).to_numpy())
+            if len(same):
+                raise _parse_error(path, f"row {df.index[same[0]] + 2}: {df['winner'].iloc[same[0]]!r} is "
+                                   "preferred to itself")
+            a = np.array([winners.setdefault(m, len(winners)) for m in df["winner"]], np.int64)
+            b = np.array([losers.setdefault(m, len(losers)) for m in df["loser"]], np.int64)
+            parts.append((a, b, w))
+        else:
+            s = pd.to_numeric(df["score"], errors="coerce").to_numpy(dtype=np.float64)
+            bad = np.flatnonzero(~np.isfinite(s))
+            if len(bad):
+                raise _parse_error(path, f"row {df.index[bad[0]] + 2}: a model needs a name and a finite score")
+            for m, v in zip(df["model"], s.tolist()):
+                if m in scores:
+                    raise _parse_error(path, f"model {m!r} has two scores")
+                scores[m] = v
+    if kind == "scores":
+        return Preferences(scores=scores, path=path)
+    if kind is None:
+        raise _parse_error(path, "no rows")
+    names = list(dict.fromkeys([*winners, *losers]))          # winners first, then losers: the models' order
+    index = {m: i for i, m in enumerate(names)}
+    to_w, to_l = np.array([index[m] for m in winners], np.int64), np.array([index[m] for m in losers], np.int64)
+    a, b, w = (np.concatenate(x) for x in zip(*parts))
+    return Preferences(names, to_w[a], to_l[b], w, path=path)
 
 
 def _sha256(path: Path) -> str:
@@ -320,9 +355,7 @@ def check_preferences(prefs: Preferences, items: Items) -> None:
     if len(prefs.winner) < MIN_PAIRS or len(models) < MIN_MODELS:
         raise AlignError(f"{where}: preferences too few to learn from: {len(prefs.winner)} pair(s) among "
                          f"{len(models)} model(s); need at least {MIN_PAIRS} pairs among at least {MIN_MODELS} models")
-    index = {m: i for i, m in enumerate(models)}
-    comp = _components(len(models), np.array([index[m] for m in prefs.winner]),
-                       np.array([index[m] for m in prefs.loser]))
+    comp = _components(len(models), prefs.winner, prefs.loser)
     largest = int(np.bincount(comp).max())
     if 2 * largest < len(models):
         raise AlignError(f"{where}: preferences too disconnected to learn from: {comp.max() + 1} components, the "
@@ -420,8 +453,7 @@ def align(items: Items, prefs: Preferences, *, seed: int = 0, folds: int = 5, lr
         pairs, described = None, {"kind": "scores", "models": len(models)}
         reference = "the given scores"
     else:
-        index = {m: i for i, m in enumerate(models)}
-        w, lo = np.array([index[m] for m in prefs.winner]), np.array([index[m] for m in prefs.loser])
+        w, lo = prefs.winner, prefs.loser
         ref = bt_strengths(w, lo, prefs.weight, len(models))
         fit = rank.fit_pairs(X, w, lo, prefs.weight, seed=seed, strata=ref, **kw)
         pairs = (w, lo, prefs.weight)
