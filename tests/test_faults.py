@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from notebook_project import notebook
+from notebook_project import READER, notebook
 
 from lib.pipeline.launch import locks
 from lib.pipeline.launch.locks import UnitBusy, UnitLock
@@ -611,3 +611,60 @@ def test_a_killed_kernel_is_one_line_with_where_the_run_resumes(monkeypatch, cap
     for text in ("Kernel died while waiting for execute reply.", "another warning"):
         failures._LibraryWarnings().emit(logging.LogRecord("nbclient.x", logging.ERROR, __file__, 1, text, None, None))
     assert printed == ["another warning"]
+
+
+TASK_HOOK = '''
+from lib import paths
+from lib.pipeline.localtasks import write_task
+
+
+def prepare(profile):
+    write_task(paths.profile_dir(profile) / "work" / "tasks", "t", "generate_until",
+               {"train": [{"question": "a", "answer": "b"}], "test": [{"question": "c", "answer": "d"}]})
+'''
+TASK_READER = """
+from lib import outputs, params, paths, util
+ctx = params.stage("01_demo", globals())
+tasks = paths.profile_dir(ctx.profile) / "work" / "tasks"
+util.note_read(tasks)
+outputs.write_summary(ctx.out, {"n_squared": n * n, "tasks": util.digest(tasks)})
+"""
+
+
+@pytest.mark.slow
+def test_a_moved_project_finds_every_stage_cached_and_its_tasks_rewritten(project, monkeypatch):
+    """Issue 50: after `mv` of the checkout, prepare writes the local tasks again at the new place (lm-eval
+    needs absolute paths) and every stage, one of which read those tasks, is cached."""
+    from lib import paths, run
+
+    hooks = project / "hooks"
+    hooks.mkdir()
+    (hooks / "taskhook.py").write_text(TASK_HOOK)
+    monkeypatch.syspath_prepend(str(hooks))
+    notebook(project / "notebooks" / "01_demo.ipynb", TASK_READER)
+    notebook(project / "notebooks" / "02_reader.ipynb", READER)
+    (project / "params" / "x.yaml").write_text("description: demo\nprepare: [taskhook:prepare]\n"
+                                               "stages:\n  01_demo: {n: 7}\n  02_reader:\n")
+    assert [s["status"] for s in run.run_profile("x").values()] == ["ran", "ran"]
+    moved = project.parent / "moved"
+    shutil.move(project, moved)
+    for name, sub in (("OUTPUTS", "outputs"), ("PARAMS", "params"), ("NOTEBOOKS", "notebooks")):
+        monkeypatch.setenv(f"TBT_{name}", str(moved / sub))
+        monkeypatch.setattr(paths, name, moved / sub)
+    assert [s["status"] for s in run.run_profile("x").values()] == ["cached", "cached"]
+    yaml = (moved / "outputs" / "x" / "work" / "tasks" / "t" / "t.yaml").read_text()
+    assert str(moved) in yaml and str(project) + "/" not in yaml
+
+
+def test_the_environment_finds_lib_by_a_relative_path():
+    """The virtual environment names the checkout relative to itself (a `.pth` of ``../../../..``), so
+    a moved checkout imports its own lib (issue 50: the editable install held the old path)."""
+    import lib
+    from lib import paths
+
+    venv = paths.ROOT / ".venv"
+    if not venv.exists():
+        pytest.skip("no .venv here (make venv makes it)")
+    pth = [p for p in venv.glob("lib/python3*/site-packages/*.pth") if "train_before_test" in p.name]
+    assert [p.read_text().strip() for p in pth] == ["../../../.."]
+    assert Path(lib.__file__).resolve().parent == (pth[0].parent / "../../../../lib").resolve()
