@@ -15,29 +15,20 @@ and so how far faster code could take `make all` on this machine:
   the optimiser) can take away at these shapes. Attention kernels count as overhead here, so the
   floor below is a lower bound. The profiler also counts the products' floating-point operations,
   so their speed at these shapes compares with one large product's (``peak_gflops``).
-- The fine-tuning shape is also timed the way 02 trains when its learning rates are stacked
-  (``stack_lrs``): ``K`` runs (the mini profile's four rates) in one :class:`lib.pipeline.stacked.Stack`
-  step. The floor of a run's step is the cheaper of its products alone (``gemm_cpu_s``) and its
-  share of the stacked products, so stacking that makes the step faster lowers the ratio to the
-  floor, and stacking that only moves the products into one batched kernel does not.
 - With ``--run`` (a finished run's output folder, default ``outputs/mini``): the floor of that run's
   training, i.e. its measured training seconds (the zoo's ``pretrain.json`` files at the
   pre-training shape, its last phase batching 16 documents of up to 64 tokens too; 02's training
-  epochs, ``train_seconds`` in each ``unit.json``'s curve, at the fine-tuning shape, stacked where
-  the unit's rates were: their first epochs then record the same shared seconds) times the floor's
-  share of a step of their (family, size), over the two worker processes. 02's validation (forward
-  passes after every epoch) is reported beside it, not counted as training.
+  epochs, ``train_seconds`` in each ``unit.json``'s curve, at the fine-tuning shape) times the
+  floor's share of a step of their (family, size), over the two worker processes. 02's validation
+  (forward passes after every epoch) is reported beside it, not counted as training.
 - With ``--compile`` (the default): the step time of the largest llama under ``torch.compile`` (inductor, which
   fuses the element-wise kernels) against eager, after its compilation; needs a C++ compiler.
 - With ``--make-all-s`` (that run's measured ``make all`` seconds): what ``make all`` would take with
   its training at the floor, and at 1.3x the floor, everything else at its measured seconds.
 - With ``--levers`` (the default; ``--levers-only`` times just these, kept beside the last results):
-  the levers left once the rates are stacked, each on the step it would change: the vocabulary
-  projection and loss only at the answer positions (eager, one run; not the model's own
-  arithmetic), AdamW's multi-tensor ``foreach`` form on 4 stacked runs (and whether it is
-  bit-identical to the per-parameter loop torch uses on a CPU), two runs of a shape stacked at the
-  pre-training shape (what stacking a trunk's twins in their last phase could buy), and, with
-  ``--compile``, ``torch.compile`` of the stacked llama-l network.
+  the levers left, each on one run's fine-tuning step: the vocabulary projection and loss only at
+  the answer positions (eager; not the model's own arithmetic), and AdamW's multi-tensor
+  ``foreach`` form (and whether it is bit-identical to the per-parameter loop torch uses on a CPU).
 
 Writes bench/results/compute_floor.json and prints the numbers.
 """
@@ -67,7 +58,6 @@ pin_arithmetic()
 GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 SHAPES = {"pretrain": (16, 64, 0), "finetune": (8, 48, 40)}   # rows, tokens, tokens without loss
 WORKERS = 2                                                    # `executor: processes`, one per core
-K = 4                                                          # 02's learning rates, stacked (params/mini.yaml)
 
 
 def _batch(tok, shape: str):
@@ -80,11 +70,12 @@ def _batch(tok, shape: str):
     return ids, labels
 
 
-def _stepper(model, ids, labels):
+def _stepper(model, ids, labels, foreach: bool | None = None):
+    """One clipped AdamW step of ``model`` (``foreach`` chooses AdamW's implementation)."""
     import torch
 
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-4)
+    opt = torch.optim.AdamW(params, lr=1e-4, foreach=foreach)
     model.train()
 
     def step():
@@ -126,35 +117,6 @@ def _gemm_cpu(step, n_steps: int, reps: int = 2) -> tuple[float, float]:
     return best, flops
 
 
-def _stacked_stepper(model, ids, labels, k: int, foreach: bool | None = None, compiled: bool = False):
-    """One step of ``k`` runs of ``model`` stacked as 02 trains a unit's learning rates
-    (:class:`lib.pipeline.stacked.Stack`, then each run's clipped AdamW step; ``foreach`` chooses
-    AdamW's implementation, ``compiled`` runs the stacked network under ``torch.compile``).
-    Returns (step, the stack)."""
-    import torch
-
-    from lib.pipeline.stacked import Stack
-    from lib.pipeline.training import optimizer_step
-
-    models = [copy.deepcopy(model) for _ in range(k)]
-    opts, scheds = [], []
-    for i, m in enumerate(models):
-        m.train()
-        opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4 * (i + 1), foreach=foreach)
-        opts.append(opt)
-        scheds.append(torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0))
-    stack = Stack(models)
-    if compiled:
-        stack.net = torch.compile(stack.net)
-
-    def step():
-        per_run = stack.losses(ids, labels)
-        stack.backward(per_run)
-        for j, (m, opt, sched) in enumerate(zip(models, opts, scheds)):
-            optimizer_step(float(per_run[j].detach()), list(m.parameters()), opt, sched)
-    return step, stack
-
-
 def peak_gflops(reps: int) -> float:
     """GFLOP/s of one large float32 matrix product (1024 x 1024 x 1024) on one thread, best of
     ``reps``: what the matrix kernels reach when the shapes are no obstacle."""
@@ -190,21 +152,12 @@ def shares(n_steps: int, reps: int) -> dict:
                 gemm, flops = _gemm_cpu(step, n_steps, reps)
                 row[shape] = {"step_cpu_s": seconds, "gemm_cpu_s": gemm, "gemm_share": min(1.0, gemm / seconds),
                               "gemm_gflops": flops / gemm / 1e9}
-            step, _ = _stacked_stepper(model, *_batch(tok, "finetune"), K)
-            seconds = _best_cpu(step, n_steps, reps) / K                 # per run
-            gemm = _gemm_cpu(step, n_steps, reps)[0] / K
-            floor_s = min(gemm, row["finetune"]["gemm_cpu_s"])
-            row["finetune_stacked"] = {"k": K, "step_cpu_s": seconds, "gemm_cpu_s": gemm,
-                                       "gemm_share": min(1.0, floor_s / seconds),
-                                       "gemm_gflops": row["finetune"]["gemm_gflops"],
-                                       "speed_up": row["finetune"]["step_cpu_s"] / seconds}
             out[f"{family}-{size}"] = row
             print(f"{family}-{size}: matrix products {row['pretrain']['gemm_share']:.0%} of a pre-training step "
                   f"({row['pretrain']['step_cpu_s'] * 1e3:.1f} ms, {row['pretrain']['gemm_gflops']:.0f} GFLOP/s), "
                   f"{row['finetune']['gemm_share']:.0%} of a fine-tuning step "
-                  f"({row['finetune']['step_cpu_s'] * 1e3:.1f} ms, {row['finetune']['gemm_gflops']:.0f} GFLOP/s), "
-                  f"{row['finetune_stacked']['gemm_share']:.0%} of a run's share of {K} stacked "
-                  f"({seconds * 1e3:.1f} ms, {row['finetune_stacked']['speed_up']:.2f}x)", flush=True)
+                  f"({row['finetune']['step_cpu_s'] * 1e3:.1f} ms, {row['finetune']['gemm_gflops']:.0f} GFLOP/s)",
+                  flush=True)
     return out
 
 
@@ -231,18 +184,15 @@ def floor(run: Path, share: dict, peak: float) -> dict:
         stats = json.loads(Path(path).read_text())
         key = "zoo pre-training (trunks)" if "steps" in stats else "zoo last phase (twins and bases)"
         parts[key].append((stats["seconds"], share[_family_size(name)]["pretrain"]))
-    validation, stacked_units = 0.0, 0
+    validation = 0.0
     for unit_dir, units in _units(run).items():
-        first = {u["curve"][0]["train_seconds"] for u in units if u["curve"]}
-        stacked = len(units) > 1 and len(first) == 1            # one shared figure: the rates ran stacked
-        stacked_units += len(units) if stacked else 0
-        row = share[_family_size(unit_dir.parent.name)]["finetune_stacked" if stacked else "finetune"]
+        row = share[_family_size(unit_dir.parent.name)]["finetune"]
         for unit in units:
             train_s = sum(p["train_seconds"] for p in unit["curve"])
             validation += unit["seconds"] - train_s
             parts["02 fine-tuning"].append((train_s, row))
-    print(f"02: {stacked_units} of {len(parts['02 fine-tuning'])} units trained stacked; their validation "
-          f"{validation:,.0f} s besides (not training)", flush=True)
+    print(f"02: {len(parts['02 fine-tuning'])} units; their validation {validation:,.0f} s besides (not training)",
+          flush=True)
     out = {}
     for key, rows in parts.items():
         cpu = sum(s for s, _ in rows)
@@ -259,7 +209,7 @@ def floor(run: Path, share: dict, peak: float) -> dict:
                            "floor_wall_s_at_peak": total["gemm_cpu_s_at_peak"] / WORKERS,
                            "largest_speed_up": total["cpu_s"] / total["gemm_cpu_s"],
                            "largest_speed_up_at_peak": total["cpu_s"] / total["gemm_cpu_s_at_peak"]}
-    out["02 fine-tuning"].update(stacked_units=stacked_units, validation_s=validation)
+    out["02 fine-tuning"].update(validation_s=validation)
     t = out["all training"]
     print(f"all training: {t['wall_s']:,.0f} s over {WORKERS} workers; with every operation but the matrix "
           f"products free, {t['floor_wall_s']:,.0f} s ({t['largest_speed_up']:.2f}x faster), and with them "
@@ -322,28 +272,28 @@ def _answer_only_stepper(model, ids, labels):
 
 def _foreach_identical(model, ids, labels, n_steps: int) -> tuple[bool, float, float]:
     """AdamW's multi-tensor (``foreach``) implementation against the per-parameter loop torch uses
-    on a CPU by default, on ``K`` stacked runs: (every weight bit-identical after ``n_steps``,
-    seconds per step loop, seconds per step foreach)."""
+    on a CPU by default, on one run: (every weight bit-identical after ``n_steps``, seconds per
+    step loop, seconds per step foreach)."""
     import torch
 
     out, seconds = [], []
     for foreach in (False, True):
-        step, stack = _stacked_stepper(model, ids, labels, K, foreach=foreach)
+        run = copy.deepcopy(model)
+        step = _stepper(run, ids, labels, foreach=foreach)
         for _ in range(2):
             step()
         t0 = time.process_time()
         for _ in range(n_steps):
             step()
         seconds.append((time.process_time() - t0) / n_steps)
-        out.append([torch.cat([p.detach().flatten() for p in m.parameters()]) for m in stack.unstack()])
-    return all(torch.equal(a, b) for a, b in zip(*out)), seconds[0], seconds[1]
+        out.append(torch.cat([p.detach().flatten() for p in run.parameters()]))
+    return torch.equal(*out), seconds[0], seconds[1]
 
 
-def levers(n_steps: int, reps: int, compile_stacked: bool) -> dict:
-    """What the remaining candidate levers buy on the fine-tuning shape, per (family, size) of llama
-    and the largest of each family: logits only at the answers (eager, one run), AdamW ``foreach``
-    (stacked, and whether it is bit-identical), and ``torch.compile`` of the stacked network
-    (llama-l only: it compiles for about a minute)."""
+def levers(n_steps: int, reps: int) -> dict:
+    """What the remaining candidate levers buy on one run's fine-tuning step, per (family, size) of
+    llama and the largest of each family: logits only at the answers (eager), and AdamW ``foreach``
+    (and whether it is bit-identical). ``torch.compile`` is :func:`compiled`'s."""
     from lib.pipeline.device import setup_torch
 
     setup_torch()
@@ -356,26 +306,11 @@ def levers(n_steps: int, reps: int, compile_stacked: bool) -> dict:
         answers = _best_cpu(_answer_only_stepper(copy.deepcopy(model), ids, labels), n_steps, reps)
         same, loop_s, foreach_s = _foreach_identical(model, ids, labels, n_steps)
         out[name] = {"step_cpu_s": full, "answer_only_step_cpu_s": answers, "answer_only_speed_up": full / answers,
-                     "stacked_adamw_loop_s": loop_s, "stacked_adamw_foreach_s": foreach_s,
+                     "adamw_loop_s": loop_s, "adamw_foreach_s": foreach_s,
                      "foreach_speed_up": loop_s / foreach_s, "foreach_bit_identical": same}
         print(f"{name}: logits only at the answers {full * 1e3:.1f} -> {answers * 1e3:.1f} ms "
-              f"({full / answers:.2f}x); {K} stacked, AdamW foreach {loop_s * 1e3:.1f} -> {foreach_s * 1e3:.1f} ms "
+              f"({full / answers:.2f}x); AdamW foreach {loop_s * 1e3:.1f} -> {foreach_s * 1e3:.1f} ms "
               f"({loop_s / foreach_s:.2f}x, bit-identical: {same})", flush=True)
-    for name in ("llama-m", "llama-l", "gpt_neox-l"):
-        family, size = name.split("-")
-        tok, model = _model(family, size)
-        alone = _best_cpu(_stepper(copy.deepcopy(model), *_batch(tok, "pretrain")), n_steps, reps)
-        pair = _best_cpu(_stacked_stepper(model, *_batch(tok, "pretrain"), 2)[0], n_steps, reps) / 2
-        out[name].update(pretrain_step_cpu_s=alone, pretrain_stacked2_step_cpu_s=pair,
-                         pretrain_stacked2_speed_up=alone / pair)
-        print(f"{name}: a pre-training step alone {alone * 1e3:.1f} ms, a run's share of 2 stacked (a trunk's twins "
-              f"in their last phase) {pair * 1e3:.1f} ms ({alone / pair:.2f}x)", flush=True)
-    if compile_stacked:
-        tok, model = _model("llama", "l")
-        ids, labels = _batch(tok, "finetune")
-        out["compile_stacked_llama-l"] = _eager_and_compiled(
-            lambda on: _stacked_stepper(model, ids, labels, K, compiled=on)[0], f"llama-l, {K} runs stacked",
-            n_steps, reps)
     return out
 
 
@@ -400,13 +335,12 @@ def main() -> int:
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                     help="also time torch.compile (about 30 s; needs a C++ compiler)")
     ap.add_argument("--levers", action=argparse.BooleanOptionalAction, default=True,
-                    help="also time the remaining levers: logits only at the answers, AdamW foreach, and (with "
-                         "--compile) torch.compile of the stacked llama-l step (about 2 min more)")
+                    help="also time the remaining levers: logits only at the answers and AdamW foreach")
     ap.add_argument("--make-all-s", type=float, default=None,
                     help="the run's measured `make all` seconds: also say what it would take with the training "
                          "at its floor")
     ap.add_argument("--levers-only", action="store_true",
-                    help="time only the levers (and with --compile the stacked compile), kept beside the last results")
+                    help="time only the levers, kept beside the last results")
     args = ap.parse_args()
     load = os.getloadavg()
     last = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
@@ -430,11 +364,8 @@ def main() -> int:
         elif "compile" in last:
             result["compile"] = last["compile"]                              # kept from the last run with it
     if args.levers or args.levers_only:
-        kept = last.get("levers", {}).get("compile_stacked_llama-l")      # before `result` (maybe `last`) changes
-        result["levers"] = levers(args.steps, args.reps, args.compile)
+        result["levers"] = levers(args.steps, args.reps)
         result["levers"]["load_before"] = load
-        if not args.compile and kept:
-            result["levers"]["compile_stacked_llama-l"] = kept               # kept from the last run with it
     elif "levers" in last:
         result["levers"] = last["levers"]
     (result["levers"] if args.levers_only else result)["load_after"] = os.getloadavg()

@@ -1,18 +1,16 @@
 """The prepared check for the first GPU: `python3 bench/gpu_check.py --device cuda` (at most 8 minutes on
 one GPU).
 
-It runs stages 02 and 03 of the smoke world (its four tiny models, three tasks and one corpus) in the
-paper's dtype (float32) three ways: the smoke profile's recipe (LoRA on every linear layer); every
-parameter trained (``method: full``) one learning rate after another; and the same with the learning
-rates stacked (``stack_lrs``: on a CPU the same numbers bit for bit, bench/bench_batched.py; on CUDA
-not yet known, which is one thing this finds out). Each is compared with the CPU run of the same units
-under the placement calibration's rule (:func:`lib.placement.calibration_check`, the tolerance it
-states): a direct-evaluation score within 2 of the CPU's standard errors (same documents, same
-weights: only arithmetic differs), a train-before-test score within sqrt(2) z(1 - 0.05 / 2m)
-standard errors (another device's fine-tuning is another draw of the fine-tuned model; m checks at
-once, Bonferroni). It prints the largest score and validation-loss differences, training tokens per
-second and peak memory of each, and writes ``outputs/gpu_check/runs/<device>/report.json`` (and into
-``$OUT`` when that is set).
+It runs stages 02 and 03 of the smoke world (its four tiny models, three tasks and one corpus) in
+the paper's dtype (float32): direct evaluation (03), the smoke profile's recipe (LoRA on every
+linear layer) and every parameter trained (``method: full``), one learning rate after another. Each
+is compared with the CPU run of the same units under the placement calibration's rule
+(:func:`lib.placement.calibration_check`, the tolerance it states): a direct-evaluation score within
+2 of the CPU's standard errors (same documents, same weights: only arithmetic differs), a
+train-before-test score within sqrt(2) z(1 - 0.05 / 2m) standard errors (another device's
+fine-tuning is another draw of the fine-tuned model; m checks at once, Bonferroni). It prints the
+largest score and validation-loss differences, training tokens per second and peak memory of each,
+and writes ``outputs/gpu_check/runs/<device>/report.json`` (and into ``$OUT`` when that is set).
 
 Everything the run needs travels in ``outputs/gpu_check/bundle`` (about 25 MB): the smoke world's
 models, task files and notebook 01 selection, the CPU reference results, and wheels of the project's
@@ -23,8 +21,8 @@ in one line. The CPU side makes it (the dry run):
     make all PROFILE=smoke && .venv/bin/python bench/gpu_check.py --device cpu --wheels
 
 which builds the bundle, runs the three configurations on the CPU, checks that the LoRA run
-reproduces the smoke profile's own results exactly and that stacked equals one after another, and
-writes the reference. docs/cluster.md ("The first GPU") says how to carry it to a GPU and run it.
+reproduces the smoke profile's own results exactly, and writes the reference. docs/cluster.md ("The
+first GPU") says how to carry it to a GPU and run it.
 """
 
 from __future__ import annotations
@@ -46,8 +44,7 @@ BUNDLE, SITE, RUNS = CHECK / "bundle", CHECK / "site", CHECK / "runs"
 PROFILE = "smoke"
 LIMIT_S = 8 * 60
 CONFIGS = {"lora": {},                                                      # the smoke profile's recipe
-           "full": {"method": "full", "stack_lrs": False},                  # every parameter, one rate at a time
-           "full_stacked": {"method": "full", "stack_lrs": True}}           # ... the rates stacked
+           "full": {"method": "full"}}                                      # every parameter, one rate at a time
 DIRECT = "direct"                                    # stage 03, the same for every configuration
 # what stages 02 and 03 import (the rest follows from these): lib's layers below the analyses, and lm-eval's
 # model, evaluator and metrics modules, which it loads only when a task is scored
@@ -237,7 +234,6 @@ def run_units(config: str, device: str, manifest: dict, tasks_dir: Path) -> dict
     store.write_meta(root / "store", "benchmarks", manifest["benchmarks"])
     selection = {**manifest["selection"], "include_paths": [str(tasks_dir)]}
     recipe = None if config == DIRECT else ft.Recipe.from_params({**p, **CONFIGS[config]})
-    ft.STACK_DEVICES = ("cpu", "cuda")           # stacked where asked, on either device
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t0 = time.time()
@@ -398,8 +394,6 @@ def main(argv: list[str] | None = None) -> int:
               "runs": {k: {kk: vv for kk, vv in v.items() if kk != "results"} for k, v in runs.items()},
               "comparisons": {}}
     comparisons = report["comparisons"]
-    stacked = compare(runs["full_stacked"]["results"], runs["full"]["results"], models, benchmarks)
-    comparisons["full_stacked vs full, same device"] = stacked
     if args.device == "cpu":
         mine = runs[DIRECT]["results"] + runs["lora"]["results"]
         comparisons["lora + direct vs the smoke profile's own results"] = compare(mine, smoke_results(), models,
@@ -436,8 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(report, indent=1, default=str) + "\n")
     if os.environ.get("OUT"):
         shutil.copy(out, Path(os.environ["OUT"]) / f"gpu_check_{args.device}.json")
-    must = [c for n, c in comparisons.items() if "cuda vs cpu" in n or "smoke profile" in n
-            or (args.device == "cpu" and "stacked" in n)]
+    must = [c for n, c in comparisons.items() if "cuda vs cpu" in n or "smoke profile" in n]
     ok = all(c["comparable"] for c in must) and (args.device == "cuda" or all(c["identical"] for c in must))
     say(f"[gpu_check] {'passed' if ok else 'FAILED'} in {report['seconds']:.0f}s (limit {LIMIT_S}s"
         f"{'' if report['within_limit'] else ', OVER IT'}); {out.relative_to(ROOT)}")

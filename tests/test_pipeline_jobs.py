@@ -21,8 +21,7 @@ from lib.pipeline import tasks as tk
 from lib.pipeline.launch import fetch, jobs, outcome, preflight
 from lib.pipeline.launch.locks import UnitBusy, UnitLock
 
-RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, max_length=64,
-              stack_lrs=False)          # notebook 02's recipe, small; stacked only where a test says so
+RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, max_length=64)  # 02's, small
 
 
 def _mc(n, tag=""):
@@ -346,22 +345,17 @@ def test_a_unit_split_by_learning_rate_ends_where_one_job_would(world, tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method,stack", [("lora", False), ("full", False), ("full", True)])
-def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(world, tmp_path, method, stack):
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(world, tmp_path, method):
     """Exact reproducibility: the same train-before-test unit run in the notebook's process and in a
     worker process while another worker trains another task ends with the same validation curve,
     choice, test score and saved weights, bit for bit (one torch thread, seeded data order and
-    initialisation, the pinned CPU arithmetic). With the learning rates stacked (``stack_lrs``) too,
-    and then also the same as the learning rates trained one after another."""
+    initialisation, the pinned CPU arithmetic)."""
     from lib.util import sha256_file
 
-    recipe = ft.Recipe.default(**{**RECIPE, "method": method, "epochs": 2, "stack_lrs": stack})
-    assert recipe.stacks == stack
+    recipe = ft.Recipe.default(**{**RECIPE, "method": method, "epochs": 2})
     outcomes = {}
-    layouts = [("in-process", "local", ("t_a",), recipe), ("worker", "processes", ("t_a", "t_b"), recipe)]
-    if stack:
-        layouts.append(("one rate after another", "local", ("t_a",), dataclasses.replace(recipe, stack_lrs=False)))
-    for layout_name, executor, names, recipe in layouts:
+    for layout_name, executor, names in (("in-process", "local", ("t_a",)), ("worker", "processes", ("t_a", "t_b"))):
         tmp = tmp_path / layout_name
         rows = tk.select(list(names), [world / "tasks"], min_train=1)
         selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}), task_timeout=60.0)
@@ -376,8 +370,6 @@ def test_a_unit_is_bit_identical_in_this_process_and_in_a_worker_beside_another(
                                  result.provenance["val_curves"], [[p["train_loss"] for p in u.curve] for u in units],
                                  [sha256_file(os.path.join(chosen, w)) for w in weights])
     assert outcomes["in-process"] == outcomes["worker"]
-    if stack:
-        assert outcomes["in-process"] == outcomes["one rate after another"]
 
 
 KILLER = """
@@ -458,57 +450,6 @@ def test_a_unit_killed_mid_training_resumes_after_its_last_finished_epoch_bit_id
     assert outcome(spec) == expected
     if patience:                                                     # early stopping was exercised
         assert min(len(c) for c in expected[4]) < recipe.epochs, expected[4]
-
-
-@pytest.mark.slow
-def test_stacked_learning_rates_killed_mid_epoch_resume_and_end_as_one_rate_after_another(world, tmp_path,
-                                                                                        monkeypatch):
-    """The learning rates of a unit trained stacked (``stack_lrs``): both rates run in one stacked
-    computation, and the unit ends with the choice, test score, curves and chosen weights of the rates
-    trained one after another, bit for bit, with early stopping (one rate stops before the other),
-    and also after a SIGKILL in the middle of the second epoch: both rates resume after epoch 1."""
-    from lib.pipeline import training
-    from lib.util import sha256_file
-
-    recipe = ft.Recipe.default(**{**RECIPE, "method": "full", "epochs": 3, "patience": 1, "lrs": (1e-3, 3e-2),
-                          "select_on": "metric", "stack_lrs": True})
-    rows = tk.select(["t_a"], [world / "tasks"], min_train=1)
-    selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}), task_timeout=60.0)
-
-    def spec_in(tmp, recipe):
-        (spec,) = jobs.plan(store.TBT, [str(world / "tiny-m")], selection, store_root=tmp / "store",
-                            work_root=tmp / "work", recipe=recipe, bootstrap_iters=0)
-        return spec
-
-    def outcome(spec):
-        result = store.read(store.path_for(spec.store_root, store.TBT, "t_a", "tiny-m"))
-        chosen = os.path.join(spec.work_root, result.provenance["adapter"])
-        units = [ft.read_unit(layout.unit_dir(spec.work_root, "tiny-m", "t_a", lr)) for lr in recipe.lrs]
-        return (result.score, result.provenance["lr"], result.provenance["epoch"], result.provenance["val_curves"],
-                [[(p["epoch"], p["train_loss"]) for p in u.curve] for u in units],
-                sorted(sha256_file(os.path.join(chosen, w)) for w in os.listdir(chosen) if w.endswith(".safetensors")))
-
-    one_by_one = spec_in(tmp_path / "one by one", dataclasses.replace(recipe, stack_lrs=False))
-    jobs.launch([one_by_one], executor="local")
-    expected = outcome(one_by_one)
-    assert min(len(c) for c in expected[4]) < recipe.epochs, expected[4]      # early stopping is exercised
-
-    stacked_epochs = []
-    real = training.StackedRuns.epoch
-    monkeypatch.setattr(training.StackedRuns, "epoch", lambda self, runs: stacked_epochs.append(list(runs))
-                        or real(self, runs))
-    whole = spec_in(tmp_path / "whole", recipe)
-    jobs.launch([whole], executor="local")
-    assert stacked_epochs[0] == [0, 1] and outcome(whole) == expected
-
-    spec = spec_in(tmp_path / "killed", recipe)
-    steps = 3                                                        # 24 training documents, batch 8
-    assert _killed_run(spec, tmp_path, kill_at=2 * steps + 3) == -9  # epoch 2: 6 steps (2 rates x 3) of epoch 1 done
-    dirs = [layout.unit_dir(spec.work_root, "tiny-m", "t_a", lr) for lr in recipe.lrs]
-    assert [json.loads((layout.resume_dir(d) / ft.STATE_JSON).read_text())["epoch"] for d in dirs] == [1, 1]
-    jobs.launch([spec], executor="local")
-    assert [ft.read_unit(d).resumed_after for d in dirs] == [[1], [1]]
-    assert outcome(spec) == expected
 
 
 @pytest.mark.slow

@@ -251,7 +251,7 @@ def test_load_model_in_the_recipes_dtype_and_gemma_with_eager_attention(tokenize
 
 def test_the_recipes_defaults_are_notebook_02s_and_written_nowhere_else():
     """Tests and benchmarks start from Recipe.default(), which reads notebook 02's parameters cell;
-    the dataclass itself holds no default that could disagree with it (stack_lrs once did)."""
+    the dataclass itself holds no default that could disagree with it."""
     import dataclasses
 
     from lib import params
@@ -260,6 +260,6 @@ def test_the_recipes_defaults_are_notebook_02s_and_written_nowhere_else():
     nb = params.notebook_parameters("02_finetune")
     recipe = ft.Recipe.default()
     assert recipe.to_dict() == {k: nb[k] for k in ft.Recipe.__dataclass_fields__}
-    assert ft.Recipe.default(epochs=2, stack_lrs=False) == dataclasses.replace(recipe, epochs=2, stack_lrs=False)
+    assert ft.Recipe.default(epochs=2, patience=1) == dataclasses.replace(recipe, epochs=2, patience=1)
     with pytest.raises(ValueError, match=r"recipe: no field \['epoch'\]"):
         ft.Recipe.default(epoch=2)

@@ -11,8 +11,6 @@ subpackage :mod:`lib.pipeline.launch`.
                 learning-rate unit
     training    the two training loops (pre-training, fine-tuning epochs with micro-batches,
                 checkpointing and out-of-memory back-off), their optimiser step, the validation loss
-    stacked     several training runs of one model shape in one computation (a unit's learning rates
-                stacked: ``stack_lrs``)
     perplexity  local text corpora as loglikelihood_rolling tasks; bits-per-byte tables
     protocols   the paper's two protocols for one (model, benchmark), read top to bottom
     spec        what one job runs (JobSpec): what determines a result, its provenance

@@ -12,8 +12,8 @@ the last bit into a different model (one fine-tuning epoch of a mini-world model
 0.60689005 with AVX-512 kernels, 0.60689010 with AVX2). :func:`pin_arithmetic` fixes both to the
 AVX2 code paths, which every x86-64 machine of the last decade has (``ATEN_CPU_CAPABILITY=avx2``,
 and MKL's conditional numerical reproducibility in its strict form, ``MKL_CBWR=AVX2,STRICT``: on a
-machine with AMX tiles the plain ``AVX2`` form still let results depend on memory alignment, and a
-stacked run differed from the same run alone in the last bits); it measured no slower here.
+machine with AMX tiles the plain ``AVX2`` form still let results depend on memory alignment); it
+measured no slower here.
 numpy, scipy and scikit-learn compute with OpenBLAS, which picks its kernels by the CPU too (AVX-512
 "SkylakeX" kernels on an Intel machine, "Haswell" ones on an AMD EPYC without AVX-512: the k-means
 anchor points of 07 came out otherwise): ``OPENBLAS_CORETYPE=Haswell`` gives every x86-64 machine

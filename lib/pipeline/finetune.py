@@ -26,7 +26,7 @@ import pickle
 import shutil
 import time
 from collections.abc import Callable
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -45,7 +45,7 @@ CHOICES = {
     "method": ("lora", "full"),               # a LoRA adapter (the paper) or every parameter trained
 }
 # fields that change how a unit runs but not what it computes (not part of a result's configuration)
-EXECUTION_FIELDS = ("micro_batch_size", "gradient_checkpointing", "stack_lrs")
+EXECUTION_FIELDS = ("micro_batch_size", "gradient_checkpointing")
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,7 @@ class Recipe:
     ``method`` "full" trains every parameter instead of a LoRA adapter (the ``lora_*`` fields are
     then unused) and keeps the best epoch's whole model; ``patience`` > 0 stops a learning rate
     after that many epochs without a better validation value (the paper: 0, every epoch runs; the
-    learning-rate schedule still decays over ``epochs``, so the epochs that do run are the same).
-    ``stack_lrs`` trains the learning rates of a unit together, in one stacked computation per step
-    (:func:`train_units`), where the recipe allows it (:meth:`stacks`): the same results bit for bit,
-    in fewer CPU seconds for tiny models."""
+    learning-rate schedule still decays over ``epochs``, so the epochs that do run are the same)."""
     lrs: tuple[float, ...]
     epochs: int
     lora_r: int
@@ -84,7 +81,6 @@ class Recipe:
     select_on: str
     method: str
     patience: int
-    stack_lrs: bool
 
     def __post_init__(self):
         object.__setattr__(self, "lrs", tuple(self.lrs))
@@ -128,14 +124,6 @@ class Recipe:
     def key(self) -> dict:
         """The fields that determine a result (execution settings left out)."""
         return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_FIELDS}
-
-    @property
-    def stacks(self) -> bool:
-        """Whether a unit's learning rates train stacked (:func:`train_units`): asked for
-        (``stack_lrs``) and possible: every parameter trained (``method`` "full"), whole batches
-        (no micro-batches, no gradient checkpointing)."""
-        return (self.stack_lrs and self.method == "full" and self.micro_batch_size in (0, self.batch_size)
-                and not self.gradient_checkpointing)
 
     @property
     def criterion(self) -> str:
@@ -294,30 +282,14 @@ def adapter(base, adapter_dir: str | Path):
         model.unload()
 
 
-# where stack_lrs trains a unit's learning rates together: the CPU, where bench/bench_batched.py found
-# the stacked arithmetic identical to one rate after another; bench/gpu_check.py adds "cuda" for its run
-STACK_DEVICES: tuple[str, ...] = ("cpu",)
-
-
-def stacked(recipe: Recipe, model, n: int) -> bool:
-    """Whether ``n`` learning rates of ``recipe`` train stacked on ``model``: more than one, the
-    recipe stacks (:attr:`Recipe.stacks`), the model is on a device of :data:`STACK_DEVICES`, and
-    every layer has a stacked form and no dropout (:func:`lib.pipeline.stacked.stackable`)."""
-    from .stacked import stackable
-
-    return n > 1 and recipe.stacks and model.device.type in STACK_DEVICES and stackable(model) is None
-
-
 def train_units(base, tokenizer, examples: Callable[[], list], recipe: Recipe, lrs, unit_dir: Callable[[float], Path],
                 validate: Callable[[object], float], higher_is_better: bool,
                 config: Callable[[float], dict] | None = None, progress: Callable[[str], None] | None = None,
                 reuse: bool = True) -> list[UnitResult]:
     """The learning-rate units of one (model, benchmark), one per rate of ``lrs``, in that order: a
     finished unit of the same configuration (``config(lr)``) in ``unit_dir(lr)`` is read back
-    (``reuse``), the others are trained, stacked in one computation per step where
-    :func:`stacked` says so (:class:`lib.pipeline.training.StackedRuns`: the same units bit for bit,
-    in fewer CPU seconds), else one after another (:func:`lib.pipeline.training.train_epochs`), on
-    ``examples()``, the (ids, labels) training examples (asked for only when a unit trains).
+    (``reuse``), the others are trained one after another (:func:`lib.pipeline.training.train_epochs`)
+    on ``examples()``, the (ids, labels) training examples (asked for only when a unit trains).
 
     A unit trains a LoRA adapter (or, ``method`` "full", the whole model) at its rate for
     ``recipe.epochs`` epochs, validating after each (stopping early after ``recipe.patience`` epochs
@@ -330,24 +302,22 @@ def train_units(base, tokenizer, examples: Callable[[], list], recipe: Recipe, l
     After every epoch a unit's state is saved atomically in ``unit_dir/resume/``
     (:func:`save_state`); a unit killed before ``unit.json`` (time limit, preemption, SIGKILL)
     resumes after its last finished epoch, when that state was made with the same config, and ends
-    as an uninterrupted run would, bit for bit (stacked: every unit after its own last epoch).
-    Anything else in an unfinished ``unit_dir`` is started again from scratch. A unit's ``seconds``
-    count its own training and validation (stacked: its share of the stack's training)."""
+    as an uninterrupted run would, bit for bit. Anything else in an unfinished ``unit_dir`` is
+    started again from scratch. A unit's ``seconds`` count its own training and validation."""
     config = config or (lambda lr: {})
     found = {lr: read_unit(unit_dir(lr), config(lr)) if reuse else None for lr in lrs}
     todo = [lr for lr in lrs if found[lr] is None]
     if todo:
-        run = _train_stacked if stacked(recipe, base, len(todo)) else _train_one_after_another
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         units = [dict(lr=lr, unit_dir=Path(unit_dir(lr)), config=config(lr)) for lr in todo]
-        found.update(zip(todo, run(base, examples(), recipe, units, pad, validate, higher_is_better, progress)))
+        found.update(zip(todo, _train_one_after_another(base, examples(), recipe, units, pad, validate,
+                                                        higher_is_better, progress)))
     return [found[lr] for lr in lrs]
 
 
 class _Unit:
     """One learning rate's unit while it trains: its result so far, its folder, the model it trains
-    and the loop state a resume restored. Set up, each epoch's bookkeeping and the finish are the
-    same whether the unit trains alone or stacked."""
+    and the loop state a resume restored."""
 
     def __init__(self, model, examples, recipe: Recipe, lr: float, unit_dir: Path, config: dict,
                  higher_is_better: bool, progress):
@@ -366,13 +336,11 @@ class _Unit:
         self.finished = self.resume is not None and (self.resume["epoch"] >= recipe.epochs or _stop(recipe, self.res))
         self.started, self.before = time.time(), self.res.seconds     # the time of killed runs counts too
 
-    def epoch(self, point: dict, validate, shared: bool = False) -> bool:
+    def epoch(self, point: dict, validate) -> bool:
         """What follows a training epoch: validate (``res.criterion``), extend the curve, keep the
         adapter of a better epoch, save the state, then prune the older best (once the state no
-        longer names it) and say how the epoch went. ``shared``: the unit trained in a stack, and its
-        seconds grow by its share of the stack's (``point["train_seconds"]``) and its validation.
-        Returns whether the unit is done (its last epoch, or ``recipe.patience`` epochs without a
-        better value)."""
+        longer names it) and say how the epoch went. Returns whether the unit is done (its last
+        epoch, or ``recipe.patience`` epochs without a better value)."""
         res, t0 = self.res, time.time()
         state = point.pop("state")
         value = float(validate(self.model))
@@ -383,7 +351,7 @@ class _Unit:
             target = atomic_dir(layout.adapter_dir(self.dir, point["epoch"]), self.model.save_pretrained)
             res.best_epoch, res.best_score, res.adapter = point["epoch"], value, str(target)
         loop_state = state()
-        res.seconds = res.seconds + point["train_seconds"] + time.time() - t0 if shared else self._elapsed()
+        res.seconds = self._elapsed()
         save_state(self.dir, self.model, res, loop_state)
         _prune(self.dir, res.adapter)
         if self.progress:
@@ -393,10 +361,9 @@ class _Unit:
     def _elapsed(self) -> float:
         return self.before + time.time() - self.started
 
-    def finish(self, shared: bool = False) -> UnitResult:
+    def finish(self) -> UnitResult:
         """Write ``unit.json`` (last: the unit is finished) and drop its resume state."""
-        if not shared:
-            self.res.seconds = self._elapsed()
+        self.res.seconds = self._elapsed()
         layout.write_unit(self.dir, asdict(self.res))
         shutil.rmtree(layout.resume_dir(self.dir), ignore_errors=True)   # finished: the state is not needed
         return self.res
@@ -418,31 +385,6 @@ def _train_one_after_another(base, examples, recipe: Recipe, units: list[dict], 
                     break                           # the last epoch, or no better value for `patience` epochs
         out.append(unit.finish())
     return out
-
-
-def _train_stacked(base, examples, recipe: Recipe, units: list[dict], pad: int, validate,
-                   higher_is_better: bool, progress) -> list[UnitResult]:
-    """The units together: each its own copy of ``base`` (:func:`tunable`), their training steps
-    stacked; a unit resumed ahead of the others waits for them, one that finishes leaves the stack."""
-    from .training import StackedRuns
-
-    with ExitStack() as models:
-        group = [_Unit(models.enter_context(tunable(base, recipe)), examples, recipe, u["lr"], u["unit_dir"],
-                       u["config"], higher_is_better, progress) for u in units]
-        loop = StackedRuns([u.model for u in group], examples, epochs=recipe.epochs, batch_size=recipe.batch_size,
-                           lrs=[u["lr"] for u in units], weight_decay=recipe.weight_decay, seed=recipe.seed,
-                           pad_id=pad, resumes=[u.resume for u in group])
-        active = [i for i, u in enumerate(group) if not u.finished]
-        while active:
-            first = min(loop.done[i] for i in active)           # a resumed unit ahead waits for the others
-            for i, point in loop.epoch([i for i in active if loop.done[i] == first]).items():
-                if group[i].epoch(point, validate, shared=True):
-                    active.remove(i)
-                    group[i].finish(shared=True)
-        for u in group:                 # resumed after their last epoch: only unit.json was missing
-            if u.finished:
-                u.finish(shared=True)
-    return [u.res for u in group]
 
 
 def _stop(recipe: Recipe, res: UnitResult) -> bool:

@@ -99,7 +99,7 @@ def train_before_test(spec: JobSpec, model, tokenizer, task, info: tk.TaskInfo, 
                               progress=lambda m: say(f"{spec.model} / {info.name}: {m}"))
 
     # 2. train each learning rate (a finished unit of the same configuration is reused; the others
-    #    stacked where the recipe and the model allow it, else one after another: ft.train_units)
+    #    one after another: ft.train_units)
     units = train(recipe.lrs if spec.only_lr is None else (spec.only_lr,))  # a pruned adapter: retrained below
     if spec.only_lr is not None:                  # the job of all the rates chooses and tests
         return None

@@ -4,8 +4,7 @@
   the mini world's zoo) on documents separated by EOS.
 - :func:`train_epochs`: fine-tuning (a LoRA adapter or every parameter) on (input ids, labels)
   examples, one epoch per iteration, so the caller validates and keeps the best epoch
-  (``lib.pipeline.finetune``); :class:`StackedRuns`, several such runs of one shape at once. Both
-  start and resume from one :class:`RunState`.
+  (``lib.pipeline.finetune``), started or resumed from a :class:`RunState`.
 
 Both are deterministic for a seed: data order and initialisation come from seeded generators.
 """
@@ -301,8 +300,7 @@ class RunState:
     """What one training run carries from step to step besides its weights: the trainable
     parameters, AdamW (weight decay, the run's learning rate), the linear decay to zero over
     ``steps`` without warm-up (transformers' Trainer defaults), the data-order generator seeded with
-    ``seed``, and the epochs done. Built in one place for :func:`train_epochs` and
-    :class:`StackedRuns`, so a run alone and a run in a stack start, and resume, alike."""
+    ``seed``, and the epochs done (:func:`train_epochs`)."""
     params: list
     opt: object
     sched: object
@@ -436,77 +434,3 @@ def mean_loss(model, examples: list[tuple[list[int], list[int]]], *, batch_size:
     if not count:
         raise TrainingError("mean_loss: no predicted tokens in the examples")
     return total / count
-
-
-# --------------------------------------------------------------------------- learning rates stacked
-class StackedRuns:
-    """Several full-parameter runs of one model shape on the same ``examples`` (a unit's learning
-    rates), trained an epoch at a time in one stacked computation (:class:`lib.pipeline.stacked.Stack`).
-
-    Each run keeps what :func:`train_epochs` gives a run: its own AdamW (weight decay, its learning
-    rate, the linear decay over ``epochs``), gradient clipping, data-order generator seeded with
-    ``seed`` and resume state (``resumes[i]``, the loop state a saved unit holds, or None); only the
-    forward and backward passes of the runs that are at the same epoch (and so draw the same batches)
-    are computed together. So a run ends bit for bit as :func:`train_epochs` would end it alone
-    (``bench/bench_batched.py`` checks the arithmetic, ``tests/test_pipeline_jobs.py`` whole units).
-    Whole batches only: no micro-batches, no out-of-memory back-off (the CPU-sized profiles)."""
-
-    def __init__(self, models: list, examples: list[tuple[list[int], list[int]]], *, epochs: int, batch_size: int,
-                 lrs: Sequence[float], weight_decay: float, seed: int, pad_id: int,
-                 resumes: Sequence[dict | None] | None = None):
-        self.models, self.examples, self.epochs, self.batch_size = list(models), examples, epochs, batch_size
-        self.pad_id = pad_id
-        steps = math.ceil(len(examples) / batch_size) * epochs
-        self.runs = [RunState.build(model, lr=lr, weight_decay=weight_decay, steps=steps, seed=seed,
-                                    resume=resumes[i] if resumes else None)
-                     for i, (model, lr) in enumerate(zip(self.models, lrs))]
-
-    @property
-    def done(self) -> list[int]:
-        """Epochs done, per run."""
-        return [run.epoch for run in self.runs]
-
-    def state(self, i: int) -> dict:
-        """Run ``i``'s loop state after its last epoch, as :func:`train_epochs`' ``state()`` gives it."""
-        return self.runs[i].state(self.runs[i].epoch)
-
-    def epoch(self, runs: Sequence[int]) -> dict[int, dict]:
-        """Train the next epoch of ``runs`` (all at the same epoch); returns per run the point
-        :func:`train_epochs` yields (``epoch``, ``train_loss``, ``train_seconds``: the stack's seconds
-        shared out equally, ``micro_batch_size``, ``state``), the models left in eval mode."""
-        import torch
-
-        from .stacked import Stack
-
-        if len({self.done[i] for i in runs}) != 1:
-            raise TrainingError(f"stacked runs at different epochs: {[self.done[i] for i in runs]}")
-        t0 = time.time()
-        orders: dict[tuple, list[int]] = {}
-        for i in runs:                      # the same seed and epoch give the same order; group them by it
-            orders.setdefault(tuple(torch.randperm(len(self.examples), generator=self.runs[i].gen).tolist()),
-                            []).append(i)
-        losses: dict[int, list[float]] = {i: [] for i in runs}
-        for order, group in orders.items():
-            for i in group:
-                self.models[i].train()
-            stack = Stack([self.models[i] for i in group])
-            try:
-                for start in range(0, len(order), self.batch_size):
-                    ids, labels, mask = _pad([self.examples[j] for j in order[start:start + self.batch_size]],
-                                             self.pad_id)
-                    per_run = stack.losses(ids, labels, mask)
-                    stack.backward(per_run)
-                    values = per_run.detach().tolist()
-                    for j, i in enumerate(group):
-                        run = self.runs[i]
-                        losses[i].append(optimizer_step(values[j], run.params, run.opt, run.sched))
-            finally:
-                stack.unstack()
-        seconds = (time.time() - t0) / len(runs)
-        out = {}
-        for i in runs:
-            self.models[i].eval()
-            self.runs[i].epoch += 1
-            out[i] = {"epoch": self.runs[i].epoch, "train_loss": sum(losses[i]) / len(losses[i]),
-                      "train_seconds": seconds, "micro_batch_size": self.batch_size, "state": lambda i=i: self.state(i)}
-        return out
