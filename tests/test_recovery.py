@@ -7,6 +7,7 @@ A deleted or corrupt ``unit.json`` of real fine-tuning units is in ``test_pipeli
 from __future__ import annotations
 
 import errno
+import dataclasses
 import json
 import os
 import shutil
@@ -333,6 +334,23 @@ def test_a_training_change_redoes_the_units_of_older_code_and_a_comment_does_not
     assert spec_mod.older_code(spec.store_root) == {"computed by other code (lib/pipeline/training.py changed)": 1}
     assert all(ft.read_unit(layout.unit_dir(spec.work_root, "m", "b", lr), spec.config(lr)) is None
                for lr in spec.recipe.lrs)                      # and no unit of it is reused either
+
+
+@pytest.mark.parametrize("method, kept", [("full", True), ("lora", False)])
+def test_a_field_the_method_ignores_retrains_nothing(tmp_path, method, kept):
+    """Issue 51's trap: under ``method: full`` the LoRA fields are unused, so a changed ``lora_r``
+    leaves every finished unit and result current; under LoRA it redoes them."""
+    spec = _spec(_model(tmp_path / "m"), tmp_path)
+    spec = dataclasses.replace(spec, recipe=dataclasses.replace(spec.recipe, method=method))
+    store.write(spec.store_root, store.Result(store.TBT, "b", "m", "acc", 0.5, provenance={
+        "config": spec.config(), "lr": 1e-3, "kind": "generate_until", "per_item": False}))
+    for lr in spec.recipe.lrs:
+        _unit(Path(spec.work_root), lr, spec.config(lr), adapter=lr == 1e-3)
+    assert spec.unfinished("b") is None
+    other = dataclasses.replace(spec, recipe=dataclasses.replace(spec.recipe, lora_r=64, lora_modules="all"))
+    assert (other.unfinished("b") is None) == kept
+    assert all((ft.read_unit(layout.unit_dir(spec.work_root, "m", "b", lr), other.config(lr)) is not None) == kept
+               for lr in spec.recipe.lrs)
 
 
 def test_force_redoes_results_and_units_written_before_the_forced_run(tmp_path, monkeypatch):

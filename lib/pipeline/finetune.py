@@ -46,6 +46,7 @@ CHOICES = {
 }
 # fields that change how a unit runs but not what it computes (not part of a result's configuration)
 EXECUTION_FIELDS = ("micro_batch_size", "gradient_checkpointing")
+LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_modules")     # unused by ``method`` "full"
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,10 @@ class Recipe:
         return d
 
     def key(self) -> dict:
-        """The fields that determine a result (execution settings left out)."""
-        return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_FIELDS}
+        """The fields that determine a result: execution settings left out, and the LoRA fields when
+        every parameter trains (a changed ``lora_r`` under ``method: full`` retrains nothing)."""
+        unused = EXECUTION_FIELDS + (LORA_FIELDS if self.method == "full" else ())
+        return {k: v for k, v in self.to_dict().items() if k not in unused}
 
     @property
     def criterion(self) -> str:
