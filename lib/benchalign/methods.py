@@ -172,6 +172,7 @@ class Method:
     items: bool = False            # needs item-level 0/1 features (the cross-paper data has scores)
     headline: bool = False         # its numbers go to numbers.tex and the cross-paper comparison
     flag: bool = False             # needs the instruction-tuned flag (``ItemData.instruct``)
+    baseline: bool = False         # BenchAlign's tables compare against it (paired differences)
 
 
 METHODS: dict[str, Method] = {}
@@ -194,7 +195,7 @@ def _scored(base: baselines.ItemWeighting, data: ItemData) -> Outcome:
     return Outcome(base.score(data.X), full)
 
 
-@register("no_alignment", "No alignment (plain accuracy)", learns=False, headline=True)
+@register("no_alignment", "No alignment (plain accuracy)", learns=False, headline=True, baseline=True)
 def _no_alignment(data, source, seeds, cfg, loss=None):
     return [_scored(baselines.no_alignment(data.X.shape[1]), data) for _ in seeds]
 
@@ -260,19 +261,19 @@ def _plain(data: ItemData) -> np.ndarray:
     return np.asarray(data.X, dtype=np.float64).mean(axis=1)
 
 
-@register("instruct_flag", "Instruction-tuned flag (model name)", learns=False, headline=True, flag=True)
+@register("instruct_flag", "Instruction-tuned flag (model name)", learns=False, headline=True, flag=True, baseline=True)
 def _instruct_flag(data, source, seeds, cfg, loss=None):
     return [Outcome(_flag(data), None) for _ in seeds]
 
 
-@register("flag_accuracy", "Flag, ties broken by plain accuracy", learns=False, headline=True, flag=True)
+@register("flag_accuracy", "Flag, ties broken by plain accuracy", learns=False, headline=True, flag=True, baseline=True)
 def _flag_accuracy(data, source, seeds, cfg, loss=None):
     acc = _plain(data)
     span = float(np.ptp(acc)) + 1.0 if len(acc) else 1.0      # every flagged model above every other
     return [Outcome(_flag(data) * span + acc, None) for _ in seeds]
 
 
-@register("param_count", "Parameter count (model name)", learns=False, headline=True)
+@register("param_count", "Parameter count (model name)", learns=False, headline=True, baseline=True)
 def _param_count(data, source, seeds, cfg, loss=None):
     if data.size_b is None:
         raise ExperimentError("the item data carries no model sizes")
@@ -309,7 +310,7 @@ def restrict(split: Split, keep: np.ndarray, min_test: int = 3) -> Split:
     return Split(source=source, groups=groups, notes=notes)
 
 
-register("best_single", "Best single benchmark", headline=True)(_subset_method("best_single"))
+register("best_single", "Best single benchmark", headline=True, baseline=True)(_subset_method("best_single"))
 register("metabench_like", "MetaBench-like (IRT subset)", items=True)(_subset_method("metabench_like"))
 register("tinybenchmarks_like", "TinyBenchmarks-like (anchors)", items=True)(_subset_method("tinybenchmarks_like"))
 
@@ -322,6 +323,9 @@ def _benchalign(data, source, seeds, cfg, loss=None):
 for _name in SUBSETS:
     register(f"{_name}+benchalign", f"{METHODS[_name].label} + BenchAlign",
              items=METHODS[_name].items)(_subset_plus_benchalign(_name))
+
+
+BASELINES = tuple(m for m, spec in METHODS.items() if spec.baseline)     # registry order
 
 
 def run_method(method: str, data: ItemData, source, seeds: Sequence[int], cfg: Config,

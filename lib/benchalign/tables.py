@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from ..doctables import Summaries, est, f, header, row, table
 from ..plots import display
-from .methods import METHODS, PAPER_RHO, SUBSETS
-
-BASELINES = ("no_alignment", "instruct_flag", "flag_accuracy", "param_count", "best_single")
+from .methods import BASELINES, METHODS, PAPER_RHO, SUBSETS
+from .studies import SUBSET_STUDY, WITHIN_METHODS
 
 
 def _diff(rec: dict, key: str = "spearman_diff_no_alignment") -> str:
@@ -59,7 +58,7 @@ def benchalign_short_table(s: Summaries) -> list[str]:
     for g in groups:
         cols += [f"{g} rho [95 %]", f"BenchAlign minus it, {g}"]
     out = header(*cols)
-    for m in [m for m in ("benchalign", *BASELINES[:-1]) if m in main[groups[0]]]:
+    for m in [m for m in ("benchalign", *BASELINES) if m in main[groups[0]] and m not in SUBSETS]:
         cells = [_method(m, b)]
         for g in groups:
             ba = main[g]["benchalign"]
@@ -119,10 +118,11 @@ def within_table(s: Summaries) -> list[str]:
         counts = rec["counts"]
         name = f"{labels.get(label, label)} ({counts['source']} / " + " / ".join(
             f"{counts.get(g, 0)}" for g in groups) + ")"
-        for m in ("benchalign", "no_alignment", "param_count"):
+        refs = [m for m in WITHIN_METHODS if m != "benchalign"]
+        for m in ("benchalign", *refs):
             out.append(row(name if m == "benchalign" else "", _method(m, b),
                            *(_rho(rec["main"].get(g, {}).get(m)) for g in groups)))
-        for ref in ("no_alignment", "param_count"):
+        for ref in refs:
             out.append(row("", f"BenchAlign minus {METHODS[ref].label.split(' (')[0].lower()}",
                            *(_diff(rec["main"][g]["benchalign"], f"spearman_diff_{ref}") if g in rec["main"] else ""
                              for g in groups)))
@@ -146,8 +146,7 @@ def subsets_table(s: Summaries) -> list[str]:
     for m in ("benchalign", "no_alignment"):
         out.append(row(_method(m, b), *(c for g in groups for c in (_rho(first[g][m]), ""))))
     for rec in subsets.values():
-        for m in ("metabench_like", "metabench_like+benchalign", "tinybenchmarks_like",
-                  "tinybenchmarks_like+benchalign"):
+        for m in [m for m in SUBSET_STUDY if m.split("+")[0] in SUBSETS]:
             name = _method(m, b, rec["items"]) + f" ({100 * rec['fraction']:.0f} %)"
             out.append(row(name, *(c for g in groups for c in (_rho(rec["main"][g][m]),
                                                                 _diff(rec["main"][g][m], "spearman_diff_benchalign")))))
@@ -205,8 +204,7 @@ def cross_paper_table(s: Summaries) -> list[str]:
     n_test = next(iter(comp.values()))["n_models"]
     out = header("method", f"rho, {n_test} test models", "Δrho vs plain mean", "pair acc")
     labels = {"no_alignment": "Plain mean of the benchmarks"}
-    for m in [m for m in ("benchalign", "benchalign_flag", "no_alignment", "instruct_flag", "flag_accuracy",
-                          "param_count", "best_single", "random") if m in comp]:
+    for m in [m for m in ("benchalign", "benchalign_flag", *BASELINES, "random") if m in comp]:
         r = comp[m]
         out.append(row(labels.get(m) or _method(m, cp), est(r["spearman"], r["spearman_ci"]), _diff(r),
                        f(r["pair_acc"])))
