@@ -107,18 +107,18 @@ hooks: ## install the git filter that strips notebook outputs before a commit (n
 
 all: $(STAMP) ## run `published` (the paper's results; its data downloaded if missing), then every stage of PROFILE (cached)
 	TBT_MAKE_GOAL="make all PROFILE=$(PROFILE)" \
-	  $(PY) -m lib.run $(PROFILE) $(if $(filter mini,$(PROFILE)),--with-published,) $(if $(WAIT),--wait,)
-	@$(PY) -m lib.docblocks check --warn $(PROFILE) $(if $(filter mini,$(PROFILE)),published,)
+	  $(PY) -m runner.run $(PROFILE) $(if $(filter mini,$(PROFILE)),--with-published,) $(if $(WAIT),--wait,)
+	@$(PY) -m runner.docblocks check --warn $(PROFILE) $(if $(filter mini,$(PROFILE)),published,)
 
 submit: $(STAMP) ## run PROFILE's stages up to its Slurm jobs, submit them and return (make status, then make all)
-	TBT_MAKE_GOAL="make submit PROFILE=$(PROFILE)" TBT_SUBMIT_ONLY=1 $(PY) -m lib.run $(PROFILE)
+	TBT_MAKE_GOAL="make submit PROFILE=$(PROFILE)" TBT_SUBMIT_ONLY=1 $(PY) -m runner.run $(PROFILE)
 
 status: $(STAMP) ## units done / running / pending (with Slurm's reason) / failed of PROFILE, from the store and the scheduler
 	$(PY) -m lib.pipeline.launch.status $(PROFILE)
 
 run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAGES="04 05" FORCE=1` (WAIT=1 queues)
 	TBT_MAKE_GOAL='make run PROFILE=$(PROFILE) STAGES="$(STAGES)"' \
-	  $(PY) -m lib.run $(PROFILE) $(if $(STAGES),--stages $(STAGES),) $(if $(FORCE),--force,) $(if $(WAIT),--wait,)
+	  $(PY) -m runner.run $(PROFILE) $(if $(STAGES),--stages $(STAGES),) $(if $(FORCE),--force,) $(if $(WAIT),--wait,)
 
 test: $(STAMP) lint ## run the linter and the whole test suite, as CI does (offline; HARMONY_DATA: published-data tests)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
@@ -139,11 +139,11 @@ test-fast: $(STAMP) lint ## the linter and the unit tests only, in TEST_WORKERS 
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" --durations=25 $(PYTEST_ARGS)
 
 check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, overlap, labels) and write outputs/PROFILE/figures.html
-	$(PY) -m lib.figreview $(PROFILE)
+	$(PY) -m runner.contactsheet $(PROFILE)
 
 .PHONY: leaderboard
 leaderboard: $(STAMP) ## write outputs/PROFILE/leaderboard.html from PROFILE's outputs (make all writes it after each run)
-	$(PY) -m lib.leaderboard $(PROFILE)
+	$(PY) -m runner.leaderboard $(PROFILE)
 
 .PHONY: align score
 align: $(STAMP) ## align a benchmark to your preferences: ITEMS="a.npz b.npz" PREFS=prefs.csv OUT=bench.json (docs/align.md)
@@ -153,13 +153,13 @@ score: $(STAMP) ## aligned scores and ranks of new models: BENCH=bench.json ITEM
 	@$(PY) -m lib.benchalign.align score --bench $(BENCH) --items $(ITEMS) $(if $(OUT),--out $(OUT),) $(ALIGN_ARGS)
 
 docs: $(STAMP) ## rewrite the results tables of README.md and docs/ from outputs/ (and the headline figure)
-	$(PY) -m lib.docblocks write
+	$(PY) -m runner.docblocks write
 
 check-docs: $(STAMP) ## list every results table in README.md / docs/ whose numbers differ from outputs/ (exit 1)
-	$(PY) -m lib.docblocks check
+	$(PY) -m runner.docblocks check
 
 lint: $(STAMP) ## check code and notebooks with ruff (configured in pyproject.toml)
-	$(VENV)/bin/ruff check lib tests bench notebooks
+	$(VENV)/bin/ruff check lib runner tests bench notebooks
 
 lab: $(STAMP) ## JupyterLab on the repository (notebooks/ and outputs/) with the project's kernel registered
 	$(PY) -m ipykernel install --sys-prefix --name train-before-test --display-name "train-before-test (.venv)"
@@ -167,7 +167,7 @@ lab: $(STAMP) ## JupyterLab on the repository (notebooks/ and outputs/) with the
 	  --KernelManager.transport_encryption=auto $(ALLOW_ROOT) $(LAB_ARGS)
 
 data: $(STAMP) ## download the published reference data (pinned commits, sha256-checked) into data/
-	$(PY) -m lib.data download
+	$(PY) -m runner.download download
 
 models: $(STAMP) ## download and check every model and dataset of PROFILE before GPU jobs start (hub profiles)
 	$(PY) -m lib.pipeline.launch.fetch $(PROFILE) $(if $(CHECK_ONLY),--check-only,)

@@ -1,6 +1,6 @@
 """Speed of the analysis half on the published data: `python bench/bench_analysis.py`.
 
-1. Notebooks: `python -m lib.run published --force --stages 04 05 06` REPEATS times, each in a scratch
+1. Notebooks: `python -m runner.run published --force --stages 04 05 06` REPEATS times, each in a scratch
    outputs folder (fresh store, so the import is included); wall time of each run and of each
    notebook (papermill, kernel start included, from run_log.json) at the notebooks' default of
    1,000 bootstrap draws. Target (issues 2 and 11): each notebook < 20 s.
@@ -44,7 +44,7 @@ TARGETS = {"notebook_s": 20.0, "published_run_s": 120.0}   # seconds
 
 
 def notebooks(stages: list[str] | None, env: dict, code: Path = ROOT) -> dict:
-    """One `lib.run published --force` in a scratch outputs folder, of the checkout at ``code``."""
+    """One `runner.run published --force` in a scratch outputs folder, of the checkout at ``code``."""
     from lib import store
 
     with tempfile.TemporaryDirectory(prefix="bench-analysis-") as out:
@@ -53,7 +53,7 @@ def notebooks(stages: list[str] | None, env: dict, code: Path = ROOT) -> dict:
             env["PYTHONPATH"] = str(code)
             env["TBT_PARAMS"] = str(code / "params")
         load_before = os.getloadavg()[0]
-        cmd = [sys.executable, "-m", "lib.run", "published", "--force"] + (["--stages", *stages] if stages else [])
+        cmd = [sys.executable, "-m", "runner.run", "published", "--force"] + (["--stages", *stages] if stages else [])
         t0 = time.perf_counter()
         subprocess.run(cmd, cwd=code, env=env, check=True, stdout=subprocess.DEVNULL)
         total = time.perf_counter() - t0
@@ -172,7 +172,7 @@ def main() -> int:
     if full:
         meets["full_published_run"] = full["run_s"] < TARGETS["published_run_s"]
     result = {
-        "what": "python -m lib.run published --force [--stages 04 05 06] in fresh scratch outputs (import "
+        "what": "python -m runner.run published --force [--stages 04 05 06] in fresh scratch outputs (import "
                 "included); per-notebook seconds from run_log.json (papermill + kernel start); notebooks at their "
                 f"default of {N_BOOT} bootstrap draws; report functions and the tau micro-benchmark in-process "
                 "(best of the repeats)",

@@ -1,7 +1,7 @@
 """Speed of the mini world: generation, the zoo's pre-training, and `make all` first and second run.
 
     python bench/bench_miniworld.py            # world + zoo only (minutes)
-    python bench/bench_miniworld.py --full     # `python -m lib.run mini --with-published` twice
+    python bench/bench_miniworld.py --full     # `python -m runner.run mini --with-published` twice
                                                # into a fresh outputs folder (~30 minutes)
 
 Writes bench/results/miniworld.json and prints the numbers. The full run uses a fresh
@@ -57,11 +57,11 @@ def zoo_seconds(outputs: Path) -> dict:
 
 
 def bench_make_all(outputs: Path) -> dict:
-    """Wall time of `python -m lib.run mini --with-published`, first run from nothing and second run."""
+    """Wall time of `python -m runner.run mini --with-published`, first run from nothing and second run."""
     out = {}
     for label in ("first", "second"):
         t0 = time.time()
-        subprocess.run([sys.executable, "-m", "lib.run", "mini", "--with-published"], cwd=ROOT,
+        subprocess.run([sys.executable, "-m", "runner.run", "mini", "--with-published"], cwd=ROOT,
                        env=_env(outputs), check=True)
         out[f"make_all_{label}_s"] = time.time() - t0
         log = json.loads((outputs / "mini" / "run_log.json").read_text())

@@ -1,7 +1,7 @@
 """Speed of the pipeline on this machine: `python bench/bench_pipeline.py` (also run by `make bench`).
 
 Measures, and writes to bench/results/pipeline.json:
-  - wall time of the whole smoke profile from a clean output folder (`python -m lib.run smoke`,
+  - wall time of the whole smoke profile from a clean output folder (`python -m runner.run smoke`,
     i.e. `make all PROFILE=smoke`: prepare + every stage), per stage, and of a second, cached run;
   - pre-training tokens/s of the tiny models (from their build statistics);
   - LoRA fine-tuning tokens/s (all tokens of the padded batches, and target tokens) on the tiny
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 def run_profile(profile: str) -> dict:
     t0 = time.time()
-    subprocess.run([sys.executable, "-m", "lib.run", profile], cwd=ROOT, check=True, env=os.environ.copy(),
+    subprocess.run([sys.executable, "-m", "runner.run", profile], cwd=ROOT, check=True, env=os.environ.copy(),
                    stdout=subprocess.DEVNULL)
     wall = time.time() - t0
     log = json.loads((OUT / profile / "run_log.json").read_text())

@@ -2,7 +2,7 @@
 
 Executes one small notebook (imports lib, resolves its stage, writes a summary; what every stage
 does around its real work) through papermill REPEATS times with papermill's default kernel
-manager (plain TCP, SIGINT at shutdown) and with the runner's (`lib.kernel.kernel_manager_class`:
+manager (plain TCP, SIGINT at shutdown) and with the runner's (`runner.kernel.kernel_manager_class`:
 CurveZMQ-encrypted channels, no SIGINT at shutdown), alternating the two so that a busy machine
 slows both alike. Reports the wall time per notebook (kernel start and shutdown included), the
 median of each and their ratio, and in how many runs the kernel printed each console line. Writes
@@ -31,7 +31,8 @@ outputs.write_summary(ctx.out, {"n_squared": n * n})
 CHILD = """
 import sys, time
 import papermill as pm
-from lib import kernel, params
+from lib import params
+from runner import kernel
 manager = sys.argv[1]
 kw = {"kernel_manager_class": kernel.kernel_manager_class()} if manager == "runner" else {}
 t0 = time.perf_counter()

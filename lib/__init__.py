@@ -1,5 +1,9 @@
 """train-before-test: fair language-model evaluation as a notebook research repository.
 
+lib is what the notebooks import; what runs them and reports on them (``make all``, the docs
+tables, the figure sheet, the leaderboard page, ``make data``) is the package :mod:`runner` beside
+it, which imports lib and is never imported by it.
+
 The map of lib: every module and subpackage, one line each, in layers, lowest first (:data:`LAYERS`);
 each subpackage's docstring maps its own modules. A module imports only from its own layer or the
 layers below it, lazy imports inside functions included, no modules import each other in a circle,
@@ -14,11 +18,10 @@ The ground floor:
     store         the results store: one small JSON file per (protocol, benchmark, model)
     layout        the work folder: every path under outputs/<profile>/work/, one reader per file kind
     metadata      what we know about benchmarks and models: category, metric, family, size, compute
-    figreview     the checks of a figure as a reviewer reads it, and a profile's contact sheet
+    figreview     the checks of a figure as a reviewer reads it, recorded when it is saved
     plots         one figure style for every notebook; figures saved as PDF and PNG
-    outputs       what every stage leaves behind: summary.json, CSV tables, numbers.tex
-    doctables     the docs' results tables: their registry, number formats and summaries
-    data          `make data`: the published reference data from pinned commits, sha256-checked
+    outputs       what every stage leaves behind: summary.json, CSV tables, numbers.tex; number formats
+    data          the published reference data: pinned commits and sha256, a corrupt file's advice
     published     the published results imported into a store; a first run compared with them
 The science:
     pipeline      what a unit computes (tasks, fine-tuning, evaluation, the two protocols); its
@@ -27,15 +30,6 @@ The science:
     placement     new models ranked among a reference's, after a calibration check
     benchalign    item weights learned from pairwise preferences
     miniworld     the generated world and its zoo of tiny pre-trained models
-Running and reporting:
-    plan          what a run will do and for about how long, said before it starts
-    run           the runner: a profile's notebooks in order through papermill (`make all`)
-    stagecache    whether a stage's last run still holds: its key, the inputs it read, its results
-    kernel        the kernel a notebook runs in, and the console's heartbeat meanwhile
-    failures      the one console line and the log file of a run that failed
-    docblocks     the docs' results tables written and checked (`make docs`, `make check-docs`)
-    leaderboard   a profile's leaderboard page
-
 So the analyses (04-06) never import the pipeline: editing the launcher re-runs no analysis.
 """
 
@@ -43,10 +37,9 @@ __version__ = "0.1.0"
 
 LAYERS = (
     ("lib.errors", "lib.util", "lib.paths", "lib.progress", "lib.params", "lib.store", "lib.layout", "lib.metadata",
-     "lib.figreview", "lib.plots", "lib.outputs", "lib.doctables", "lib.data", "lib.published"),
+     "lib.figreview", "lib.plots", "lib.outputs", "lib.data", "lib.published"),
     ("lib.pipeline",),
     ("lib.analysis", "lib.placement"),
     ("lib.benchalign",),
     ("lib.miniworld",),
-    ("lib.plan", "lib.run", "lib.stagecache", "lib.kernel", "lib.failures", "lib.docblocks", "lib.leaderboard"),
 )

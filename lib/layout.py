@@ -104,7 +104,7 @@ def write_unit(unit: Work, record: dict) -> Path:
 
 def forced_out(path: Path) -> bool:
     """Whether ``path`` was written before the start of a ``FORCE=1`` run (:data:`FORCE_ENV`, set
-    by :mod:`lib.run`), so that the result or unit it holds is redone, not reused."""
+    by :mod:`runner.run`), so that the result or unit it holds is redone, not reused."""
     since = os.environ.get(FORCE_ENV)
     try:
         return bool(since) and path.stat().st_mtime < float(since)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -89,3 +90,42 @@ def flatten(d: dict[str, Any], sep: str = "/", prefix: str = "") -> dict[str, An
         else:
             out[key] = v
     return out
+
+
+# ----------------------------------------------------------------------------- numbers as the docs print them
+def f(x: Any, digits: int = 2, sign: bool = False) -> str:
+    """A number as the tables print it (``-0.00`` becomes ``0.00``; NaN and None print ``n/a``)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+    return text.replace("-0." + "0" * digits, "0." + "0" * digits).replace("+0." + "0" * digits, "0." + "0" * digits) \
+        if float(text) == 0 else text
+
+
+def ci(pair: Any, digits: int = 2, sign: bool = False) -> str:
+    """A 95 % interval ``[lo, hi]``."""
+    lo, hi = pair
+    return f"[{f(lo, digits, sign)}, {f(hi, digits, sign)}]"
+
+
+def est(x: Any, pair: Any, digits: int = 2, sign: bool = False, ci_sign: bool | None = None) -> str:
+    """An estimate with its interval: ``0.52 [0.45, 0.57]``; a signed estimate (a difference) has a
+    signed interval unless ``ci_sign`` is False (a gain whose interval is read as a range)."""
+    return f"{f(x, digits, sign)} {ci(pair, digits, sign if ci_sign is None else ci_sign)}"
+
+
+def pair(values: dict, intervals: dict, key: str) -> str:
+    """``values[key]`` with ``intervals[key]``."""
+    return est(values[key], intervals[key])
+
+
+def gain(x: Any, pair: Any, digits: int = 2) -> str:
+    """A paired gain: ``+0.24 [0.20, 0.29]``."""
+    return est(x, pair, digits, sign=True, ci_sign=False)
+
+
+def pct(x: Any, digits: int = 0) -> str:
+    """A share as a percentage: ``62 %``."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{100 * x:.{digits}f} %"

@@ -53,8 +53,8 @@ TOP_KEYS = {"description", "base", "offline", "prepare", "common", "stages", "re
 REQUIRED_TOP = {"description", "stages"}
 DEFAULT_PROFILE = "mini"         # what `make all` runs, and every notebook's default `profile`
 KERNEL = "train-before-test"     # the project's Jupyter kernel (`make lab` registers it; notebooks name it)
-LOCK_FILE = ".lock"              # outputs/<profile>/.lock: held by the run of that profile (lib.run)
-PREPARED_STAMP = ".prepared.json"   # outputs/<profile>/.prepared.json: its prepare hooks finished (lib.run)
+LOCK_FILE = ".lock"              # outputs/<profile>/.lock: held by the run of that profile (runner.run)
+PREPARED_STAMP = ".prepared.json"   # outputs/<profile>/.prepared.json: its prepare hooks finished (runner.run)
 
 
 class ParamsError(UserError, ValueError):
@@ -520,7 +520,7 @@ def stage(name: str, namespace: dict[str, Any]) -> Stage:
     if not isinstance(profile, str):
         raise ParamsError(f"{name}: set `profile` in the parameters cell (profiles: {known_profiles()})")
     defaults = notebook_parameters(name)
-    interactive = not os.environ.get(READS_ENV)         # lib.run sets it for the kernels it starts
+    interactive = not os.environ.get(READS_ENV)         # runner.run sets it for the kernels it starts
     if interactive and not injected_by_papermill(namespace):      # stepped through by a person
         try:
             check_prerequisites(load_profile(profile, validate=False), name)

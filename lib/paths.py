@@ -16,7 +16,7 @@ CACHE = ROOT / ".cache"
 DATA_DOWNLOADS = ROOT / "data" / "published"   # where `make data` puts the published files
 
 DATA_ENV = "HARMONY_DATA"
-STAGE_STAMP = ".stage.json"     # in a stage's output folder: what its last successful run read (lib.run)
+STAGE_STAMP = ".stage.json"     # in a stage's output folder: what its last successful run read (runner.run)
 
 
 class DataMissing(UserError, FileNotFoundError):

@@ -23,8 +23,8 @@ import os
 import sys
 import time
 
-STAGE_ENV = "TBT_STAGE"      # set by lib.run while a stage runs: prefixes the lines with its name
-HEARTBEAT_ENV = "TBT_HEARTBEAT"   # set by lib.run: a file written at every line ("done total label"), so
+STAGE_ENV = "TBT_STAGE"      # set by runner.run while a stage runs: prefixes the lines with its name
+HEARTBEAT_ENV = "TBT_HEARTBEAT"   # set by runner.run: a file written at every line ("done total label"), so
                                   # its heartbeat stays quiet and an interrupted run can say how far it got
 
 

@@ -12,7 +12,7 @@
   small JSON file holding a ``key`` (whatever determines the cached work: a config, a file's
   sha256); cached work is reused only when its stamp's key equals the key asked for.
 - :func:`note_read`: stages record the inputs they read, so the runner can tell when a cached
-  stage is stale (:mod:`lib.run`).
+  stage is stale (:mod:`runner.run`).
 - :func:`short_warning_paths`: warnings name their file from its package, not by a path of this
   machine (they end up in executed notebooks).
 """
@@ -39,8 +39,8 @@ from typing import Any
 from .errors import UserError
 from .paths import ROOT, portable
 
-READS_ENV = "TBT_READS"      # set by lib.run: file to which a running stage appends what it reads
-FORCE_ENV = "TBT_FORCE_SINCE"  # set by lib.run under FORCE=1: results and units written before this time are redone
+READS_ENV = "TBT_READS"      # set by runner.run: file to which a running stage appends what it reads
+FORCE_ENV = "TBT_FORCE_SINCE"  # set by runner.run under FORCE=1: results and units written before this time are redone
 
 
 class CorruptFile(UserError, ValueError):
@@ -287,7 +287,7 @@ def _parse(source: str) -> ast.AST:
 
 # --------------------------------------------------------------------------- recorded reads
 def note_read(path: str | os.PathLike) -> None:
-    """Record that the running stage read ``path`` (a file or folder) when ``lib.run`` asks for it
+    """Record that the running stage read ``path`` (a file or folder) when ``runner.run`` asks for it
     (environment variable ``TBT_READS``); a no-op otherwise. The record names the path relative to
     the outputs folder, the published data folder or the repository (:func:`lib.paths.portable`),
     so a moved folder is the same input and other data under the same name is not."""

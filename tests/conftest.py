@@ -104,7 +104,8 @@ def other_arithmetic():
 def published_analyses(harmony_data) -> dict:
     """The published profile's analysis stages 04-06, run (or found cached) once per test session
     (on :data:`OTHER_ARITHMETIC`); their summaries."""
-    from lib import outputs, run
+    from lib import outputs
+    from runner import run
 
     with other_arithmetic():
         run.run_profile("published", stages=["04", "05", "06"], wait=True)    # another worker may be running it
@@ -116,7 +117,8 @@ def published_run(harmony_data) -> Path:
     """Stages 04-07 of the published profile, run (or found cached) once per test session on
     :data:`OTHER_ARITHMETIC` (07 alone takes about two minutes: the docs check and 07's own test
     share it); the profile's folder."""
-    from lib import paths, run
+    from lib import paths
+    from runner import run
 
     with other_arithmetic():
         run.run_profile("published", stages=["04", "05", "06", "07"], wait=True)
@@ -138,7 +140,8 @@ def smoke():
     import fcntl
     import shutil
 
-    from lib import outputs, paths, run
+    from lib import outputs, paths
+    from runner import run
 
     prof_dir = paths.profile_dir(SMOKE)
     prof_dir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from lib import figreview, outputs, paths, run, store
+from lib import outputs, paths, store
+from runner import contactsheet, run
 
 pytestmark = pytest.mark.slow
 P = store.PROTOCOLS
@@ -65,7 +66,7 @@ def test_published_figures_pass_the_review(published_analyses):
     a title and a caption (lib.figreview), for every figure of 04-06 (07's: test_benchalign_experiments)."""
     counts = {}
     for stage in ("04_rank_agreement", "05_perplexity", "06_pca"):
-        review = figreview.check(paths.stage_dir("published", stage))
+        review = contactsheet.check(paths.stage_dir("published", stage))
         counts[stage] = len(review)
         assert not any(review.values()), review
     assert counts == {"04_rank_agreement": 6, "05_perplexity": 3, "06_pca": 4}     # 05: + cheaper_protocols

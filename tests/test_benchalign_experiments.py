@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 from test_benchalign_data import make_pipeline_world
 
-from lib import figreview, params, paths
+from lib import params, paths
 from lib.analysis import uncertainty
 from lib.benchalign import baselines, data, methods, rank, studies
 from lib.benchalign import experiments as ex
+from runner import contactsheet
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -232,7 +233,7 @@ def test_notebook_runs_on_pipeline_items_and_degrades(tmp_path, monkeypatch):
     assert set(summary["main"]["larger half"]) == set(methods.METHODS)
     assert any("largest has 1 model" in n for n in summary["notes"])
     assert summary["cross_paper"]["skipped"]
-    review = figreview.check(tmp_path / profile / "07_benchalign")
+    review = contactsheet.check(tmp_path / profile / "07_benchalign")
     assert review and not any(review.values()), review
 
 
@@ -268,7 +269,7 @@ def test_notebook_runs_on_leaderboard_items(published_run):
     figs = out / "figures"
     assert {p.name for p in figs.iterdir()} >= {"methods.pdf", "methods.png", "weights.png", "cross_paper_weights.png",
                                                   "learning_curve.png", "data_needs.png"}
-    review = figreview.check(out)                  # sizes, text, overlap, labels (lib.figreview)
+    review = contactsheet.check(out)                  # sizes, text, overlap, labels (lib.figreview)
     assert not any(review.values()), review
 
 

@@ -1,4 +1,4 @@
-"""The documentation: results tables written from the runs (lib.docblocks), links that resolve.
+"""The documentation: results tables written from the runs (runner.docblocks), links that resolve.
 
 The published profile's blocks are checked against the outputs the test session makes (stages
 04-07 of `published`, as `make all` makes them); the mini world's blocks are checked at the end of
@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from lib import docblocks, doctables, paths
+from lib import paths
+from runner import docblocks, doctables
 
 
 # --------------------------------------------------------------------------- a tiny profile to render from
@@ -236,6 +237,6 @@ def test_make_all_ends_with_the_docs_warning_and_make_docs_targets_exist():
     text = (paths.ROOT / "Makefile").read_text()
     recipe = re.search(r"^all:.*\n((?:\t.*\n)+)", text, re.M).group(1)
     assert recipe.splitlines()[-1].strip() == \
-        "@$(PY) -m lib.docblocks check --warn $(PROFILE) $(if $(filter mini,$(PROFILE)),published,)"
-    assert re.search(r"^docs:.*\n\t\$\(PY\) -m lib\.docblocks write$", text, re.M)
-    assert re.search(r"^check-docs:.*\n\t\$\(PY\) -m lib\.docblocks check$", text, re.M)
+        "@$(PY) -m runner.docblocks check --warn $(PROFILE) $(if $(filter mini,$(PROFILE)),published,)"
+    assert re.search(r"^docs:.*\n\t\$\(PY\) -m runner\.docblocks write$", text, re.M)
+    assert re.search(r"^check-docs:.*\n\t\$\(PY\) -m runner\.docblocks check$", text, re.M)

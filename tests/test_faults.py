@@ -246,7 +246,7 @@ def test_a_resolved_path_under_a_linked_profile_is_recorded_relative_to_it(tmp_p
 def test_a_linked_profile_moved_back_reruns_nothing(project):
     """A stage run while outputs/<profile> is a link to another disk, that resolved a path through
     it, is cached once the folder is moved back (issue 40: 02 and 03 re-ran)."""
-    from lib import run
+    from runner import run
 
     tmp_path, out = project, project / "outputs"
     notebook(project / "notebooks" / "02_reader.ipynb", RESOLVED_READER)
@@ -290,7 +290,8 @@ def test_resources_are_validated_with_the_params_in_one_line(params_dir, resourc
 
 
 def test_the_runner_refuses_bad_resources_before_any_work(params_dir, tmp_path, monkeypatch, capsys):
-    from lib import paths, run
+    from lib import paths
+    from runner import run
 
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "outputs")
     (params_dir / "x.yaml").write_text('description: demo\nstages:\n  00_world: {}\n'
@@ -335,7 +336,8 @@ def test_resources_no_node_of_the_partition_meets_are_refused_before_any_work(pa
     assert str(info.value).startswith(f"{params_dir / 'x.yaml'}: common.resources.{key}: {says}"), str(info.value)
     with pytest.raises(ValueError, match=f"resources.{key}: "):        # and in 02's preflight
         slurm.scheduler_resources(params.load_profile("x", validate=False).params("02_finetune")["resources"])
-    from lib import paths, run
+    from lib import paths
+    from runner import run
 
     monkeypatch.setattr(paths, "OUTPUTS", params_dir / "outputs")
     assert run.main(["x"]) == 2                                      # the runner: one line, before any work
@@ -355,7 +357,8 @@ def test_resources_no_node_of_the_partition_meets_are_refused_before_any_work(pa
 ])
 def test_a_params_yaml_with_a_tab_or_a_key_twice_is_one_line_naming_the_line(params_dir, monkeypatch, capsys,
                                                                                text, line):
-    from lib import paths, run
+    from lib import paths
+    from runner import run
 
     monkeypatch.setattr(paths, "OUTPUTS", params_dir / "outputs")
     (params_dir / "x.yaml").write_text(text)
@@ -364,8 +367,9 @@ def test_a_params_yaml_with_a_tab_or_a_key_twice_is_one_line_naming_the_line(par
 
 
 def test_executor_slurm_without_slurm_is_one_line_before_any_work(params_dir, monkeypatch, capsys):
-    from lib import paths, run
+    from lib import paths
     from lib.pipeline.launch import slurm
+    from runner import run
 
     monkeypatch.setattr(slurm.shutil, "which", lambda name: None)
     monkeypatch.setattr(paths, "OUTPUTS", params_dir / "outputs")
@@ -424,7 +428,7 @@ def test_a_damaged_result_being_redone_is_not_told_to_be_deleted(tmp_path):
 
 
 def test_the_read_only_line_says_what_to_do_first():
-    from lib import failures
+    from runner import failures
 
     line = failures.os_error_line(errno.EROFS, "/proc/x", "smoke")
     assert line.startswith("/proc is on a read-only file system: remount it read-write, or move outputs/"), line
@@ -526,7 +530,7 @@ def _start_02(smoke, tmp_path) -> tuple[subprocess.Popen, list[str]]:
     shutil.copytree(paths.profile_dir("smoke"), out / "smoke", symlinks=True,
                     ignore=shutil.ignore_patterns("train_before_test", "02_finetune", "03_direct_eval", "logs"))
     env = {**os.environ, "TBT_OUTPUTS": str(out), "TBT_MAKE_GOAL": "make all PROFILE=smoke"}
-    proc = subprocess.Popen([sys.executable, "-m", "lib.run", "smoke", "--stages", "02"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "runner.run", "smoke", "--stages", "02"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lines = []
     for line in proc.stderr:
@@ -574,7 +578,8 @@ def test_ctrl_c_during_02_is_one_line_without_a_failed_unit(smoke, tmp_path):
 
 def test_a_hub_model_missing_from_the_offline_cache_is_refused_before_prepare(params_dir, tmp_path, monkeypatch,
                                                                                capsys):
-    from lib import paths, run
+    from lib import paths
+    from runner import run
 
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "outputs")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -593,7 +598,7 @@ def test_a_killed_kernel_is_one_line_with_where_the_run_resumes(monkeypatch, cap
 
     from nbclient.exceptions import DeadKernelError
 
-    from lib import failures
+    from runner import failures
 
     monkeypatch.delenv("TBT_MAKE_GOAL", raising=False)
     where = failures.Where(profile="smoke", stage="02_finetune")
@@ -635,7 +640,8 @@ outputs.write_summary(ctx.out, {"n_squared": n * n, "tasks": util.digest(tasks)}
 def test_a_moved_project_finds_every_stage_cached_and_its_tasks_rewritten(project, monkeypatch):
     """Issue 50: after `mv` of the checkout, prepare writes the local tasks again at the new place (lm-eval
     needs absolute paths) and every stage, one of which read those tasks, is cached."""
-    from lib import paths, run
+    from lib import paths
+    from runner import run
 
     hooks = project / "hooks"
     hooks.mkdir()

@@ -16,7 +16,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from lib import figreview, plots, store  # noqa: E402
+from lib import plots, store  # noqa: E402
+from runner import contactsheet
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +30,7 @@ def style():
 def _save(fig, tmp_path, name="fig"):
     out = tmp_path / "07_stage"
     plots.savefig(fig, out, name, close=True)
-    return json.loads((out / "figures" / f"{name}.json").read_text()), figreview.check(out)[f"07_stage/{name}"]
+    return json.loads((out / "figures" / f"{name}.json").read_text()), contactsheet.check(out)[f"07_stage/{name}"]
 
 
 def _clean(width=plots.WIDTH_SINGLE):
@@ -144,7 +145,7 @@ def test_check_finds_figures_saved_another_way(tmp_path):
     with plt.rc_context({"savefig.bbox": "standard"}):            # the whole 7.6-inch canvas
         fig.savefig(folder / "raw.png")
         fig.savefig(folder / "raw.pdf")
-    problems = figreview.check(tmp_path / "prof")["04_x/raw"]
+    problems = contactsheet.check(tmp_path / "prof")["04_x/raw"]
     assert any("no record raw.json" in p for p in problems)
     assert any("PDF page 7.6 in wide" in p for p in problems)
 
@@ -155,7 +156,7 @@ def test_contact_sheet_shows_every_figure_with_caption_and_notebook(tmp_path, mo
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path)
     plots.savefig(_clean(), tmp_path / "prof" / "04_rank_agreement", "clean", close=True)
     plots.savefig(_overlap(), tmp_path / "prof" / "05_perplexity", "bad", close=True)
-    sheet = figreview.contact_sheet("prof")
+    sheet = contactsheet.contact_sheet("prof")
     text = sheet.read_text()
     assert sheet == tmp_path / "prof" / "figures.html"
     assert "04_rank_agreement/figures/clean.png" in text and "05_perplexity/figures/bad.png" in text
@@ -165,10 +166,10 @@ def test_contact_sheet_shows_every_figure_with_caption_and_notebook(tmp_path, mo
     for name, cell in (("clean", 3), ("aaa_made_later", 9)):          # as the notebook's cells made them
         rec = tmp_path / "prof" / "04_rank_agreement" / "figures" / f"{name}.json"
         rec.write_text(json.dumps({**json.loads(rec.read_text()), "cell": cell}))
-    text = figreview.contact_sheet("prof").read_text()
+    text = contactsheet.contact_sheet("prof").read_text()
     assert text.index("figures/clean.png") < text.index("figures/aaa_made_later.png")   # made first, shown first
-    assert figreview.main(["prof", "--no-sheet"]) == 1
-    assert "1 with problems" in figreview.review("prof")
+    assert contactsheet.main(["prof", "--no-sheet"]) == 1
+    assert "1 with problems" in contactsheet.review("prof")
 
 
 def test_names_are_shown_as_the_papers_write_them():

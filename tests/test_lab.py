@@ -13,7 +13,8 @@ import nbclient
 import nbformat
 import pytest
 
-from lib import kernel, outputs, params, paths, run, store
+from lib import outputs, params, paths, store
+from runner import kernel, run
 
 PROFILE = "smoke"        # the test suite's stand-in for the default profile (mini takes 15-30 minutes)
 # every notebook of the smoke profile; 08_placement, which needs a placement profile, is stepped through

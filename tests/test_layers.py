@@ -1,5 +1,6 @@
-"""The package's shape: imports follow the layer list in lib/__init__.py, no import cycle, and the
-analysis stages' cache keys hold no pipeline module (editing the launcher re-runs no analysis)."""
+"""The packages' shape: lib's imports follow the layer list in lib/__init__.py, runner sits above all
+of lib (lib never imports it), no import cycle, and the analysis stages' cache keys hold no pipeline
+module (editing the launcher re-runs no analysis)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ import re
 import pytest
 
 import lib
-from lib import params, paths, stagecache
+from lib import params, paths
+from runner import stagecache
+
+
+PACKAGES = ("lib", "runner")
 
 
 def _modules() -> dict[str, object]:
-    """Every module of ``lib`` by dotted name -> its file."""
+    """Every module of ``lib`` and ``runner`` by dotted name -> its file."""
     out = {}
-    for path in sorted((paths.ROOT / "lib").rglob("*.py")):
+    for path in sorted(p for top in PACKAGES for p in (paths.ROOT / top).rglob("*.py")):
         parts = list(path.relative_to(paths.ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
@@ -24,7 +29,7 @@ def _modules() -> dict[str, object]:
 
 
 def _imports(name: str, path, modules) -> set[str]:
-    """The ``lib`` modules a module imports anywhere in its code (lazy imports included)."""
+    """The ``lib`` and ``runner`` modules a module imports anywhere in its code (lazy imports included)."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -39,6 +44,8 @@ def _imports(name: str, path, modules) -> set[str]:
 
 
 def _layer(name: str) -> int:
+    if name == "runner" or name.startswith("runner."):
+        return len(lib.LAYERS)                          # above every layer of lib
     for i, layer in enumerate(lib.LAYERS):
         if any(name == top or name.startswith(top + ".") for top in layer):
             return i
@@ -50,8 +57,8 @@ GRAPH = {name: _imports(name, path, MODULES) for name, path in MODULES.items()}
 
 
 def test_imports_point_down_the_layer_list():
-    upward = [f"{a} imports {b}" for a, deps in GRAPH.items() if a != "lib" for b in deps
-              if b != "lib" and _layer(b) > _layer(a)]
+    upward = [f"{a} imports {b}" for a, deps in GRAPH.items() if a not in PACKAGES for b in deps
+              if b not in PACKAGES and _layer(b) > _layer(a)]
     assert not upward, upward
 
 
@@ -109,7 +116,7 @@ MAP_LINE = re.compile(r"^    (\w+)\s{2,}\S", re.M)     # "    module   what it i
 
 
 def _packages() -> list:
-    return sorted(p.parent for p in (paths.ROOT / "lib").rglob("__init__.py"))
+    return sorted(p.parent for top in PACKAGES for p in (paths.ROOT / top).rglob("__init__.py"))
 
 
 def test_every_module_is_named_in_its_packages_map_and_every_name_exists():
@@ -126,4 +133,5 @@ def test_every_module_is_named_in_its_packages_map_and_every_name_exists():
         wrong += [f"{package}.{m} is in no map: add a line to {package}'s docstring" for m in sorted(on_disk - named)]
         wrong += [f"{package}'s docstring names {m}, which does not exist" for m in sorted(named - on_disk)]
     assert not wrong, "\n".join(wrong)
-    assert {f.name for f in _packages()} == {"lib", "pipeline", "launch", "analysis", "benchalign", "miniworld"}
+    assert {f.name for f in _packages()} == {"lib", "pipeline", "launch", "analysis", "benchalign", "miniworld",
+                                             "runner", "tables"}

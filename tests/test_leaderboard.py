@@ -1,4 +1,4 @@
-"""The leaderboard page's table (lib.leaderboard) and the mean ranks it shows (lib.analysis.agreement's
+"""The leaderboard page's table (runner.leaderboard) and the mean ranks it shows (lib.analysis.agreement's
 mean_ranks, which notebooks 04 and 08 write): on a tiny profile built here, in seconds. The page
 itself, opened in headless Chromium on the published and smoke profiles, is test_leaderboard_browser's."""
 
@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lib import leaderboard, outputs, paths, plots, store
+from lib import outputs, paths, plots, store
 from lib.analysis import agreement, uncertainty
+from runner import leaderboard
 
 PROFILE = "leaderboard_tiny"
 KSHOT = "direct_eval_5shot"           # a further protocol (issue 42's kind): data, not code

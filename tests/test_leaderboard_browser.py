@@ -18,7 +18,8 @@ import time
 import pandas as pd
 import pytest
 
-from lib import leaderboard, metadata, paths, published, run, store
+from lib import metadata, paths, published, store
+from runner import leaderboard, run
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1500,1000")

@@ -7,8 +7,9 @@ import json
 import pytest
 from test_miniworld_zoo import SMALL, ZOO
 
-from lib import params, paths, run
+from lib import params, paths
 from lib.miniworld import world as mw
+from runner import run
 
 PROFILE = "miniworld-test"          # same build as tests/test_miniworld_zoo.py (cached between them)
 HOOK = {"lib.miniworld.zoo:prepare": {"seed": 0, **{k: list(v) if isinstance(v, tuple) else v for k, v in ZOO.items()},

@@ -1,6 +1,6 @@
 """Placement profiles (``reference:``): parameters inherited and mismatches refused, the calibration
 check, the placement report (lib.placement) on the real published data, and a placement among the
-finished smoke profile run end to end through lib.run."""
+finished smoke profile run end to end through runner.run."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lib import outputs, params, paths, placement, run, store
+from lib import outputs, params, paths, placement, store
 from lib.analysis import agreement
+from runner import run
 
 SLICE = ["EleutherAI/pythia-160m-deduped", "Qwen/Qwen2.5-0.5B"]
 
@@ -258,7 +259,7 @@ def test_placement_report_on_new_models_written_into_the_store(paper, tmp_path):
 
 @pytest.mark.slow
 def test_notebook_08_places_models_among_the_published_results(harmony_data, params_dir, tmp_path, monkeypatch):
-    """Stage 08 of a placement profile against `published`, run through lib.run on a store written
+    """Stage 08 of a placement profile against `published`, run through runner.run on a store written
     with lib.store's writer (stages 02-03 would need a GPU cluster)."""
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "outputs")
     monkeypatch.setenv("TBT_OUTPUTS", str(tmp_path / "outputs"))
@@ -323,7 +324,7 @@ def test_place_smoke_trains_only_new_and_calibration_models_and_reproduces_smoke
     assert lines[0].startswith("Calibration (mw-gpt2-s): ") and "comparable" in lines[0]
     assert [line.split(" | ")[0] for line in lines[4:]] == [f"| {m}" for m in s["new_models"]]
     # the leaderboard page: smoke's four and the two placed models, each marked, ranked as 08 ranked them
-    from lib import leaderboard
+    from runner import leaderboard
 
     data = leaderboard.page_data(leaderboard.board("place_smoke"))
     rows = {m["id"]: m for m in data["models"]}

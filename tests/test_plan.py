@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from lib import params, paths, plan
+from lib import params, paths
+from runner import plan
 
 
 @pytest.fixture()

@@ -1,4 +1,4 @@
-"""lib.published (importer) and the analysis notebooks 04-06 run end to end through lib.run.
+"""lib.published (importer) and the analysis notebooks 04-06 run end to end through runner.run.
 
 The published-data test runs the real notebooks on the paper's results and checks their
 summary.json against the paper's numbers and against values computed here, independently, from
@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lib import metadata, outputs, paths, published, run, store, util
+from lib import metadata, outputs, paths, published, store, util
+from runner import run
 
 PAPER_BENCHMARKS = 24
 
@@ -83,7 +84,7 @@ TINY_PROFILE = "test_analysis_tiny"
 @pytest.mark.slow
 def test_analysis_notebooks_on_a_tiny_store(tmp_path, monkeypatch):
     """Few models, a one-benchmark category, a missing result, one corpus, no compute: 04-06 run
-    through lib.run and report NaN with notes instead of crashing."""
+    through runner.run and report NaN with notes instead of crashing."""
     params_dir = tmp_path / "params"
     params_dir.mkdir()
     (params_dir / f"{TINY_PROFILE}.yaml").write_text(
@@ -196,7 +197,7 @@ def test_the_papers_own_metrics_come_out_as_the_paper_reports(harmony_data, publ
     digits) and against scipy on the raw file; language understanding's direct value is the one gap
     (0.539 for the paper's 0.52), and none of the ways of computing it that docs/results.md lists
     gives the paper's pair of values."""
-    from lib.analysis.tables import PAPER
+    from runner.tables.analysis import PAPER
 
     raw = _raw(harmony_data)
     s04, s05 = published_analyses["04_rank_agreement"], published_analyses["05_perplexity"]

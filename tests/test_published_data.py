@@ -1,4 +1,4 @@
-"""lib.data (`make data`): pinned downloads checked by sha256, joblib -> npz, clear offline failure.
+"""runner.download (`make data`): pinned downloads checked by sha256, joblib -> npz, clear offline failure.
 
 No network here: the "remote" is a local folder served through file:// URLs with the same layout
 as raw.githubusercontent.com (<repo>/<commit>/<path>).
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from lib import data
+from runner import download
 
 
 def _serve(root, remote, content: bytes):
@@ -54,20 +55,20 @@ def test_download_verifies_converts_and_skips_verified_copies(tmp_path, remote):
 
     def fetcher(url):
         calls.append(url)
-        return data.fetch(url)
+        return download.fetch(url)
 
     kw = dict(files=data.FILES, items=items, fetcher=fetcher, log=lambda _: None,
               url_template=f"file://{root}/{{repo}}/{{commit}}/{{path}}",
               lfs_template=f"file://{root}/media/{{repo}}/{{commit}}/{{path}}")
     dest = tmp_path / "dest"
-    written = data.download(dest, **kw)
+    written = download.download(dest, **kw)
     assert (dest / "lm-harmony/all_results.json").exists()
     assert (dest / "obsscaling/base_llm_benchmark_eval.csv").exists()
     with np.load(dest / "oll-v2-items/toy.npz", allow_pickle=False) as npz:
         assert npz["scores"].dtype == np.uint8 and (npz["scores"] == scores).all()
         assert npz["models"].tolist() == ["org/a", "org/b"]
     assert len(written) == 3 and len(calls) == 5                 # 2 files + pointer, LFS object, model list
-    data.download(dest, **kw)
+    download.download(dest, **kw)
     assert len(calls) == 5                                       # verified copies are not fetched again
 
 
@@ -76,7 +77,7 @@ def test_sha256_mismatch_is_an_error_and_nothing_is_written(tmp_path, remote):
     target = data.FILES[0]
     _serve(root, target, b'{"direct_eval": {}}')                  # tampered
     with pytest.raises(data.DataError, match=r"sha256 mismatch for lm-harmony/all_results.json .*expected 17e0a0"):
-        data.download(tmp_path / "dest", files=[target], items={}, log=lambda _: None,
+        download.download(tmp_path / "dest", files=[target], items={}, log=lambda _: None,
                       url_template=f"file://{root}/{{repo}}/{{commit}}/{{path}}")
     assert not (tmp_path / "dest" / target.dest).exists()
     assert not list((tmp_path / "dest").rglob("*.tmp"))
@@ -84,7 +85,7 @@ def test_sha256_mismatch_is_an_error_and_nothing_is_written(tmp_path, remote):
 
 def test_offline_fails_with_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(data, "URL_TEMPLATE", f"file://{tmp_path}/nowhere/{{repo}}/{{commit}}/{{path}}")
-    assert data.main(["download", "--dest", str(tmp_path / "dest")]) == 2
+    assert download.main(["download", "--dest", str(tmp_path / "dest")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: cannot download") and "HARMONY_DATA" in err[0]
     assert not (tmp_path / "dest" / "lm-harmony").exists()

@@ -6,8 +6,8 @@ A deleted or corrupt ``unit.json`` of real fine-tuning units is in ``test_pipeli
 
 from __future__ import annotations
 
-import errno
 import dataclasses
+import errno
 import json
 import os
 import shutil
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from notebook_project import READER, notebook
 
-from lib import data, failures, kernel, layout, params, paths, published, run, stagecache, store, util
+from lib import data, layout, params, paths, published, store, util
 from lib.benchalign import data as bdata
 from lib.benchalign import experiments as ex
 from lib.benchalign import memo, methods
@@ -32,6 +32,7 @@ from lib.pipeline import evaluate as ev
 from lib.pipeline import finetune as ft
 from lib.pipeline import spec as spec_mod
 from lib.pipeline.spec import JobSpec
+from runner import failures, kernel, run, stagecache
 
 # --------------------------------------------------------------------------- a tiny project of notebooks
 # notebook, WRITER, READER and the project fixture: tests/notebook_project.py
@@ -490,7 +491,7 @@ outputs.write_summary(ctx.out, {"done": 20})
 @pytest.mark.slow
 def test_ctrl_c_ends_in_one_line_saying_where_make_all_resumes(project):
     notebook(project / "notebooks" / "01_demo.ipynb", PROGRESSING)
-    proc = subprocess.Popen([sys.executable, "-m", "lib.run", "x"], cwd=paths.ROOT, env=dict(os.environ),
+    proc = subprocess.Popen([sys.executable, "-m", "runner.run", "x"], cwd=paths.ROOT, env=dict(os.environ),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     heartbeat = project / "outputs" / "x" / "01_demo" / ".heartbeat"
     deadline = time.time() + 180

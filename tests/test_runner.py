@@ -7,7 +7,8 @@ import json
 import nbformat
 import pytest
 
-from lib import failures, kernel, params, paths, run, stagecache
+from lib import params, paths
+from runner import failures, kernel, run, stagecache
 
 
 def _notebook(path, body: str, default: int = 1):
@@ -198,7 +199,7 @@ def _runner(project, *args):
 
     env = {**os.environ, "TBT_PARAMS": str(project / "params"), "TBT_NOTEBOOKS": str(project / "notebooks"),
            "TBT_OUTPUTS": str(project / "outputs")}
-    return subprocess.Popen([sys.executable, "-m", "lib.run", "x", *args], cwd=paths.ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "runner.run", "x", *args], cwd=paths.ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -229,7 +230,7 @@ def test_a_second_run_of_a_profile_is_refused_or_waits_and_a_killed_run_leaves_n
     first = _runner(project)
     _wait_for_lock(project, first.pid)
     with pytest.raises(run.RunLocked, match=rf"profile 'x' is being run by another process \(pid {first.pid}, "
-                                            r"`.*lib.run x`, started 20\d\d-"):
+                                            r"`.*runner.run x`, started 20\d\d-"):
         run.run_profile("x")
     assert run.main(["x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

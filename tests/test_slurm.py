@@ -114,8 +114,8 @@ def _release_requeued():
 @pytest.fixture(scope="module")
 def slurm_run(cluster, smoke):
     """`make submit`, `make status`, then `make all` of smoke_slurm (stages 00-04: 02 and 03 through the cluster)."""
-    from lib import run
     from lib.pipeline.launch import status
+    from runner import run
 
     prof_dir = paths.profile_dir(PROFILE)
     for sub in ("01_select_benchmarks", "02_finetune", "03_direct_eval", "store", "work/train_before_test",

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lib import figreview, layout, outputs, paths, run, store
+from lib import layout, outputs, paths, store
+from runner import contactsheet, run
 
 pytestmark = pytest.mark.slow
 STAGES = ["00_world", "01_select_benchmarks", "02_finetune", "03_direct_eval", "04_rank_agreement",
@@ -46,7 +47,7 @@ def test_every_figure_passes_the_review_and_is_on_the_contact_sheet(full_smoke):
     """Every figure the smoke profile writes: at most 7.0 in wide, no text under 7 pt at print size,
     no overlapping text, every axis labelled, no legend on data, a title and a caption
     (lib.figreview); outputs/smoke/figures.html shows each with its notebook."""
-    review = figreview.check(paths.profile_dir("smoke"))
+    review = contactsheet.check(paths.profile_dir("smoke"))
     assert len(review) >= 16
     assert {k: v for k, v in review.items() if v} == {}
     sheet = (paths.profile_dir("smoke") / "figures.html").read_text()

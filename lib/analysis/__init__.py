@@ -9,5 +9,4 @@
     cheaper      cheaper protocols (direct evaluation, perplexity alone) against train-before-test: agreement, cost
     structure    low-dimensional structure of the model x benchmark matrix: PCA, standardised columns
     figures      the figures of notebooks 04-06
-    tables       the docs tables of stages 04-06 (registered in lib.doctables)
 """

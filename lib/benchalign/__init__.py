@@ -14,7 +14,6 @@ ranking; trained on small (source) models, tested on unseen larger ones (noteboo
     experiments  notebook 07 in one call: its summary, tables and numbers
     memo         notebook 07's finished units of work kept on disk, so an interrupted run resumes
     figures      the notebook's figures
-    tables       the docs tables of stage 07 (registered in lib.doctables)
     align        the align / score command line (your own preferences -> an aligned benchmark file),
                  Bradley-Terry preferences from a known latent and the noise / sparsity study
 """

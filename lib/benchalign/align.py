@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import uncertainty
-from ..doctables import Missing, Summaries, est, f, header, row, table
+from ..outputs import est
 from ..util import atomic_write_text
 from . import rank
 from .data import ItemData, ItemDataError, check_matrix, dedupe
@@ -638,12 +638,12 @@ def _cond(flip: float, ppm: int) -> str:
     return f"pairs flip={flip:.2f} per_model={ppm or 'all'}"
 
 
-def _ordered(conditions: dict) -> list[str]:
+def ordered_conditions(conditions: dict) -> list[str]:
     """Condition names by pairs per model (all last), then share flipped (summary.json sorts its keys)."""
     return sorted(conditions, key=lambda n: (conditions[n]["pairs_per_model"] or np.inf, conditions[n]["flip"]))
 
 
-def _method_label(name: str) -> str:
+def method_label(name: str) -> str:
     """The registry's label of a baseline (its name where the registry has none)."""
     from .methods import METHODS
 
@@ -654,7 +654,7 @@ def noise_table(study: dict) -> pd.DataFrame:
     """One row per condition and baseline: pairs, share disagreeing with the latent, and per test group
     rho [95 %] with the paired difference to plain accuracy."""
     out = []
-    for name in [*study["baselines"], *_ordered(study["conditions"])]:
+    for name in [*study["baselines"], *ordered_conditions(study["conditions"])]:
         c = study["conditions"].get(name, {})
         r = {"method": name, "flipped": c.get("flip"), "pairs_per_model": c.get("pairs_per_model"),
              "pairs": c.get("pairs"), "wrong_share": c.get("wrong")}
@@ -703,52 +703,6 @@ def noise_figure(study: dict, group: str):
         "set apart slightly). Grey lines: plain accuracy and random weights, which use no preferences."))
 
 
-# --------------------------------------------------------------------------- docs tables
-@table("align-example")
-def example_table(s: Summaries) -> list[str]:
-    """docs/align.md: the worked example's cross-validated metrics and the test models' rho."""
-    a = _part(s, "example")
-    out = header("", "aligned (BenchAlign on the pairs)", "plain accuracy", "difference")
-    cv = a["cv"]
-    for k, label in (("rho", "cross-validated rho with the Bradley-Terry strengths, source models"),
-                     ("pair_acc", "cross-validated pair accuracy, source models' pairs")):
-        out.append(row(label, *(est(cv[n][k], cv[n][k + "_ci"], sign=n == "diff")
-                                for n in ("aligned", "plain_accuracy", "diff"))))
-    for g, r in a["test"].items():
-        out.append(row(f"rho with IFEval accuracy, {r['n_models']} test models {g}", f(r["aligned"]), f(r["plain"]),
-                       f(r["aligned"] - r["plain"], sign=True)))
-    return out
-
-
-@table("align-noise")
-def noise_doc_table(s: Summaries) -> list[str]:
-    """docs/align.md: the noise / sparsity study, rho on each test group and the paired difference."""
-    n = _part(s, "noise")
-    groups = list(n["summary"])
-    out = header("preferences", "pairs", "share against the latent", *(f"{g} rho [95 %]" for g in groups),
-                 *(f"Δrho vs plain, {g}" for g in groups))
-    labels = {"no_alignment": "plain accuracy (no preferences)", "random": "random weights"}
-    for name in [*n["baselines"], *_ordered(n["conditions"])]:
-        c = n["conditions"].get(name)
-        recs = [n["summary"][g][name] for g in groups]
-        what = (f"{c['pairs_per_model']} per model" if c and c["pairs_per_model"] else "all pairs") if c else ""
-        what = f"{what}, {round(c['flip'] * 100)} % flipped" if c else labels.get(name, _method_label(name))
-        out.append(row(what, str(c["pairs"]) if c else "", f(c["wrong"]) if c else "",
-                       *(est(r["spearman"], r["spearman_ci"]) for r in recs),
-                       *(est(r["spearman_diff_no_alignment"], r["spearman_diff_no_alignment_ci"], sign=True)
-                         if "spearman_diff_no_alignment" in r else "" for r in recs)))
-    return out
-
-
-def _part(s: Summaries, key: str) -> dict:
-    part = s("07_benchalign").get("align", {}).get(key)
-    if part is None or "skipped" in part:
-        raise Missing(f"07_benchalign's align.{key} " + (f"was skipped: {part['skipped']}" if part else
-                                                          f"is missing (`make run PROFILE={s.profile} STAGES=07`)"))
-    return part
-
-
-# --------------------------------------------------------------------------- the command line
 def _write(text: str, out: str | None) -> None:
     if out:
         atomic_write_text(out, text)

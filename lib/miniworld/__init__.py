@@ -8,5 +8,4 @@
     overview     the tables and figure of notebook 00_world
     analysis     the prepared-vs-unprepared comparison at the end of notebooks 04-06
     causal       why direct evaluation disagrees: the tests only a controlled world allows (notebook 04)
-    tables       the docs tables of that comparison (registered in lib.doctables)
 """

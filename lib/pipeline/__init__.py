@@ -15,7 +15,6 @@ subpackage :mod:`lib.pipeline.launch`.
     protocols   the paper's two protocols for one (model, benchmark), read top to bottom
     spec        what one job runs (JobSpec): what determines a result, its provenance
     reports     the tables and summaries of notebooks 02 and 03
-    tables      the docs tables of stages 01-03 (registered in lib.doctables)
     figures     the figures of notebooks 01-03
     tiny        tiny causal LMs built offline: tokenizer and model primitives
     realmodel   a real pretrained LM and lm-eval's own task configs, offline (the real_cpu profile)

@@ -22,7 +22,7 @@ core count. MKL's strict AVX2 branch holds only on Intel CPUs (on others MKL fal
 automatic branch, Intel's documentation says); its portable branch (``MKL_CBWR=COMPATIBLE``) made
 the mini world's training 1.7-2.3x slower here, so training's last bits still depend on the CPU
 vendor, and the numbers quoted from it carry the spread measured between two CPUs
-(``docs/spreads.json``, :mod:`lib.docblocks`). The variables are read when torch and numpy load,
+(``docs/spreads.json``, :mod:`runner.docblocks`). The variables are read when torch and numpy load,
 so the runner, the Makefile and the tests set them before any import; a value set by the user (or
 the machine) wins.
 """

@@ -1,4 +1,4 @@
-// The leaderboard page's script (lib/leaderboard.py inlines it): builds the table from the JSON the
+// The leaderboard page's script (runner/leaderboard.py inlines it): builds the table from the JSON the
 // page embeds, sorts, filters and switches the protocol of the score columns. It fetches nothing.
 "use strict";
 (function () {

@@ -6,12 +6,12 @@ A results table in the documentation lives between two markers that name a profi
     | ... the table, generated ... |
     <!-- /results -->
 
-``make docs`` (``python -m lib.docblocks write``) rewrites every block of a profile whose outputs
-exist from :data:`lib.doctables.TABLES` (one function per table, beside the report whose summary
+``make docs`` (``python -m runner.docblocks write``) rewrites every block of a profile whose outputs
+exist from :data:`runner.doctables.TABLES` (one function per table, beside the report whose summary
 keys it reads: :data:`TABLE_MODULES`) and copies the headline figure; ``make check-docs``
-(``python -m lib.docblocks check``) renders the same tables and lists every line whose numbers
+(``python -m runner.docblocks check``) renders the same tables and lists every line whose numbers
 differ from what is quoted (file, line, quoted, measured), exiting 1. A table that fails for any
-other reason than missing outputs (:class:`lib.doctables.Missing`) is a bug and is reported as one
+other reason than missing outputs (:class:`runner.doctables.Missing`) is a bug and is reported as one
 (:class:`TableBug`: the file and line of the block, the table's function, the exception). So a
 number in a table is never typed by hand, and a run that moves it makes the check fail until
 ``make docs`` is run. ``make all`` ends with ``check --warn``: one line, never a failure.
@@ -19,7 +19,7 @@ number in a table is never typed by hand, and a run that moves it makes the chec
 Numbers that training computes move in their last digits with the CPU that computed them (its
 kernels round differently, and training amplifies a last bit into another model).
 :data:`SPREADS` (``docs/spreads.json``) records, per quoted number, how far it was seen to move
-between two arithmetic paths (``python -m lib.docblocks spread`` after a run on another CPU or under
+between two arithmetic paths (``python -m runner.docblocks spread`` after a run on another CPU or under
 another setting, before ``make docs``); a difference within that spread is reported as "computed
 on another CPU" and passes, any other still fails.
 Prose keeps few numbers; where it must, the sentence points at the table that holds them.
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lib import paths, util
-from lib.doctables import TABLES, Missing, Summaries
+from runner.doctables import TABLES, Missing, Summaries
 
 START = re.compile(r"^<!-- results:(?P<profile>[A-Za-z0-9_]+)/(?P<table>[A-Za-z0-9_-]+) -->\s*$")
 END = "<!-- /results -->"
@@ -57,9 +57,9 @@ def doc_files(root: Path | None = None) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- the tables
-# The modules whose tables the blocks name (each registers its own in lib.doctables.TABLES).
-TABLE_MODULES = ("lib.analysis.tables", "lib.miniworld.tables", "lib.pipeline.tables", "lib.benchalign.tables",
-                 "lib.benchalign.align", "lib.placement")
+# The modules whose tables the blocks name (each registers its own in runner.doctables.TABLES).
+TABLE_MODULES = ("runner.tables.analysis", "runner.tables.miniworld", "runner.tables.pipeline",
+                 "runner.tables.benchalign", "runner.tables.placement")
 for _module in TABLE_MODULES:
     importlib.import_module(_module)
 
@@ -92,7 +92,7 @@ def blocks(path: Path, lines: list[str] | None = None) -> list[Block]:
             continue
         if m["table"] not in TABLES:
             raise DocError(f"{_rel(path)}:{i + 1}: unknown results table {m['table']!r} "
-                           f"(known: {', '.join(sorted(TABLES))}; lib/doctables.py)")
+                           f"(known: {', '.join(sorted(TABLES))}; runner/doctables.py)")
         try:
             end = lines.index(END, i + 1)
         except ValueError:
@@ -350,7 +350,7 @@ def broken_links(files: list[Path]) -> list[str]:
 
 # ----------------------------------------------------------------------------- command line
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lib.docblocks", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m runner.docblocks", description=__doc__.split("\n\n")[0])
     ap.add_argument("action", choices=("write", "check", "spread"))
     ap.add_argument("profiles", nargs="*", help="only the blocks of these profiles (default: every profile that ran)")
     ap.add_argument("--warn", action="store_true", help="check: one line on a difference, exit status 0")

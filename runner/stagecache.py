@@ -14,7 +14,7 @@ A stage is skipped when nothing it depends on changed since its last successful 
   hand in JupyterLab that changed them is redone; and a summary.json that parses.
 
 So editing ``lib/benchalign`` re-runs only 07, and a stage whose upstream outputs came out the
-same stays cached. The runner (:mod:`lib.run`) writes each stage's stamp (:data:`lib.paths.STAGE_STAMP`).
+same stays cached. The runner (:mod:`runner.run`) writes each stage's stamp (:data:`lib.paths.STAGE_STAMP`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import json
 import os
 from pathlib import Path
 
-from . import paths
-from .params import notebook_path
-from .pipeline.device import PINNED_ARITHMETIC
-from .util import CorruptFile, digest, jsonable, lib_closure, read_json, sha256_bytes
+from lib import paths
+from lib.params import notebook_path
+from lib.pipeline.device import PINNED_ARITHMETIC
+from lib.util import CorruptFile, digest, jsonable, lib_closure, read_json, sha256_bytes
 
 
 def _code_cells(path: Path) -> list[str]:

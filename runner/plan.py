@@ -4,7 +4,7 @@ A model of the work, not a guess per stage: every part of a run gets a *work* fi
 profile's parameters (units x tokens, weighted by the model size's measured cost), and seconds are
 work x a reference rate measured on the project's 2-core reference machine (the fresh-clone
 ``make all`` of 62f183b, idle). When this machine has run stages before, their stamps
-(``outputs/<profile>/<stage>/.stage.json``, written by :mod:`lib.run`) hold the seconds they took
+(``outputs/<profile>/<stage>/.stage.json``, written by :mod:`runner.run`) hold the seconds they took
 and the work the model gave them then; the ratio of the two sums is this machine's speed against
 the reference, by which a part is scaled unless its own last run here gives its own ratio (a stage
 whose model is off, e.g. another recipe, is corrected by itself). A stage that will be skipped as cached costs
@@ -24,9 +24,9 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-from . import paths
-from .params import PREPARED_STAMP, Profile, load_profile
-from .util import CorruptFile, current, read_json
+from lib import paths
+from lib.params import PREPARED_STAMP, Profile, load_profile
+from lib.util import CorruptFile, current, read_json
 
 WORKERS = 2                      # the reference machine's worker processes (one per core)
 # pre-training tokens per CPU second by size (bench/bench_training.py, one torch thread) and the cost
@@ -72,7 +72,7 @@ def zoo_models(prof: Profile) -> list | None:
     options = _hooks(prof).get(ZOO_HOOK)
     if options is None:
         return None
-    from .miniworld import zoo
+    from lib.miniworld import zoo
 
     accepted = inspect.signature(zoo.default_zoo).parameters     # not the hook's own (seed, workers)
     args = {k: (tuple(v) if k in ("doses", "answers", "twin_kinds") and v is not None else v)
@@ -81,7 +81,7 @@ def zoo_models(prof: Profile) -> list | None:
 
 
 def _world(prof: Profile) -> dict:
-    from .miniworld import world as mw
+    from lib.miniworld import world as mw
 
     options = _hooks(prof).get(ZOO_HOOK, {})
     defaults = {k: f.default for k, f in mw.WorldConfig.__dataclass_fields__.items()}
@@ -165,7 +165,7 @@ def parts(name: str, cached=None) -> list[Part]:
 
 def machine_speed(profiles: list[str]) -> float | None:
     """This machine's seconds per reference second: recorded seconds over the modelled seconds the
-    stamps of ``profiles``' stages hold (:func:`lib.run.run_profile` writes both); None without any."""
+    stamps of ``profiles``' stages hold (:func:`runner.run.run_profile` writes both); None without any."""
     spent = modelled = 0.0
     for name in profiles:
         for stamp in paths.profile_dir(name).glob(f"*/{paths.STAGE_STAMP}"):

@@ -34,8 +34,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import paths
-from .errors import UserError, user_errors
+from lib import paths
+from lib.errors import UserError, user_errors
 
 _ERRNO = re.compile(r"\[Errno (\d+)\][^:']*(?::\s*'([^']*)')?")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -182,7 +182,7 @@ def command_line() -> str:
     """The command that started this run, as typed (``make all PROFILE=...`` under make)."""
     if os.environ.get("MAKELEVEL") and os.environ.get("TBT_MAKE_GOAL"):
         return os.environ["TBT_MAKE_GOAL"]
-    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "-m", "lib.run", *sys.argv[1:]])
+    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "-m", "runner.run", *sys.argv[1:]])
 
 
 def _size(path: Path) -> int:

@@ -1,10 +1,10 @@
 """The mini world's results tables that docs/miniworld.md quotes: 04's ``preparation``
 (:mod:`lib.miniworld.analysis`'s P1 manipulation check, benchmark subsets, zoo compositions and the
-leads of prepared models), registered in :mod:`lib.doctables`."""
+leads of prepared models), registered in :mod:`runner.doctables`."""
 
 from __future__ import annotations
 
-from ..doctables import D, Missing, Summaries, T, est, f, gain, header, row, table
+from runner.doctables import D, Missing, Summaries, T, est, f, gain, header, row, table
 
 KINDS = {"format": "format exposure", "instruct": "instruction-style", "contam": "contamination",
          "answers": "answer-contaminated (positive control)", "sham": "sham (negative control)"}

@@ -5,11 +5,11 @@ A table is one function ``fn(s: Summaries) -> list[str]`` (Markdown lines), regi
 name that a docs block names (``<!-- results:<profile>/<name> -->``) with :func:`table`. Each table
 sits beside the report that writes the keys it reads:
 
-    lib.analysis.tables      stages 04-06 (agreement, headline, noise, robustness, perplexity,
+    runner.tables.analysis      stages 04-06 (agreement, headline, noise, robustness, perplexity,
                              families, quality)
-    lib.miniworld.tables     04's ``preparation`` (p1, subsets, compositions, leads)
-    lib.pipeline.tables      stages 01-03 (budget, scores)
-    lib.benchalign.tables    stage 07 (benchalign, benchalign-short, -gains, -ablation, -data,
+    runner.tables.miniworld     04's ``preparation`` (p1, subsets, compositions, leads)
+    runner.tables.pipeline      stages 01-03 (budget, scores)
+    runner.tables.benchalign    stage 07 (benchalign, benchalign-short, -gains, -ablation, -data,
                              -cross-paper, -pipeline)
     lib.benchalign.align     stage 07's align.example and align.noise (align-example, align-noise)
     lib.placement            stage 08 (placement)
@@ -17,20 +17,20 @@ sits beside the report that writes the keys it reads:
 A table reads a summary through ``s(stage)``; a summary that was never written raises
 :class:`Missing` (its profile or stage has not run), and so does a table that a profile's design
 leaves out (it raises :class:`Missing` itself, saying why). Anything else a table raises, a
-``KeyError`` of a renamed key among them, is a bug: :mod:`lib.docblocks` reports it as one and
+``KeyError`` of a renamed key among them, is a bug: :mod:`runner.docblocks` reports it as one and
 never as missing outputs. ``tests/test_docs.py`` renders every table against the summaries the
 test suite builds.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
-from . import paths, util
-from .store import DIRECT as D
-from .store import TBT as T
+from lib import paths, util
+from lib.outputs import ci, est, f, gain, pair, pct  # noqa: F401  (the tables' number formats)
+from lib.store import DIRECT as D
+from lib.store import TBT as T
 
 __all__ = ["D", "T", "Missing", "Summaries", "TABLES", "table", "f", "ci", "est", "pair", "gain", "pct", "row",
            "header"]
@@ -71,45 +71,6 @@ def table(name: str) -> Callable[[Table], Table]:
         TABLES[name] = fn
         return fn
     return register
-
-
-# ----------------------------------------------------------------------------- number formats
-def f(x: Any, digits: int = 2, sign: bool = False) -> str:
-    """A number as the tables print it (``-0.00`` becomes ``0.00``; NaN and None print ``n/a``)."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-    return text.replace("-0." + "0" * digits, "0." + "0" * digits).replace("+0." + "0" * digits, "0." + "0" * digits) \
-        if float(text) == 0 else text
-
-
-def ci(pair: Any, digits: int = 2, sign: bool = False) -> str:
-    """A 95 % interval ``[lo, hi]``."""
-    lo, hi = pair
-    return f"[{f(lo, digits, sign)}, {f(hi, digits, sign)}]"
-
-
-def est(x: Any, pair: Any, digits: int = 2, sign: bool = False, ci_sign: bool | None = None) -> str:
-    """An estimate with its interval: ``0.52 [0.45, 0.57]``; a signed estimate (a difference) has a
-    signed interval unless ``ci_sign`` is False (a gain whose interval is read as a range)."""
-    return f"{f(x, digits, sign)} {ci(pair, digits, sign if ci_sign is None else ci_sign)}"
-
-
-def pair(values: dict, intervals: dict, key: str) -> str:
-    """``values[key]`` with ``intervals[key]``."""
-    return est(values[key], intervals[key])
-
-
-def gain(x: Any, pair: Any, digits: int = 2) -> str:
-    """A paired gain: ``+0.24 [0.20, 0.29]``."""
-    return est(x, pair, digits, sign=True, ci_sign=False)
-
-
-def pct(x: Any, digits: int = 0) -> str:
-    """A share as a percentage: ``62 %``."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{100 * x:.{digits}f} %"
 
 
 def row(*cells: Any) -> str:

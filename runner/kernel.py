@@ -20,10 +20,10 @@ import threading
 import time
 from pathlib import Path
 
-from . import paths
-from .params import KERNEL, notebook_path
-from .progress import HEARTBEAT_ENV, STAGE_ENV, clock
-from .util import READS_ENV, atomic_write_text, digest
+from lib import paths
+from lib.params import KERNEL, notebook_path
+from lib.progress import HEARTBEAT_ENV, STAGE_ENV, clock
+from lib.util import READS_ENV, atomic_write_text, digest
 
 HEARTBEAT_S = 15.0        # a console line at least this often while a stage runs (when nothing else printed)
 # The kernel's own progress bars (lm-eval, datasets) would be stored, a few hundred lines of them, in
@@ -35,7 +35,7 @@ QUIET_WARNINGS = "ignore:IProgress not found"      # tqdm.auto without ipywidget
 def execute(stage: str, params: dict, out_dir: Path, label: str = "", where=None) -> dict[str, str]:
     """Execute one notebook with papermill; the executed copy appears only when it succeeded.
     Returns the inputs the stage recorded as read, with their content digests; ``where`` (a
-    :class:`lib.failures.Where`) gets how far the stage's long work got, also when it fails."""
+    :class:`runner.failures.Where`) gets how far the stage's long work got, also when it fails."""
     import papermill as pm
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,14 +1,15 @@
 """The results tables of stage 07 that README.md and docs/results.md quote (registered in
-:mod:`lib.doctables`; they read the keys of :func:`lib.benchalign.experiments.benchalign_report`),
+:mod:`runner.doctables`; they read the keys of :func:`lib.benchalign.experiments.benchalign_report`),
 methods named by the registry's labels (:data:`lib.benchalign.methods.METHODS`), test groups largest
 first, the paper's values (:data:`lib.benchalign.methods.PAPER_RHO`) beside ours where it has them."""
 
 from __future__ import annotations
 
-from ..doctables import Summaries, est, f, header, row, table
-from ..plots import display
-from .methods import BASELINES, METHODS, PAPER_RHO, SUBSETS
-from .studies import SUBSET_STUDY, WITHIN_METHODS
+from lib.benchalign.align import method_label, ordered_conditions
+from lib.benchalign.methods import BASELINES, METHODS, PAPER_RHO, SUBSETS
+from lib.benchalign.studies import SUBSET_STUDY, WITHIN_METHODS
+from lib.plots import display
+from runner.doctables import Missing, Summaries, est, f, header, row, table
 
 
 def _diff(rec: dict, key: str = "spearman_diff_no_alignment") -> str:
@@ -229,3 +230,51 @@ def benchalign_pipeline_table(s: Summaries) -> list[str]:
         out.append(row("benchmark-level weights (one per benchmark's score)", est(r["spearman"], r["spearman_ci"]),
                        _diff(r)))
     return out
+
+
+# --------------------------------------------------------------------------- the worked example (docs/align.md)
+@table("align-example")
+def example_table(s: Summaries) -> list[str]:
+    """docs/align.md: the worked example's cross-validated metrics and the test models' rho."""
+    a = _part(s, "example")
+    out = header("", "aligned (BenchAlign on the pairs)", "plain accuracy", "difference")
+    cv = a["cv"]
+    for k, label in (("rho", "cross-validated rho with the Bradley-Terry strengths, source models"),
+                     ("pair_acc", "cross-validated pair accuracy, source models' pairs")):
+        out.append(row(label, *(est(cv[n][k], cv[n][k + "_ci"], sign=n == "diff")
+                                for n in ("aligned", "plain_accuracy", "diff"))))
+    for g, r in a["test"].items():
+        out.append(row(f"rho with IFEval accuracy, {r['n_models']} test models {g}", f(r["aligned"]), f(r["plain"]),
+                       f(r["aligned"] - r["plain"], sign=True)))
+    return out
+
+
+@table("align-noise")
+def noise_doc_table(s: Summaries) -> list[str]:
+    """docs/align.md: the noise / sparsity study, rho on each test group and the paired difference."""
+    n = _part(s, "noise")
+    groups = list(n["summary"])
+    out = header("preferences", "pairs", "share against the latent", *(f"{g} rho [95 %]" for g in groups),
+                 *(f"Δrho vs plain, {g}" for g in groups))
+    labels = {"no_alignment": "plain accuracy (no preferences)", "random": "random weights"}
+    for name in [*n["baselines"], *ordered_conditions(n["conditions"])]:
+        c = n["conditions"].get(name)
+        recs = [n["summary"][g][name] for g in groups]
+        what = (f"{c['pairs_per_model']} per model" if c and c["pairs_per_model"] else "all pairs") if c else ""
+        what = f"{what}, {round(c['flip'] * 100)} % flipped" if c else labels.get(name, method_label(name))
+        out.append(row(what, str(c["pairs"]) if c else "", f(c["wrong"]) if c else "",
+                       *(est(r["spearman"], r["spearman_ci"]) for r in recs),
+                       *(est(r["spearman_diff_no_alignment"], r["spearman_diff_no_alignment_ci"], sign=True)
+                         if "spearman_diff_no_alignment" in r else "" for r in recs)))
+    return out
+
+
+def _part(s: Summaries, key: str) -> dict:
+    part = s("07_benchalign").get("align", {}).get(key)
+    if part is None or "skipped" in part:
+        raise Missing(f"07_benchalign's align.{key} " + (f"was skipped: {part['skipped']}" if part else
+                                                          f"is missing (`make run PROFILE={s.profile} STAGES=07`)"))
+    return part
+
+
+# --------------------------------------------------------------------------- the command line

@@ -1,10 +1,10 @@
 """The results tables of stages 01-03 that README.md and docs/ quote (registered in
-:mod:`lib.doctables`; they read the keys of 01's selection and of
+:mod:`runner.doctables`; they read the keys of 01's selection and of
 :func:`lib.pipeline.reports.finetune_report` / :func:`lib.pipeline.reports.direct_eval_report`)."""
 
 from __future__ import annotations
 
-from ..doctables import Summaries, f, header, pct, row, table
+from runner.doctables import Summaries, f, header, pct, row, table
 
 
 @table("budget")

@@ -16,7 +16,7 @@ It shows what the stages wrote and computes no number itself:
   titles their records hold (:mod:`lib.figreview`).
 
 :func:`board` gathers these into one :class:`Board` of tidy frames, :func:`page_data` turns it into
-the JSON table the page embeds, :func:`render` writes the page around it (``lib/assets/
+the JSON table the page embeds, :func:`render` writes the page around it (``runner/assets/
 leaderboard.css`` and ``leaderboard.js`` inlined: no server, no CDN, no request leaves the file).
 The page's script builds the table from that JSON: one row per model, the mean rank under every
 protocol that has ranks side by side with its interval, the shift, and a column per benchmark
@@ -25,7 +25,7 @@ filters by family, size and base / instruct, a search box. Protocols are data, n
 protocol in the store (and in ``mean_ranks.csv``) is one more set of columns.
 
 The runner writes the page after every run of a profile (:func:`review`, next to the figures' contact
-sheet); ``python -m lib.leaderboard PROFILE`` (``make leaderboard``) writes it from the outputs there.
+sheet); ``python -m runner.leaderboard PROFILE`` (``make leaderboard``) writes it from the outputs there.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import figreview, metadata, params, paths, placement, plots, store
-from .util import atomic_write_text, read_json
+from lib import figreview, metadata, params, paths, placement, plots, store
+from lib.util import atomic_write_text, read_json
+from runner import contactsheet
 
 PAGE = "leaderboard.html"
 RANKS = "mean_ranks.csv"                 # written by the stage that ranks the models (04, or 08)
@@ -243,7 +244,7 @@ def _figures(profile: str, benchmarks: pd.DataFrame) -> list[dict]:
     """Every figure of the profile (its record's title), with what it is linked from."""
     root = paths.profile_dir(profile)
     out = []
-    for png in figreview.figures(root):
+    for png in contactsheet.figures(root):
         stage, name = png.parent.parent.name, png.stem
         rec_path = png.with_suffix(".json")
         rec = json.loads(rec_path.read_text()) if rec_path.exists() else {}
@@ -362,7 +363,7 @@ def review(profile: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lib.leaderboard",
+    ap = argparse.ArgumentParser(prog="python -m runner.leaderboard",
                                  description="write outputs/PROFILE/leaderboard.html from the profile's outputs")
     ap.add_argument("profile")
     args = ap.parse_args(argv)

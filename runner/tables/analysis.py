@@ -1,11 +1,11 @@
 """The results tables of stages 04-06 that README.md and docs/ quote (registered in
-:mod:`lib.doctables`; they read the keys of :func:`lib.analysis.agreement.agreement_report`,
+:mod:`runner.doctables`; they read the keys of :func:`lib.analysis.agreement.agreement_report`,
 :func:`lib.analysis.perplexity.perplexity_report` and :func:`lib.analysis.structure.pca_report`)."""
 
 from __future__ import annotations
 
-from ..doctables import D, Summaries, T, ci, est, f, gain, header, pair, pct, row, table
-from ..plots import display
+from lib.plots import display
+from runner.doctables import D, Summaries, T, ci, est, f, gain, header, pair, pct, row, table
 
 
 @table("agreement")
@@ -40,8 +40,8 @@ def cheaper_rows(c: dict | None) -> list[str]:
     """Issue 42's rows of the agreement table: each cheaper protocol's mean tau with the full
     train-before-test ranking and what its units recorded (seconds, FLOPs), in the column of the
     protocol it is a form of (perplexity alone: before fine-tuning, the direct side)."""
-    from ..store import base_protocol
-    from .cheaper import PERPLEXITY, label
+    from lib.analysis.cheaper import PERPLEXITY, label
+    from lib.store import base_protocol
 
     if not c:
         return []
@@ -246,7 +246,7 @@ def quality_table(s: Summaries) -> list[str]:
 @table("cheaper")
 def cheaper_table(s: Summaries) -> list[str]:
     """Issue 42: each cheaper protocol against train-before-test (05's ``cheaper``)."""
-    from .cheaper import BY_CONSTRUCTION, label
+    from lib.analysis.cheaper import BY_CONSTRUCTION, label
 
     c = s("05_perplexity")["cheaper"]
     names = c["candidates"] + [T]

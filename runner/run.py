@@ -1,8 +1,8 @@
-"""Run the notebooks of a profile, in order, through papermill: ``python -m lib.run PROFILE``.
+"""Run the notebooks of a profile, in order, through papermill: ``python -m runner.run PROFILE``.
 
 Each stage writes ``outputs/<profile>/<stage>/`` (the executed notebook, summary.json, tables,
 figures). A stage is skipped when nothing it depends on changed since its last successful run
-(:mod:`lib.stagecache`: its notebook, parameters and lib code, the inputs it read, the results it
+(:mod:`runner.stagecache`: its notebook, parameters and lib code, the inputs it read, the results it
 wrote), so editing ``lib/benchalign`` re-runs only 07. Long stages also cache per unit of work
 (``lib.pipeline.launch.jobs``, and 07's ``lib.benchalign.experiments``), so an interrupted run
 resumes where it stopped.
@@ -10,15 +10,15 @@ resumes where it stopped.
 One run per profile at a time: a run holds ``outputs/<profile>/.lock`` (``flock``, released by the
 operating system when the process ends, however it ends); a second run stops with one line naming
 the first (pid, command, start time), or waits for it with ``--wait``. Notebooks run in this
-interpreter, with a console line while they are quiet (:mod:`lib.kernel`). The ``published``
-profile downloads its data (:mod:`lib.data`) when it is missing, ``HARMONY_DATA`` is unset and the
+interpreter, with a console line while they are quiet (:mod:`runner.kernel`). The ``published``
+profile downloads its data (:mod:`runner.download`) when it is missing, ``HARMONY_DATA`` is unset and the
 network answers; ``make all`` runs it first (``--with-published``: the paper's results in minutes,
 before mini's hour), and a run of whole profiles starts with a few lines saying what runs and about
-how long each part takes here (:mod:`lib.plan`; each stage's stamp records its seconds and the
+how long each part takes here (:mod:`runner.plan`; each stage's stamp records its seconds and the
 model's, which calibrate the next plan).
 
 Whatever fails (a corrupt file, a full or read-only disk, Ctrl-C, a failed cell) ends in one line
-that says what to do and names the log file that holds the traceback (:mod:`lib.failures`), and
+that says what to do and names the log file that holds the traceback (:mod:`runner.failures`), and
 exit code 2.
 """
 
@@ -35,20 +35,20 @@ import sys
 import time
 from pathlib import Path
 
-from . import paths
-from .errors import UserError
-from .failures import Where, command_line, failure_line, quiet_after_ctrl_c, raised, write_log
-from .kernel import Heartbeat, execute
-from .params import LOCK_FILE, PREPARED_STAMP, ParamsError, Profile, check_stage, load_profile, lock_holder
-from .pipeline.device import pin_arithmetic
-from .stagecache import results_digest, stage_key, stale
-from .util import FORCE_ENV, atomic_write_json, mark, read_json
+from lib import paths
+from lib.errors import UserError
+from lib.params import LOCK_FILE, PREPARED_STAMP, ParamsError, Profile, check_stage, load_profile, lock_holder
+from lib.pipeline.device import pin_arithmetic
+from lib.util import FORCE_ENV, atomic_write_json, mark, read_json
+from runner.failures import Where, command_line, failure_line, quiet_after_ctrl_c, raised, write_log
+from runner.kernel import Heartbeat, execute
+from runner.stagecache import results_digest, stage_key, stale
 
 
 def main(argv: list[str] | None = None) -> int:
     pin_arithmetic()          # before any torch import here or in the kernels and jobs the run starts
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(prog="python -m lib.run", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m runner.run", description=__doc__.splitlines()[0])
     ap.add_argument("profile", help="params/<profile>.yaml")
     ap.add_argument("--stages", nargs="*", help="run only these stages (full name or number, e.g. 04)")
     ap.add_argument("--force", action="store_true", help="ignore cached stages")
@@ -103,9 +103,12 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
                 where: Where | None = None) -> dict[str, dict]:
     """Run (or skip, when cached) the stages of profile ``name``; returns per-stage status/timing.
     Holds the profile's lock throughout (:func:`profile_lock`); ``where`` follows the stage running."""
-    from .pipeline.launch.fetch import check_named_models, check_store_models  # here: the runner starts without pandas
-    from .pipeline.launch.slurm import SUBMIT_ONLY_ENV, JobsSubmitted, check_profile
-    from .pipeline.launch.status import JOB_STAGES
+    from lib.pipeline.launch.fetch import (  # here: the runner starts without pandas
+        check_named_models,
+        check_store_models,
+    )
+    from lib.pipeline.launch.slurm import SUBMIT_ONLY_ENV, JobsSubmitted, check_profile
+    from lib.pipeline.launch.status import JOB_STAGES
 
     pin_arithmetic()          # also for callers from Python: the kernels inherit it
     where = where if where is not None else Where()
@@ -170,9 +173,9 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
             return log
         # ---- the profile's pages: figures checked, leaderboard
         atomic_write_json(paths.profile_dir(name) / "run_log.json", {"stages": log, "total_seconds": total})
-        from .figreview import review
+        from runner.contactsheet import review
         print(review(name), flush=True)          # the figures' checks and outputs/<profile>/figures.html
-        from .leaderboard import review as leaderboard
+        from runner.leaderboard import review as leaderboard
         print(leaderboard(name), flush=True)     # outputs/<profile>/leaderboard.html
     print(f"[{name}] all stages finished in {total:.1f}s", flush=True)
     return log
@@ -213,9 +216,9 @@ def run_prepare(prof: Profile) -> None:
 
 # --------------------------------------------------------------------------- the plan printed first
 def _modelled(name: str) -> dict[str, float]:
-    """Each stage's seconds on the reference machine by :mod:`lib.plan`'s model of the work, recorded
+    """Each stage's seconds on the reference machine by :mod:`runner.plan`'s model of the work, recorded
     in its stamp next to the seconds it took, so the next run's plan knows this machine's speed."""
-    from . import plan
+    from runner import plan
 
     try:
         return {p.name: p.reference_s for p in plan.parts(name) if p.reference_s is not None}
@@ -224,9 +227,9 @@ def _modelled(name: str) -> dict[str, float]:
 
 
 def print_plan(profiles: list[str], force: bool = False) -> None:
-    """The lines :func:`lib.plan.plan_lines` gives for ``profiles``, the stages that are cached now
+    """The lines :func:`runner.plan.plan_lines` gives for ``profiles``, the stages that are cached now
     counted as free (``force``: none is)."""
-    from . import plan
+    from runner import plan
 
     def cached(profile: str, stage: str) -> bool:
         if force:
@@ -253,9 +256,10 @@ def needs_published_data(prof: Profile) -> bool:
 def ensure_published_data(label: str = "[published]") -> str | None:
     """None when the published data is present (after downloading it if need be); otherwise one
     line saying why it is not and how to provide it. With ``HARMONY_DATA`` unset and the data not in
-    ``data/published/``, it is downloaded there (:mod:`lib.data`: pinned, sha256-checked) when
+    ``data/published/``, it is downloaded there (:mod:`runner.download`: pinned, sha256-checked) when
     the network answers."""
-    from . import data
+    from lib import data
+    from runner import download
 
     if paths.has_data(data.REQUIRED):
         return None
@@ -263,14 +267,14 @@ def ensure_published_data(label: str = "[published]") -> str | None:
         return (f"{paths.DATA_ENV}={os.environ[paths.DATA_ENV]} does not contain {data.REQUIRED} (point it at a "
                 f"copy of the published data, or `unset {paths.DATA_ENV}` so that `make all` downloads it into "
                 f"{paths.show(paths.DATA_DOWNLOADS)})")
-    if not data.reachable():
-        return (f"it is not in {paths.show(paths.DATA_DOWNLOADS)} and {data.host()} cannot be reached to download it "
-                f"(`export {paths.DATA_ENV}=<folder with a copy>`, e.g. ../shared/data, then run the same command "
-                "again)")
+    if not download.reachable():
+        return (f"it is not in {paths.show(paths.DATA_DOWNLOADS)} and {download.host()} cannot be reached to "
+                f"download it (`export {paths.DATA_ENV}=<folder with a copy>`, e.g. ../shared/data, then run the same "
+                "command again)")
     print(f"{label} downloading the published data into {paths.show(paths.DATA_DOWNLOADS)} "
           "(pinned commits, sha256-checked) ...", flush=True)
     try:
-        data.download(log=lambda line: print(f"{label}   {line}", flush=True))
+        download.download(log=lambda line: print(f"{label}   {line}", flush=True))
     except data.DataError as exc:
         return str(exc)
     return None

@@ -1,0 +1,14 @@
+"""What runs the notebooks and reports on them: nothing here is imported by a notebook or by lib.
+
+    run           the runner: a profile's notebooks in order through papermill (`make all`)
+    plan          what a run will do and for about how long, said before it starts
+    stagecache    whether a stage's last run still holds: its key, the inputs it read, its results
+    kernel        the kernel a notebook runs in, and the console's heartbeat meanwhile
+    failures      the one console line and the log file of a run that failed
+    doctables     the docs' results tables: their registry and the summaries they read
+    tables        the tables themselves, one module per part of the study
+    docblocks     the docs' results tables written and checked (`make docs`, `make check-docs`)
+    contactsheet  a profile's figures checked and shown at print size (`make check-figures`)
+    leaderboard   a profile's leaderboard page
+    download      `make data`: the published reference data downloaded and converted
+"""
