@@ -2,17 +2,15 @@
 of a profile's ``summary.json`` files.
 
 A table is one function ``fn(s: Summaries) -> list[str]`` (Markdown lines), registered under the
-name that a docs block names (``<!-- results:<profile>/<name> -->``) with :func:`table`. Each table
-sits beside the report that writes the keys it reads:
+name that a docs block names (``<!-- results:<profile>/<name> -->``) with :func:`table`. The
+tables are in :mod:`runner.tables`, one module per part of the study:
 
-    runner.tables.analysis      stages 04-06 (agreement, headline, noise, robustness, perplexity,
-                             families, quality)
-    runner.tables.miniworld     04's ``preparation`` (p1, subsets, compositions, leads)
-    runner.tables.pipeline      stages 01-03 (budget, scores)
-    runner.tables.benchalign    stage 07 (benchalign, benchalign-short, -gains, -ablation, -data,
-                             -cross-paper, -pipeline)
-    lib.benchalign.align     stage 07's align.example and align.noise (align-example, align-noise)
-    lib.placement            stage 08 (placement)
+    analysis      stages 04-06 (agreement, headline, noise, robustness, perplexity, families, quality)
+    miniworld     04's ``preparation`` (p1, subsets, compositions, leads)
+    pipeline      stages 01-03 (budget, scores)
+    benchalign    stage 07 (benchalign, benchalign-short, -gains, -ablation, -data, -cross-paper,
+                  -pipeline) and its worked example (align-example, align-noise)
+    placement     stage 08 (placement)
 
 A table reads a summary through ``s(stage)``; a summary that was never written raises
 :class:`Missing` (its profile or stage has not run), and so does a table that a profile's design

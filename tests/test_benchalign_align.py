@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lib import paths
-from lib.benchalign import align, rank
+from lib.benchalign import align, rank, studies
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 BAR = 0.7          # rho of aligned scores with the latent on held-out models (synthetic world below)
@@ -59,7 +59,7 @@ def test_aligned_scores_of_held_out_models_follow_the_latent(tmp_path):
     X, latent, models = _world()
     train, test = np.arange(50), np.arange(50, 70)
     items = _write_items(tmp_path / "items.npz", X, models)
-    w, lo, wrong = align.bt_pairs(latent, train, 20, 0.0, seed=0)
+    w, lo, wrong = studies.bt_pairs(latent, train, 20, 0.0, seed=0)
     assert 0.0 < wrong < 0.25                                       # Bradley-Terry: some pairs disagree
     bench = align.align(align.read_items([items]), align.read_preferences(_write_pairs(tmp_path / "p.csv", models,
                                                                                       w, lo)))
@@ -114,7 +114,7 @@ def test_round_trip_on_published_items(tmp_path, capsys):
     X = musr.select(models)[:, :120]
     small = _write_items(tmp_path / "musr.npz", X, models, ids=musr.ids[:120])
     latent = np.array([acc[m] for m in models])
-    w, lo, _ = align.bt_pairs(latent, np.arange(30), 8, 0.1, seed=0)
+    w, lo, _ = studies.bt_pairs(latent, np.arange(30), 8, 0.1, seed=0)
     prefs = _write_pairs(tmp_path / "prefs.csv", models, w, lo)
     assert align.main(["align", "--items", str(small), "--prefs", str(prefs), "--out", str(tmp_path / "b.json")]) == 0
     printed = capsys.readouterr().out
@@ -142,7 +142,7 @@ def _cli(*args) -> subprocess.CompletedProcess:
 def small(tmp_path):
     X, latent, models = _world(k=30, m=12)
     items = _write_items(tmp_path / "items.npz", X, models)
-    w, lo, _ = align.bt_pairs(latent, np.arange(30), 4, 0.0, seed=0)
+    w, lo, _ = studies.bt_pairs(latent, np.arange(30), 4, 0.0, seed=0)
     return tmp_path, items, models, _write_pairs(tmp_path / "prefs.csv", models, w, lo)
 
 
@@ -256,7 +256,7 @@ def test_pair_list_gradient_matches_autograd():
 
 def test_fit_pairs_out_of_fold_scores_and_checks():
     X, latent, _ = _world(k=40, m=20)
-    w, lo, _ = align.bt_pairs(latent, np.arange(40), 10, 0.0, seed=0)
+    w, lo, _ = studies.bt_pairs(latent, np.arange(40), 10, 0.0, seed=0)
     fit = rank.fit_pairs(X, w, lo, seed=0, max_steps=200)
     assert fit.folds == 5 and fit.fold_weights.shape == (5, 20) and (fit.fold_ids >= 0).all()
     oof = fit.oof_scores(X)
@@ -276,7 +276,7 @@ def test_noise_study_recovers_the_latent_and_reports_every_condition():
     X, latent, models = _world(k=60, m=30)
     data = ItemData(X, models, np.array(["w"] * 30), np.arange(30), latent, np.arange(60.0) + 1)
     split = split_by_size(data, 41, {"big": 41})
-    study = align.noise_study(data, split, Config(max_steps=300), flips=(0.0, 0.4), pairs_per_model=(3, 0),
+    study = studies.noise_study(data, split, Config(max_steps=300), flips=(0.0, 0.4), pairs_per_model=(3, 0),
                               seeds=2, n_boot=200)
     from lib.benchalign.methods import METHODS
 
@@ -289,12 +289,12 @@ def test_noise_study_recovers_the_latent_and_reports_every_condition():
     assert abs(big["no_alignment"]["spearman"]) < 0.4
     assert study["conditions"]["pairs flip=0.40 per_model=3"]["pairs"] == 60
     assert 0.3 < study["conditions"]["pairs flip=0.40 per_model=3"]["wrong"] < 0.6
-    table = align.noise_table(study)
+    table = studies.noise_table(study)
     assert list(table.method) == [*usable, "pairs flip=0.00 per_model=3",
                                   "pairs flip=0.40 per_model=3", "pairs flip=0.00 per_model=all",
                                   "pairs flip=0.40 per_model=all"]
     too_small = split_by_size(data, 3, {"big": 41})
-    assert "skipped" in align.noise_study(data, too_small, Config())
+    assert "skipped" in studies.noise_study(data, too_small, Config())
 
 
 # --------------------------------------------------------------------------- inputs a user may hand it (issue 50)

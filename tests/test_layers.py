@@ -13,7 +13,6 @@ import lib
 from lib import params, paths
 from runner import stagecache
 
-
 PACKAGES = ("lib", "runner")
 
 

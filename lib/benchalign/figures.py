@@ -279,3 +279,34 @@ def cross_weights(weights: dict[str, dict]):
         "the weighted mean reproduces the train-before-test ranking (mean ± one standard deviation over seeds; "
         "weights are divided by d = √(((Σw)² + 0.01 (Σ|w|)²) / 1.01), not by their sum, so they need not sum to 1: "
         "the axis label gives their sum; dashed: the plain mean's uniform weight)."))
+
+
+def noise_figure(study: dict, group: str):
+    """Test rho against the share of flipped pairs, one line per pairs-per-model level (markers and
+    dashes differ, so greyscale print tells them apart), whiskers = 95 % bootstrap intervals over the
+    test models; plain accuracy and random weights as horizontal references."""
+    fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 3.2), layout="constrained")
+    summ = study["summary"][group]
+    levels = list(dict.fromkeys(c["pairs_per_model"] for c in study["conditions"].values()))
+    styles = [("o", "-", "0.05"), ("s", "--", "0.3"), ("^", "-.", "0.5"), ("D", (0, (5, 1, 1, 1, 1, 1)), "0.15")]
+    for k, ((marker, dash, grey), ppm) in enumerate(zip(styles * 2, levels)):
+        names = [n for n, c in study["conditions"].items() if c["pairs_per_model"] == ppm]
+        x = np.array([study["conditions"][n]["flip"] * 100 for n in names]) + 0.8 * (k - (len(levels) - 1) / 2)
+        y = np.array([summ[n]["spearman"] for n in names], dtype=float)
+        ci = np.array([summ[n]["spearman_ci"] or [np.nan, np.nan] for n in names], dtype=float)
+        ax.errorbar(x, y, yerr=[y - ci[:, 0], ci[:, 1] - y], marker=marker, ls=dash, ms=3.5, capsize=2, color=grey,
+                    lw=1, label=f"BenchAlign, {f'{ppm} pairs per model' if ppm else 'all pairs'}")
+    for name, ls, label in (("no_alignment", ":", "plain accuracy"), ("random", (0, (6, 3)), "random weights")):
+        if name in summ and summ[name]["spearman"] is not None:
+            ax.axhline(summ[name]["spearman"], color="0.55", lw=1, ls=ls, label=label)
+    ax.set_xlabel("preference pairs flipped (%)")
+    ax.set_ylabel(f"Spearman ρ with the latent ({group})")
+    handles, labels = ax.get_legend_handles_labels()
+    plots.legend_below(fig, handles, labels)
+    plots.suptitle(fig, f"BenchAlign on noisy, sparse preferences ({group})")
+    return plots.set_caption(fig, (
+        f"Spearman ρ with the latent score on the unseen test models ({group}) of BenchAlign fitted to "
+        f"Bradley-Terry pairs (β = {study['beta']:g} on the standardised latent) among the source models, a share of "
+        "the pairs flipped and only some pairs per model observed; mean over "
+        f"{study['seeds']} seeds, whiskers: 95 % bootstrap intervals over the test models (points of a flip level "
+        "set apart slightly). Grey lines: plain accuracy and random weights, which use no preferences."))

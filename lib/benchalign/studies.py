@@ -20,12 +20,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..analysis import uncertainty
+from ..util import atomic_write_text
 from . import rank
+from .align import MIN_MODELS, AlignError, Items, align, read_preferences, score
 from .data import ItemData
 from .methods import (
     METHODS,
@@ -355,3 +358,127 @@ def cross_paper(data: ItemData, source_max_b: float, test_min_b: float, seeds: i
     out["source_models"] = [data.models[i] for i in split.source]
     out["test_models"] = [data.models[i] for i in split.groups[group]]
     return out
+
+
+# ------------------------------------------------------------------ the align command line, worked (notebook 07)
+def example(data: ItemData, split, cfg, prefs_path, *, pairs_per_model: float = 5, flip: float = 0.0,
+            seed: int = 0) -> dict:
+    """Notebook 07's worked example, the same steps as the command line: Bradley-Terry pairs among the
+    source models drawn from the target (:func:`bt_pairs`) written to ``prefs_path`` (CSV), read back,
+    :func:`align` on every model's items, :func:`score` of every model, and the test groups' rho with
+    the target for the aligned scores and for plain accuracy. ``{"bench", "scores", "summary"}``, or
+    ``{"skipped": why}`` when the data cannot be aligned (the error line)."""
+    w, lo, wrong = bt_pairs(data.target, split.source, pairs_per_model, flip, seed)
+    prefs = pd.DataFrame({"winner": [data.models[i] for i in w], "loser": [data.models[i] for i in lo]})
+    atomic_write_text(prefs_path, prefs.to_csv(index=False))
+    items = Items.from_data(data)
+    try:
+        bench = align(items, read_preferences(prefs_path), seed=seed, folds=cfg.folds, lr=cfg.lr,
+                      max_steps=cfg.max_steps, patience=cfg.patience, eval_every=cfg.eval_every, floor=cfg.floor)
+    except AlignError as exc:                   # the file's name only: the summary is the same in every clone
+        return {"skipped": str(exc).replace(str(prefs_path), Path(prefs_path).name)}
+    scores = score(bench, items)
+    by_model = scores.set_index("model").loc[data.models]
+    ours = evaluate(by_model.aligned_score.to_numpy(), data.target, split.groups)
+    plain = evaluate(by_model.plain_accuracy.to_numpy(), data.target, split.groups)
+    test = {g: {"n_models": int(len(idx)), "aligned": clean(ours[g]["spearman"]),
+                "plain": clean(plain[g]["spearman"])} for g, idx in split.groups.items()}
+    summary = {"pairs_per_model": pairs_per_model, "flip": flip, "seed": seed, "wrong": clean(wrong),
+               "preferences": bench["preferences"], "chosen_step": bench["settings"]["chosen_step"],
+               "cv": bench["cv"], "test": test, "sha256": bench["sha256"]}
+    return {"bench": bench, "scores": scores, "summary": summary}
+
+
+# --------------------------------------------------------------------------- preferences from a latent score
+def bt_pairs(latent: np.ndarray, rows: np.ndarray, pairs_per_model: float, flip: float, seed: int,
+             beta: float = 4.0) -> tuple[np.ndarray, np.ndarray, float]:
+    """Pairs among ``rows`` with a known ground truth: ``round(pairs_per_model * n / 2)`` distinct pairs
+    drawn at random (all pairs when that many or more), the winner drawn by Bradley-Terry,
+    ``P(i beats j) = sigmoid(beta (z_i - z_j))`` with ``z`` the latent standardised over ``rows``, then
+    ``round(flip * pairs)`` of them flipped. Returns (winner rows, loser rows, share of pairs that
+    disagree with the latent, ties counted 1/2)."""
+    rng = np.random.default_rng([seed, int(round(flip * 1000)), int(round(pairs_per_model * 1000))])
+    rows = np.asarray(rows, dtype=int)
+    n = len(rows)
+    iu, ju = np.triu_indices(n, 1)
+    k = int(round(pairs_per_model * n / 2))
+    pick = np.arange(len(iu)) if k >= len(iu) else np.sort(rng.choice(len(iu), k, replace=False))
+    a, b = iu[pick], ju[pick]
+    z = np.asarray(latent, dtype=np.float64)[rows]
+    z = (z - z.mean()) / max(z.std(), 1e-12)
+    a_wins = rng.random(len(a)) < 1.0 / (1.0 + np.exp(-beta * (z[a] - z[b])))
+    win, lose = np.where(a_wins, a, b), np.where(a_wins, b, a)
+    flipped = rng.choice(len(win), int(round(flip * len(win))), replace=False)
+    win[flipped], lose[flipped] = lose[flipped], win[flipped].copy()
+    wrong = float(np.mean(np.where(z[win] < z[lose], 1.0, np.where(z[win] == z[lose], 0.5, 0.0))))
+    return rows[win], rows[lose], wrong
+
+
+def noise_study(data: ItemData, split, cfg, *, flips=(0.0, 0.1, 0.2, 0.3, 0.4), pairs_per_model=(2, 10, 0),
+                seeds: int = 3, beta: float = 4.0, n_boot: int = 1000) -> dict:
+    """BenchAlign fitted on Bradley-Terry pairs among the source models, drawn from the target of
+    ``data`` as the known latent (:func:`bt_pairs`), for every share of flipped pairs x pairs per model
+    (``0`` = all pairs) and seed, in one run of :func:`lib.benchalign.rank.fit_pairs_many`; and the
+    methods of the registry that learn nothing from the target (plain accuracy, random weights, ...).
+    All are scored on the test groups against the latent, summarised with seeds, bootstrap intervals
+    and paired differences to plain accuracy (:func:`lib.benchalign.studies.summarise`).
+    Returns ``{"summary", "conditions", "baselines", "beta", "seeds", "rows"}`` (or ``{"skipped": why}``
+    with fewer than :data:`MIN_MODELS` source models or no test group)."""
+    source = np.asarray(split.source, dtype=int)
+    if len(source) < MIN_MODELS or not split.groups:
+        return {"skipped": f"{len(source)} source model(s) and {len(split.groups)} test group(s): need at least "
+                           f"{MIN_MODELS} source models and a test group"}
+    conds = [(fl, ppm) for ppm in pairs_per_model for fl in flips]
+    tasks, info = [], {}
+    for fl, ppm in conds:
+        for seed in range(seeds):
+            w, lo, wrong = bt_pairs(data.target[source], np.arange(len(source)), ppm or len(source), fl, seed, beta)
+            tasks.append(rank.PairTask(w, lo, seed=seed))
+            info.setdefault(_cond(fl, ppm), {"flip": fl, "pairs_per_model": ppm, "pairs": len(w), "wrong": []})
+            info[_cond(fl, ppm)]["wrong"].append(wrong)
+    fits = rank.fit_pairs_many(data.X[source], tasks, folds=cfg.folds, lr=cfg.lr, max_steps=cfg.max_steps,
+                               patience=cfg.patience, eval_every=cfg.eval_every, floor=cfg.floor)
+    preds = {name: np.array([o.scores for o in run_method(name, data, source, range(seeds), cfg)])
+             for name, m in METHODS.items() if not m.learns and (data.instruct is not None or not m.flag)}
+    for c, (fl, ppm) in enumerate(conds):
+        preds[_cond(fl, ppm)] = np.array([fi.scores(data.X) for fi in fits[c * seeds:(c + 1) * seeds]])
+        info[_cond(fl, ppm)]["chosen_steps"] = [int(fi.step) for fi in fits[c * seeds:(c + 1) * seeds]]
+    rows = [{"method": m, "seed": s, "group": g, **r} for m, P in preds.items() for s, p in enumerate(P)
+            for g, r in evaluate(p, data.target, split.groups).items()]
+    comp = Comparison(pd.DataFrame(rows, columns=["method", "seed", "group", "spearman", "pair_acc"]), preds, {}, split)
+    for v in info.values():
+        v["wrong"] = clean(float(np.mean(v["wrong"])))
+    return {"summary": summarise(comp, data.target, n_boot), "conditions": info, "beta": beta, "seeds": seeds,
+            "baselines": [m for m in preds if m not in info], "rows": comp.rows}
+
+
+def _cond(flip: float, ppm: int) -> str:
+    return f"pairs flip={flip:.2f} per_model={ppm or 'all'}"
+
+
+def ordered_conditions(conditions: dict) -> list[str]:
+    """Condition names by pairs per model (all last), then share flipped (summary.json sorts its keys)."""
+    return sorted(conditions, key=lambda n: (conditions[n]["pairs_per_model"] or np.inf, conditions[n]["flip"]))
+
+
+def method_label(name: str) -> str:
+    """The registry's label of a baseline (its name where the registry has none)."""
+    return METHODS[name].label if name in METHODS else name
+
+
+def noise_table(study: dict) -> pd.DataFrame:
+    """One row per condition and baseline: pairs, share disagreeing with the latent, and per test group
+    rho [95 %] with the paired difference to plain accuracy."""
+    out = []
+    for name in [*study["baselines"], *ordered_conditions(study["conditions"])]:
+        c = study["conditions"].get(name, {})
+        r = {"method": name, "flipped": c.get("flip"), "pairs_per_model": c.get("pairs_per_model"),
+             "pairs": c.get("pairs"), "wrong_share": c.get("wrong")}
+        for g, ms in study["summary"].items():
+            rec = ms[name]
+            r[f"{g} rho"] = rec["spearman"]
+            r[f"{g} rho ci"] = rec["spearman_ci"]
+            r[f"{g} diff plain"] = rec.get("spearman_diff_no_alignment")
+            r[f"{g} diff plain ci"] = rec.get("spearman_diff_no_alignment_ci")
+        out.append(r)
+    return pd.DataFrame(out)

@@ -5,9 +5,8 @@ first, the paper's values (:data:`lib.benchalign.methods.PAPER_RHO`) beside ours
 
 from __future__ import annotations
 
-from lib.benchalign.align import method_label, ordered_conditions
 from lib.benchalign.methods import BASELINES, METHODS, PAPER_RHO, SUBSETS
-from lib.benchalign.studies import SUBSET_STUDY, WITHIN_METHODS
+from lib.benchalign.studies import SUBSET_STUDY, WITHIN_METHODS, method_label, ordered_conditions
 from lib.plots import display
 from runner.doctables import Missing, Summaries, est, f, header, row, table
 
