@@ -47,6 +47,7 @@ import yaml
 
 from . import paths
 from .errors import UserError
+from .stages import INHERITED, PLACEMENT
 from .util import READS_ENV, current, did_you_mean, short_warning_paths
 
 TOP_KEYS = {"description", "base", "offline", "prepare", "common", "stages", "reference"}
@@ -165,7 +166,7 @@ class Profile:
     def params(self, stage: str) -> dict[str, Any]:
         """Every parameter of ``stage``: the notebook's defaults, then this profile's overrides. A
         placement profile's stages 01-03 take the reference's values instead (:func:`placed_params`)."""
-        if self.reference is not None and stage in INHERITED_STAGES:
+        if self.reference is not None and stage in INHERITED:
             return placed_params(self, stage)
         return {**notebook_parameters(stage), **self.overrides(stage), "profile": self.name}
 
@@ -354,8 +355,6 @@ def check_stage(prof: Profile, stage_name: str) -> dict[str, Any]:
 # work is run may differ (:data:`RUN_KEYS`). Calibration models of the reference are run too, so
 # that notebook 08 can check that this run reproduces the reference before it ranks anything.
 PUBLISHED = "published"
-INHERITED_STAGES = ("01_select_benchmarks", "02_finetune", "03_direct_eval")
-PLACEMENT_STAGES = INHERITED_STAGES + ("08_placement",)
 PLACEMENT_HOOK = "lib.placement:prepare"
 SLICE_PROFILE = "paper_slice"     # its two models calibrate a run against the published results
 # how the work runs, not what it computes (micro-batches and checkpointing keep the effective batch)
@@ -457,9 +456,9 @@ def check_placement(prof: Profile) -> None:
         if lacking:
             raise ParamsError(f"{where}: the reference {ref!r} has no stage {lacking[0]}, so it has no results to "
                               "place among")
-    extra = [s for s in prof.stages if s not in PLACEMENT_STAGES]
+    extra = [s for s in prof.stages if s not in PLACEMENT]
     if extra:
-        raise ParamsError(f"{prof.path}: stages.{extra[0]}: a placement profile runs only {list(PLACEMENT_STAGES)} "
+        raise ParamsError(f"{prof.path}: stages.{extra[0]}: a placement profile runs only {list(PLACEMENT)} "
                           f"(the analyses of the reference stay the reference's)")
     if ref != PUBLISHED and "01_select_benchmarks" in prof.stages:
         raise ParamsError(f"{prof.path}: stages.01_select_benchmarks: the reference {ref!r}'s selection is used "
@@ -472,7 +471,7 @@ def check_placement(prof: Profile) -> None:
     for stage_name in ("02_finetune", "03_direct_eval"):
         if "models" in prof.stages.get(stage_name, {}):
             raise ParamsError(f"{prof.path}: stages.{stage_name}.models: name the new models once, under common")
-    for stage_name in (s for s in INHERITED_STAGES if s in prof.stages):
+    for stage_name in (s for s in INHERITED if s in prof.stages):
         declared = notebook_parameters(stage_name)
         theirs = reference_params(prof, stage_name)
         for scope, values in ((f"stages.{stage_name}", prof.stages[stage_name]),

@@ -23,10 +23,10 @@ import pandas as pd
 
 from . import paths
 from .errors import UserError
+from .stages import DIRECT, TBT
 from .util import CorruptFile, atomic_write_json, note_read, read_json
 
 # The two protocols, spelled the same way in the store, the job grid, the tables and the figures.
-DIRECT, TBT = "direct_eval", "train_before_test"
 PROTOCOLS = (DIRECT, TBT)
 # Cheaper variants of them (issue 42), stored under names of their own: direct evaluation with k
 # examples of the training split in the prompt, and train-before-test on a reduced budget.

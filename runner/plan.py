@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from lib import paths
 from lib.params import PREPARED_STAMP, Profile, load_profile
+from lib.stages import BY_NAME
 from lib.util import CorruptFile, current, read_json
 
 WORKERS = 2                      # the reference machine's worker processes (one per core)
@@ -38,11 +39,8 @@ DOC_TOKENS = 40                  # mean tokens of a last-phase document (corpus 
 # wall time over its two workers, on the mini profile's work of 1,277 / 5.02e6 / 75,000 / 5,000 units; the
 # zoo's 1,277 modelled CPU seconds against the 1,290 its models recorded)
 RATE = {"zoo": 681 / 1277, "02_finetune": 2365 / 5.0176e6, "03_direct_eval": 162 / 75000, "05_perplexity": 11 / 5000}
-# reference seconds of the stages whose work does not grow with the zoo (the same run)
-FIXED = {("mini", "00_world"): 12, ("mini", "01_select_benchmarks"): 8, ("mini", "04_rank_agreement"): 28,
-         ("mini", "06_pca"): 12, ("mini", "07_benchalign"): 34,
-         ("published", "prepare"): 1, ("published", "04_rank_agreement"): 7, ("published", "05_perplexity"): 7,
-         ("published", "06_pca"): 5, ("published", "07_benchalign"): 84}
+# reference seconds of prepare hooks without a model of their work (the stages': lib.stages)
+PREPARE_S = {"published": 1}
 ZOO_HOOK = "lib.miniworld.zoo:prepare"
 
 
@@ -114,11 +112,6 @@ def stage_work(prof: Profile, stage: str, recipes: list | None) -> tuple[float, 
     return len(recipes) * len(corpora) * world["corpus_test"], f"{len(recipes) * len(corpora)} corpora"
 
 
-STAGE_WORDS = {"00_world": "00 world", "01_select_benchmarks": "01 selection", "02_finetune": "02 fine-tuning",
-               "03_direct_eval": "03 direct evaluation", "04_rank_agreement": "04", "05_perplexity": "05",
-               "06_pca": "06", "07_benchalign": "07"}
-
-
 def _last_run(stamp) -> tuple[float | None, float | None]:
     """(seconds, seconds / modelled seconds) of a stage's last run, from its stamp; None where unknown."""
     try:
@@ -146,17 +139,17 @@ def parts(name: str, cached=None) -> list[Part]:
             out.append(Part(name, "prepare", f"world and zoo ({len(recipes)} models, {n_trunks} trunks)", work,
                             work * RATE["zoo"], cached=done))
         else:
-            fixed = FIXED.get((name, "prepare"))
-            out.append(Part(name, "prepare", "prepare", None, fixed, cached=done))
+            out.append(Part(name, "prepare", "prepare", None, PREPARE_S.get(name), cached=done))
     for stage in prof.stages:
-        words = STAGE_WORDS.get(stage, stage)
+        row = BY_NAME.get(stage)
+        words = row.label if row else stage
         measured = stage_work(prof, stage, recipes)
         if measured is not None:
             work, what = measured
             part = Part(name, stage, f"{words} ({what})", work, work * RATE[stage])
         else:
-            fixed = FIXED.get((name, stage), FIXED.get(("mini", stage)) if recipes is not None else None)
-            part = Part(name, stage, words, None, fixed)
+            known = row.reference_s if row else {}
+            part = Part(name, stage, words, None, known.get(name, known.get("mini") if recipes is not None else None))
         part.cached = bool(cached and cached(name, stage))
         part.last_s, part.ratio = _last_run(paths.stage_dir(name, stage) / paths.STAGE_STAMP)
         out.append(part)

@@ -108,7 +108,7 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
         check_store_models,
     )
     from lib.pipeline.launch.slurm import SUBMIT_ONLY_ENV, JobsSubmitted, check_profile
-    from lib.pipeline.launch.status import JOB_STAGES
+    from lib.stages import JOB_STAGES
 
     pin_arithmetic()          # also for callers from Python: the kernels inherit it
     where = where if where is not None else Where()

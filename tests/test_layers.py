@@ -134,3 +134,15 @@ def test_every_module_is_named_in_its_packages_map_and_every_name_exists():
     assert not wrong, "\n".join(wrong)
     assert {f.name for f in _packages()} == {"lib", "pipeline", "launch", "analysis", "benchalign", "miniworld",
                                              "runner", "tables"}
+
+
+def test_every_notebook_has_one_row_in_the_stage_registry():
+    """lib.stages is the one list of stages: a notebook without a row (or a row without a notebook) fails
+    here, and every profile's stages are rows of it."""
+    from lib import stages
+
+    notebooks = sorted(p.stem for p in (paths.ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert [s.name for s in stages.STAGES] == notebooks
+    for yaml in sorted(paths.PARAMS.glob("*.yaml")):
+        unknown = [s for s in params.load_profile(yaml.stem).stages if s not in stages.BY_NAME]
+        assert not unknown, (yaml.name, unknown)

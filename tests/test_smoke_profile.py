@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lib import layout, outputs, paths, store
+from lib import layout, outputs, params, paths, store
 from runner import contactsheet, run
 
 pytestmark = pytest.mark.slow
-STAGES = ["00_world", "01_select_benchmarks", "02_finetune", "03_direct_eval", "04_rank_agreement",
-          "05_perplexity", "06_pca", "07_benchalign"]
+STAGES = list(params.load_profile("smoke").stages)
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,10 @@ from collections import Counter
 from pathlib import Path
 
 from ... import layout, paths, store
+from ...stages import BY_NAME, JOB_STAGES
 from ..spec import JobSpec, older_code
 from . import slurm
 from .outcome import retry_command
-
-JOB_STAGES = ("02_finetune", "03_direct_eval")     # the stages whose notebooks launch jobs
-STAGE_PROTOCOL = {"02_finetune": store.TBT, "03_direct_eval": store.DIRECT}
 
 
 def stage_status(folder: Path) -> dict:
@@ -74,7 +72,7 @@ def lines(profile: str) -> list[str]:
         finished = (paths.stage_dir(profile, stage) / paths.STAGE_STAMP).exists()
         executor = prof.params(stage).get("executor", "local")
         if st is None and not finished and executor != "slurm":      # it ran, or runs, in a process of this machine
-            protocol = STAGE_PROTOCOL[stage]
+            protocol = BY_NAME[stage].protocol
             done = len(list((paths.store_dir(profile) / store.slug(protocol)).glob("*/*.json")))
             out.append(f"{profile} {stage}: not finished; {done} units in the store so far (executor: {executor}, "
                        f"not Slurm): `{paths.make_command(profile)}` resumes it, finished units are kept")
