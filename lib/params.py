@@ -508,19 +508,24 @@ def stage(name: str, namespace: dict[str, Any]) -> Stage:
     """Resolve stage ``name``'s parameters in ``namespace`` (the notebook's ``globals()``) and
     return its context; creates the output folder.
 
-    The profile is ``namespace["profile"]``. A parameter whose value is still the notebook's
-    default takes the profile's value (what ``make all`` injects), so a notebook stepped through
-    in JupyterLab computes what ``make all`` computed; a value changed by hand is kept. The
-    resolved values are written back into ``namespace``. When they differ from the profile's, the
-    stage's cache stamp is removed so the next ``make all`` re-runs it, and one line says so.
+    Under the runner (``make all``: :data:`lib.util.READS_ENV` is set) papermill has injected every
+    parameter of the profile, and they are used as they are. Stepped through by a person, the
+    profile is ``namespace["profile"]``: a parameter still at the notebook's default takes the
+    profile's value, so the notebook computes what ``make all`` computed, and a value that differs
+    from the default was changed by hand and is kept (to run with the default where the profile sets
+    another value, change the profile). The resolved values are written back into ``namespace``.
+    When they differ from the profile's, the stage's cache stamp is removed so that the next
+    ``make all`` re-runs it, and one line says so.
     """
     short_warning_paths()          # warnings end up in the executed notebook: no path of this machine
     profile = namespace.get("profile")
     if not isinstance(profile, str):
         raise ParamsError(f"{name}: set `profile` in the parameters cell (profiles: {known_profiles()})")
     defaults = notebook_parameters(name)
-    interactive = not os.environ.get(READS_ENV)         # runner.run sets it for the kernels it starts
-    if interactive and not injected_by_papermill(namespace):      # stepped through by a person
+    if os.environ.get(READS_ENV):                       # under the runner: the injected values are the profile's
+        final = {key: namespace.get(key, default) for key, default in defaults.items()}
+        return _context(profile, name, final, {}, sorted(k for k in final if not _same(final[k], defaults[k])))
+    if not injected_by_papermill(namespace):            # stepped through by a person
         try:
             check_prerequisites(load_profile(profile, validate=False), name)
         except PrerequisiteError as exc:
@@ -532,85 +537,30 @@ def stage(name: str, namespace: dict[str, Any]) -> Stage:
             profile = namespace["profile"] = other
     prof = load_profile(profile, validate=False)
     wanted = check_stage(prof, name)
-    typed = typed_by_hand(name, namespace, defaults) if interactive else set()
     final = {}
     for key, default in defaults.items():
         value = namespace.get(key, default)
-        final[key] = value if key in typed or not _same(value, default) else wanted[key]
+        final[key] = value if not _same(value, default) else wanted[key]
         if not _allowed(key, default, final[key]):
             raise ParamsError(f"{name}: parameter {key} = {final[key]!r}: expected {_type_name(default)}")
     changed = {k: v for k, v in final.items() if not _same(v, wanted[k])}
     namespace.update(final)
-    ctx = Stage(profile=profile, name=name, out=paths.stage_dir(profile, name), store=paths.store_dir(profile),
-                work=paths.work_dir(profile), params=final, changed=changed)
-    ctx.out.mkdir(parents=True, exist_ok=True)
-    set_by_profile = sorted(k for k in prof.overrides(name) if k not in changed)
-    if set_by_profile:
-        print(f"{name}: {paths.show(prof.path)} sets {', '.join(set_by_profile)}; the rest are the defaults")
-    if changed and interactive:
+    ctx = _context(profile, name, final, changed, sorted(k for k in prof.overrides(name) if k not in changed))
+    if changed:
         (ctx.out / paths.STAGE_STAMP).unlink(missing_ok=True)
-        said = [f"{k}={v!r}" + (f" (typed by hand: the notebook's default, which {paths.show(prof.path)} sets to "
-                                f"{wanted[k]!r})" if _same(v, defaults[k]) else "") for k, v in changed.items()]
-        print(f"{name}: changed by hand: {', '.join(said)}; writing to {paths.show(ctx.out)} and clearing its "
-              "cache, so the next `make all` re-runs this stage")
+        said = ", ".join(f"{k}={v!r}" for k, v in changed.items())
+        print(f"{name}: changed by hand: {said}; writing to {paths.show(ctx.out)} and clearing its cache, so the "
+              "next `make all` re-runs this stage")
     return ctx
 
 
-def typed_by_hand(name: str, namespace: dict[str, Any], defaults: dict[str, Any]) -> set[str]:
-    """Parameters given a value by hand in the kernel that runs the notebook, even a value equal to
-    the default. Of the cells the kernel ran (IPython's ``_ih``) the last assignment to each counts:
-    in the parameters cell (the one that sets ``profile``) when its line differs from the committed
-    cell's (git's ``HEAD``, or the notebook file outside git), in any other cell always. An
-    unedited parameters cell types nothing."""
-    inputs = [src for src in namespace.get("_ih") or [] if isinstance(src, str)]
-    if not inputs:
-        return set()
-    committed = _assignment_lines(_committed_parameters_cell(name), defaults)
-    typed: dict[str, bool] = {}
-    for src in inputs:
-        found = _assignment_lines(src, defaults)
-        in_parameters_cell = "profile" in found
-        typed.update({k: not in_parameters_cell or text != committed.get(k) for k, text in found.items()})
-    return {k for k, was_typed in typed.items() if was_typed and k != "profile"}
-
-
-def _assignment_lines(source: str, names: dict[str, Any]) -> dict[str, str]:
-    """``{parameter: the text of the lines that assign it}`` for top-level assignments in ``source``."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return {}
-    lines = source.splitlines()
-    out = {}
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, (ast.AnnAssign, ast.AugAssign)) else []
-        for target in targets:
-            if isinstance(target, ast.Name) and target.id in names:
-                out[target.id] = "\n".join(lines[node.lineno - 1:node.end_lineno]).strip()
-    return out
-
-
-def _committed_parameters_cell(name: str) -> str:
-    """The source of stage ``name``'s parameters cell as committed (``git show HEAD:...``), or as
-    the file holds it where git cannot say (not a checkout, an uncommitted notebook)."""
-    import subprocess
-
-    path = notebook_path(name)
-    text = None
-    try:
-        rel = path.resolve().relative_to(paths.ROOT.resolve()).as_posix()
-        done = subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=paths.ROOT, capture_output=True, text=True,
-                              timeout=10)
-        text = done.stdout if done.returncode == 0 else None
-    except (ValueError, OSError, subprocess.SubprocessError):
-        pass
-    try:
-        nb = json.loads(text if text is not None else path.read_text(encoding="utf-8"))
-        return next("".join(c["source"]) for c in nb["cells"]
-                    if c.get("cell_type") == "code" and "parameters" in c.get("metadata", {}).get("tags", []))
-    except (ValueError, StopIteration, KeyError, TypeError, OSError):
-        return ""
+def _context(profile: str, name: str, final: dict[str, Any], changed: dict[str, Any], set_by_profile) -> Stage:
+    ctx = Stage(profile=profile, name=name, out=paths.stage_dir(profile, name), store=paths.store_dir(profile),
+                work=paths.work_dir(profile), params=final, changed=changed)
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    if set_by_profile:
+        print(f"{name}: profile {profile} sets {', '.join(set_by_profile)}; the rest are the defaults")
+    return ctx
 
 
 def make_run(profile: str, stages: list[str]) -> str:
