@@ -3,6 +3,7 @@ and on the published leaderboard items, the one-line errors, the readers, and th
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -126,7 +127,8 @@ def test_round_trip_on_published_items(tmp_path, capsys):
     rest = _write_items(tmp_path / "rest.npz", X[30:], models[30:], ids=musr.ids[:120])
     assert align.main(["score", "--bench", str(tmp_path / "b.json"), "--items", str(rest)]) == 0
     table = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
-    assert list(table.columns) == ["model", "aligned_score", "rank", "plain_accuracy", "plain_rank"]
+    assert list(table.columns) == ["model", "aligned_score", "rank", "plain_accuracy", "plain_rank", "in_sample"]
+    assert not table.in_sample.any()                                  # models 30+ were not aligned on
     assert sorted(table.model) == sorted(models[30:]) and sorted(table["rank"]) == list(range(1, 7))
     np.testing.assert_allclose(table.set_index("model").loc[models[30:], "aligned_score"],
                                X[30:] @ np.array(bench["weights"]), rtol=1e-5)
@@ -390,3 +392,99 @@ def test_preferences_read_in_chunks_equal_one_read_and_name_rows_across_chunks(t
     path.write_text(path.read_text() + "m1,m1,1\n")
     with pytest.raises(align.AlignError, match=f"row {len(pairs) + 2}: 'm1' is preferred to itself"):
         align.read_preferences(path)
+
+
+# --------------------------------------------------------------------------- issue 52: the tool people trust
+def _one_trait(k=40, m=60, seed=0):
+    """The issue's clean problem: items answered by a one-parameter logistic model of a normal latent,
+    so plain accuracy already orders the models almost as the latent does."""
+    rng = np.random.default_rng(seed)
+    latent, difficulty = rng.normal(size=k), rng.normal(size=m)
+    X = (rng.random((k, m)) < 1 / (1 + np.exp(-(latent[:, None] - difficulty)))).astype(float)
+    return X, latent, [f"m{i:02d}" for i in range(k)]
+
+
+def test_weights_that_rank_worse_out_of_fold_fall_back_to_plain_accuracy_and_say_so(tmp_path):
+    """300 noise-free pairs ordered by the latent: the validation RankNet loss falls as the weights spread
+    the scores (step > 0 chosen) while they order the models worse than plain accuracy; the benchmark
+    then keeps uniform weights and its verdict says it does not beat plain accuracy."""
+    X, latent, models = _one_trait()
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 40, 600), rng.integers(0, 40, 600)
+    keep = np.flatnonzero(a != b)[:300]
+    win, lose = np.where(latent[a] > latent[b], a, b)[keep], np.where(latent[a] > latent[b], b, a)[keep]
+    bench = align.align(align.read_items([_write_items(tmp_path / "i.npz", X, models)]),
+                        align.read_preferences(_write_pairs(tmp_path / "p.csv", models, win, lose)))
+    assert bench["cv"]["diff"]["pair_acc"] < 0                                 # what the fitted weights did
+    assert bench["settings"]["chosen_step"] == 0 and "fell back to uniform weights" in bench["settings"]["note"]
+    assert np.allclose(bench["weights"], 1 / 60)
+    assert bench["verdict"].startswith("does not beat plain accuracy (cross-validated pair accuracy -")
+    assert align.report_lines(bench)[-1] == f"verdict: the aligned benchmark {bench['verdict']}"
+
+
+def test_a_clear_gain_is_called_one_and_score_marks_the_models_it_learned_from(tmp_path):
+    X, latent, models = _world()
+    train = np.arange(50)
+    w, lo, _ = studies.bt_pairs(latent, train, 20, 0.0, seed=0)
+    items = align.read_items([_write_items(tmp_path / "i.npz", X, models)])
+    bench = align.align(items, align.read_preferences(_write_pairs(tmp_path / "p.csv", models, w, lo)),
+                        max_steps=600)
+    assert bench["verdict"].startswith("beats plain accuracy (cross-validated pair accuracy +")
+    assert not bench["warnings"]
+    scores = align.score(bench, items).set_index("model")
+    assert scores.in_sample.sum() == 50 and scores.loc[models[0], "in_sample"]
+    assert not scores.loc[models[60], "in_sample"]
+
+
+def test_preferences_in_two_groups_warn_and_name_the_models_apart(tmp_path, capsys):
+    X, latent, models = _world()
+    big, small = np.arange(0, 40), np.arange(40, 48)
+    w1, l1, _ = studies.bt_pairs(latent, big, 10, 0.0, seed=0)
+    w2, l2, _ = studies.bt_pairs(latent, small, 4, 0.0, seed=0)
+    prefs = _write_pairs(tmp_path / "p.csv", models, np.r_[w1, w2], np.r_[l1, l2])
+    items = _write_items(tmp_path / "i.npz", X, models)
+    assert align.main(["align", "--items", str(items), "--prefs", str(prefs), "--out", str(tmp_path / "b.json"),
+                       "--max-steps", "20"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: {prefs}: the pairs form 2 groups with no pair between them: the 8 model(s) "
+                          "outside the largest (org/model-4") and "cannot be compared with the rest" in err
+
+
+def test_python_m_and_make_write_the_same_bytes_and_make_score_prints_only_the_csv(tmp_path):
+    """The command pins the arithmetic itself: started without the Makefile's variables it writes the
+    file `make align` writes; `make score` without OUT= prints the CSV and nothing else."""
+    from lib.pipeline.device import PINNED_ARITHMETIC
+
+    X, latent, models = _world(k=30, m=20)
+    items = _write_items(tmp_path / "i.npz", X, models)
+    w, lo, _ = studies.bt_pairs(latent, np.arange(30), 6, 0.1, seed=0)
+    prefs = _write_pairs(tmp_path / "p.csv", models, w, lo)
+    bare = {k: v for k, v in os.environ.items() if k not in PINNED_ARITHMETIC}
+    subprocess.run([sys.executable, "-m", "lib.benchalign.align", "align", "--items", str(items), "--prefs", str(prefs),
+                    "--out", str(tmp_path / "m.json"), "--max-steps", "60"], cwd=paths.ROOT, env=bare, check=True,
+                   capture_output=True)
+    made = subprocess.run(["make", "-s", "align", f"ITEMS={items}", f"PREFS={prefs}", f"OUT={tmp_path / 'make.json'}",
+                           "ALIGN_ARGS=--max-steps 60"], cwd=paths.ROOT, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    assert (tmp_path / "m.json").read_bytes() == (tmp_path / "make.json").read_bytes()
+    scored = subprocess.run(["make", "score", f"BENCH={tmp_path / 'make.json'}", f"ITEMS={items}"], cwd=paths.ROOT,
+                            capture_output=True, text=True)
+    assert scored.returncode == 0, scored.stderr
+    assert scored.stdout.splitlines()[0] == "model,aligned_score,rank,plain_accuracy,plain_rank,in_sample"
+    assert len(pd.read_csv(io.StringIO(scored.stdout))) == 30
+
+
+def test_the_python_api_example_of_docs_align_md_runs(tmp_path, monkeypatch, capsys):
+    text = (paths.ROOT / "docs" / "align.md").read_text()
+    code = text.split("From Python, the same four steps:\n\n```python\n", 1)[1].split("```", 1)[0]
+    X, latent, models = _world(k=30, m=12)
+    _write_items(tmp_path / "a.npz", X[:, :6], models)
+    _write_items(tmp_path / "b.npz", X[:, 6:], models)
+    _write_items(tmp_path / "new.npz", X, models)
+    w, lo, _ = studies.bt_pairs(latent, np.arange(30), 4, 0.0, seed=0)
+    _write_pairs(tmp_path / "prefs.csv", models, w, lo)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(code.replace("align.align(items, prefs)", "align.align(items, prefs, max_steps=30)"), scope)
+    assert capsys.readouterr().out.strip() == scope["bench"]["verdict"]
+    assert len(scope["scores"]) == 30 and (tmp_path / "bench.json").exists()

@@ -33,6 +33,10 @@ Notebook 07's worked example of this command line and its study of noisy, sparse
 
 from __future__ import annotations
 
+from ..pipeline.device import pin_arithmetic
+
+pin_arithmetic()    # before numpy loads: `python -m` gives the same bytes as `make align` (no Makefile pins)
+
 import argparse
 import hashlib
 import json
@@ -47,11 +51,9 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import uncertainty
-from ..outputs import est
+from ..outputs import clean, est
 from ..util import atomic_write_text, sha256_file
-from . import rank
 from .data import ItemData, ItemDataError, check_matrix, dedupe
-from .methods import clean
 
 FORMAT = "benchalign-aligned/1"
 MIN_MODELS = 4          # two folds of two models: the least the protocol can cross-validate
@@ -333,8 +335,10 @@ def _components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return connected_components(coo_matrix((np.ones(len(a)), (a, b)), shape=(n, n)), directed=False)[1]
 
 
-def check_preferences(prefs: Preferences, items: Items) -> None:
-    """Every model of the preferences has items; enough pairs, models and connection to learn from."""
+def check_preferences(prefs: Preferences, items: Items) -> list[str]:
+    """Every model of the preferences has items; enough pairs, models and connection to learn from.
+    Returns warnings: preferences in more than one connected component name the models whose
+    scores cannot be compared with the largest component's (nothing relates them)."""
     where = prefs.path or "the preferences"
     known = set(items.models)
     missing = [m for m in prefs.models if m not in known]
@@ -348,7 +352,7 @@ def check_preferences(prefs: Preferences, items: Items) -> None:
         if len(models) < MIN_MODELS or distinct < 2:
             raise AlignError(f"{where}: preferences too few to learn from: {len(models)} model(s) with "
                              f"{distinct} distinct score(s); need at least {MIN_MODELS} models and 2 distinct scores")
-        return
+        return []
     if len(prefs.winner) < MIN_PAIRS or len(models) < MIN_MODELS:
         raise AlignError(f"{where}: preferences too few to learn from: {len(prefs.winner)} pair(s) among "
                          f"{len(models)} model(s); need at least {MIN_PAIRS} pairs among at least {MIN_MODELS} models")
@@ -358,6 +362,12 @@ def check_preferences(prefs: Preferences, items: Items) -> None:
         raise AlignError(f"{where}: preferences too disconnected to learn from: {comp.max() + 1} components, the "
                          f"largest holds {largest} of {len(models)} models; need one component holding at least "
                          f"half of them ({-(-len(models) // 2)}): add pairs between the components")
+    if comp.max() == 0:
+        return []
+    apart = [m for m, c in zip(models, comp) if c != np.argmax(np.bincount(comp))]
+    return [f"{where}: the pairs form {comp.max() + 1} groups with no pair between them: the {len(apart)} model(s) "
+            f"outside the largest ({', '.join(apart[:5])}{', ...' if len(apart) > 5 else ''}) are aligned but "
+            "cannot be compared with the rest; add pairs between the groups"]
 
 
 # --------------------------------------------------------------------------- align and score
@@ -380,6 +390,8 @@ def _metrics(oof: np.ndarray, plain: np.ndarray, ref: np.ndarray, pairs, n_boot:
     ``ref`` when there are none) of the out-of-fold scores, beside plain accuracy's, with 95 % bootstrap
     intervals (models for rho, pairs for pair accuracy) and the paired difference."""
     out: dict = {}
+    from . import rank
+
     mdraws = uncertainty.draws(len(ref), n_boot, seed)
     for name, s in (("aligned", oof), ("plain_accuracy", plain)):
         out[name] = {"rho": rank.spearman(s, ref), "rho_draws": uncertainty.weighted_spearman(s, ref, mdraws)}
@@ -431,10 +443,20 @@ def _ci(draws) -> list | None:
 
 
 def align(items: Items, prefs: Preferences, *, seed: int = 0, folds: int = 5, lr: float = 1e-4,
-          max_steps: int = 3000, patience: int = 200, eval_every: int = 10, floor: float = rank.FLOOR,
+          max_steps: int = 3000, patience: int = 200, eval_every: int = 10, floor: float | None = None,
           n_boot: int = 1000) -> dict:
-    """The aligned benchmark (a JSON-ready dict) of ``items`` fitted to ``prefs`` on the models it names."""
-    check_preferences(prefs, items)
+    """The aligned benchmark (a JSON-ready dict) of ``items`` fitted to ``prefs`` on the models it names.
+
+    The weights are kept only when they rank the source models better than plain accuracy out of
+    fold (the difference in pair accuracy for pairs, in rho for scores, is positive); otherwise the
+    benchmark falls back to uniform weights, plain accuracy. The step choice alone cannot see that:
+    it minimises the validation RankNet loss, which falls as the weights spread the scores apart
+    even while they order the models worse (uniform weights put every score in [0, 1], so the
+    pairs' sigmoids sit near 1/2). ``verdict`` says which, from the paired interval."""
+    from . import rank
+
+    warnings = check_preferences(prefs, items)
+    floor = rank.FLOOR if floor is None else floor
     models = prefs.models
     X = items.select(models)
     settings = {"loss": "ranknet", "lr": lr, "max_steps": max_steps, "patience": patience, "folds": folds,
@@ -444,7 +466,7 @@ def align(items: Items, prefs: Preferences, *, seed: int = 0, folds: int = 5, lr
         ref = np.array([prefs.scores[m] for m in models])
         fit = rank.fit(X, ref, seed=seed, loss="ranknet", **kw)
         pairs, described = None, {"kind": "scores", "models": len(models)}
-        reference = "the given scores"
+        reference, judged_on = "the given scores", "rho"
     else:
         w, lo = prefs.winner, prefs.loser
         ref = bt_strengths(w, lo, prefs.weight, len(models))
@@ -452,21 +474,36 @@ def align(items: Items, prefs: Preferences, *, seed: int = 0, folds: int = 5, lr
         pairs = (w, lo, prefs.weight)
         described = {"kind": "pairs", "pairs": len(w), "models": len(models),
                      "components": int(_components(len(models), w, lo).max() + 1)}
-        reference = "Bradley-Terry strengths of the pairs (ridge 0.01)"
+        reference, judged_on = "Bradley-Terry strengths of the pairs (ridge 0.01)", "pair_acc"
     plain = X.mean(axis=1)
     oof = fit.oof_scores(X) if fit.folds else plain
     cv = _metrics(oof, plain, ref, pairs, n_boot, seed)
+    weights, step, note = fit.weights, int(fit.step), fit.note
+    diff, interval = cv["diff"][judged_on], cv["diff"][judged_on + "_ci"] or [np.nan, np.nan]
+    label = {"rho": "rho", "pair_acc": "pair accuracy"}[judged_on]
+    shown = np.nan if diff is None else diff
+    said = f"cross-validated {label} {shown:+.3f} [{interval[0]:+.3f}, {interval[1]:+.3f}]"
+    if step > 0 and diff is not None and diff < 0:
+        weights, step = rank.normalise(np.ones(X.shape[1]), floor), 0
+        note = f"fell back to uniform weights (plain accuracy): the weights of step {fit.step} ranked worse ({said})"
+        verdict = f"does not beat plain accuracy ({said}): fell back to plain accuracy"
+    elif step == 0:
+        verdict = "ties plain accuracy: the weights stayed uniform" + (f" ({note})" if note else "")
+    elif interval[0] > 0:
+        verdict = f"beats plain accuracy ({said})"
+    else:
+        verdict = f"ties plain accuracy ({said}: the interval reaches 0)"
     cv["reference"] = reference
     cv["how"] = (f"out-of-fold scores of {fit.folds}-fold cross-validation over the models at the chosen step; "
                  "intervals: 95 % bootstrap over models (rho) and pairs (pair accuracy)")
     inputs = [{"file": Path(p).name, "sha256": _sha256(p)}          # names only: the same file, the same bytes
               for p in [*items.files, *([prefs.path] if prefs.path else [])]]
-    return {"format": FORMAT, "items": list(items.ids), "weights": [float(v) for v in fit.weights],
+    return {"format": FORMAT, "items": list(items.ids), "weights": [float(v) for v in weights],
             "normaliser": {"floor": floor, "scores": NORMALISER}, "source_models": list(models),
             "preferences": described,
-            "settings": {**settings, "folds_used": int(fit.folds), "chosen_step": int(fit.step),
-                         "steps_run": int(fit.steps_run), "note": fit.note},
-            "cv": cv, "inputs": inputs,
+            "settings": {**settings, "folds_used": int(fit.folds), "chosen_step": step,
+                         "steps_run": int(fit.steps_run), "note": note},
+            "cv": cv, "verdict": verdict, "warnings": warnings, "inputs": inputs,
             "sha256": hashlib.sha256("".join(i["sha256"] for i in inputs).encode()).hexdigest()}
 
 
@@ -498,7 +535,8 @@ def read_bench(path) -> dict:
 
 
 def score(bench: dict, items: Items) -> pd.DataFrame:
-    """Aligned scores and ranks (1 = best) of the models of ``items``, with plain accuracy's."""
+    """Aligned scores and ranks (1 = best) of the models of ``items``, with plain accuracy's;
+    ``in_sample`` marks the models the weights were learned from (their rank is not out of sample)."""
     index = {i: j for j, i in enumerate(items.ids)}
     missing = [i for i in bench["items"] if i not in index]
     if missing:
@@ -511,8 +549,9 @@ def score(bench: dict, items: Items) -> pd.DataFrame:
     df = pd.DataFrame({"model": items.models, "aligned_score": s, "plain_accuracy": plain})
     df["rank"] = df.aligned_score.rank(ascending=False, method="min").astype(int)
     df["plain_rank"] = df.plain_accuracy.rank(ascending=False, method="min").astype(int)
+    df["in_sample"] = df.model.isin(set(bench.get("source_models", ())))
     return (df.sort_values(["rank", "model"], kind="stable")[["model", "aligned_score", "rank", "plain_accuracy",
-                                                              "plain_rank"]].reset_index(drop=True))
+                                                              "plain_rank", "in_sample"]].reset_index(drop=True))
 
 
 def report_lines(bench: dict) -> list[str]:
@@ -527,7 +566,7 @@ def report_lines(bench: dict) -> list[str]:
         a, b, d = cv["aligned"], cv["plain_accuracy"], cv["diff"]
         lines.append(f"cross-validated {label}: {est(a[k], a[k + '_ci'])}; plain accuracy "
                      f"{est(b[k], b[k + '_ci'])}; difference {est(d[k], d[k + '_ci'], sign=True)}")
-    return lines
+    return lines + [f"verdict: the aligned benchmark {bench['verdict']}"]
 
 
 def _write(text: str, out: str | None) -> None:
@@ -561,35 +600,42 @@ def _raise_on_sigterm(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lib.benchalign.align", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m lib.benchalign.align", description=__doc__.split("\n\n")[0],
+                                epilog="docs/align.md walks through both commands")
     sub = p.add_subparsers(dest="command", required=True)
     a = sub.add_parser("align", help="learn item weights from preferences; write the aligned benchmark (JSON)")
     a.add_argument("--items", nargs="+", required=True, help=".npz, .csv, .parquet or a folder of lm-eval samples")
     a.add_argument("--prefs", required=True, help="winner,loser[,weight] pairs or model,score (.csv/.parquet/.jsonl)")
     a.add_argument("--out", required=True, help="the aligned benchmark (.json)")
     a.add_argument("--replace", action="store_true", help="overwrite --out when it exists")
-    for name, default in (("seed", 0), ("folds", 5), ("max-steps", 3000), ("patience", 200)):
-        a.add_argument(f"--{name}", type=int, default=default)
-    a.add_argument("--lr", type=float, default=1e-4)
+    for name, default, what in (("seed", 0, "seed of the folds, the bootstrap and the optimiser"),
+                                ("folds", 5, "cross-validation folds over the models (steps chosen out of fold)"),
+                                ("max-steps", 3000, "most optimiser steps"),
+                                ("patience", 200, "stop after this many steps without a lower validation loss")):
+        a.add_argument(f"--{name}", type=int, default=default, help=f"{what} (default {default})")
+    a.add_argument("--lr", type=float, default=1e-4, help="Adam's learning rate (default 1e-4)")
     s = sub.add_parser("score", help="aligned scores and ranks of new models (CSV)")
     s.add_argument("--bench", required=True, help="an aligned benchmark written by align")
-    s.add_argument("--items", nargs="+", required=True)
+    s.add_argument("--items", nargs="+", required=True, help="the new models' items, in the formats align reads")
     s.add_argument("--out", help="CSV file (default: stdout)")
     s.add_argument("--replace", action="store_true", help="overwrite --out when it exists")
     for q in (a, s):
         q.add_argument("--metric", help="lm-eval samples: the metric to read (default: the first numeric one)")
     args = p.parse_args(argv)
-    from .methods import set_threads
-
-    set_threads(1)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
         check_out(args.out, [*args.items, args.prefs if args.command == "align" else args.bench], args.replace)
         if args.command == "align":
-            items = read_items(args.items, args.metric)
-            bench = align(items, read_preferences(args.prefs), seed=args.seed, folds=args.folds, lr=args.lr,
-                          max_steps=args.max_steps, patience=args.patience)
+            items, prefs = read_items(args.items, args.metric), read_preferences(args.prefs)
+            check_preferences(prefs, items)         # every input error before torch loads
+            from .methods import set_threads
+
+            set_threads(1)
+            bench = align(items, prefs, seed=args.seed, folds=args.folds, lr=args.lr, max_steps=args.max_steps,
+                          patience=args.patience)
             write_bench(args.out, bench)
+            for line in bench["warnings"]:
+                print(f"warning: {line}", file=sys.stderr)
             print("\n".join(report_lines(bench) + [f"wrote {args.out} (inputs sha256 {bench['sha256'][:16]}...)"]))
         else:
             bench = read_bench(args.bench)

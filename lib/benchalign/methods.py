@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import rankdata
 
+from ..outputs import clean
 from . import baselines, rank
 from .data import ItemData
 
@@ -353,11 +354,6 @@ def evaluate(scores: np.ndarray, y: np.ndarray, groups: dict[str, np.ndarray]) -
                 "pair_acc": rank.pair_accuracy(scores[idx], y[idx])} for g, idx in groups.items()}
 
 
-
-
-def clean(x) -> float | None:
-    """``x`` rounded to 4 decimals for a summary; None when it is missing or not finite."""
-    return None if x is None or not np.isfinite(x) else round(float(x), 4)
 
 
 
