@@ -13,7 +13,9 @@ notebook cell and the problems found:
 - **overlap**: two pieces of text whose boxes (matplotlib's window extents after drawing) overlap;
 - **labels**: an axis with tick labels but no label (its own, or the figure's ``supxlabel`` /
   ``supylabel``), an axis that writes a scale or offset (``1e21``) beside its ticks, a figure without
-  a title or without a caption (:func:`lib.plots.set_caption`);
+  a caption (:func:`lib.plots.set_caption`), and a title drawn inside the figure (a suptitle: the paper's
+  caption carries it; :func:`lib.plots.title` records one without drawing it, else the caption's first
+  sentence is the figure's title on the pages);
 - **legends on data**: a legend whose box covers a data point, line, bar or heat-map cell.
 
 :mod:`runner.contactsheet` reads the records back (``make check-figures``) and shows every figure at
@@ -196,12 +198,13 @@ def inspect(fig) -> dict:
     problems += _unlabelled(fig, drawn)
     problems += _legends_on_data(fig, renderer)
     sup = getattr(fig, "_suptitle", None)
-    titles = [sup.get_text()] if sup is not None and id(sup) in drawn else []
-    titles += [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title() and id(ax.title) in drawn]
-    if not titles:
-        problems.append("no title (a suptitle or a panel title that can start the caption)")
-    return {"texts": [(t, size) for _, t, size in texts], "title": titles[0] if titles else "",
-            "panel_titles": titles[1:] if sup is not None and titles else titles, "problems": problems}
+    if sup is not None and id(sup) in drawn and sup.get_text():
+        problems.append("a title drawn inside the figure (suptitle): the paper's caption carries it; give it to "
+                        "lib.plots.title, which records it without drawing it")
+    title = getattr(fig, "_tbt_title", "")
+    panels = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title() and id(ax.title) in drawn]
+    return {"texts": [(t, size) for _, t, size in texts], "title": title, "panel_titles": panels,
+            "problems": problems}
 
 
 def _cell() -> int | None:
@@ -244,7 +247,8 @@ def record(fig, png: str | Path, caption: str | None = None) -> dict:
     sizes = [size * scale for _, size in info["texts"]]
     return {
         "name": png.stem, "stage": png.parent.parent.name,
-        "title": info["title"], "caption": caption or "", "cell": _cell(),
+        "title": info["title"] or (caption or "").split(". ")[0].rstrip("."), "caption": caption or "",
+        "cell": _cell(),
         "width_in": round(width, 3), "height_in": round(height, 3), "designed_in": [round(v, 3) for v in designed],
         "fits": "one column" if width <= WIDTH_SINGLE + 0.01 else "full width" if width <= WIDTH_DOUBLE + 0.01
                 else "too wide",

@@ -32,7 +32,9 @@ from .figreview import MIN_FONT_PT, WIDTH_DOUBLE, WIDTH_SINGLE  # noqa: F401  (t
 from .store import DIRECT, REDUCED, TBT
 
 PROTOCOL_LABELS = {DIRECT: "Direct evaluation", TBT: "Train-before-test"}
-PROTOCOL_COLORS = {DIRECT: "#c44e52", TBT: "#4c72b0"}
+# orange and dark blue: told apart in colour (also by most colour-blind readers) and in greyscale print
+# (luma 146 against 69; the red and blue before were 114 and 110, one grey)
+PROTOCOL_COLORS = {DIRECT: "#d9822b", TBT: "#1f4e79"}
 FONT = {"base": 8.0, "small": 7.0, "title": 8.0, "suptitle": 9.0}
 
 
@@ -206,9 +208,12 @@ def wrap(text: str, width_in: float, size: float = FONT["title"]) -> str:
     return "\n".join(textwrap.fill(part, chars, break_on_hyphens=False) for part in str(text).split("\n"))
 
 
-def suptitle(fig, text: str, size: float = FONT["suptitle"]):
-    """The figure's title (what the caption can start with), wrapped to the figure's width."""
-    return fig.suptitle(wrap(text, fig.get_figwidth() - 0.1, size), fontsize=size)
+def title(fig, text: str):
+    """The figure's title, recorded (``figures/<name>.json``, the contact sheet, the leaderboard) and
+    not drawn: a paper's caption carries it, so a title inside the figure would cost height and be
+    cropped by hand (:mod:`lib.figreview` flags a drawn one)."""
+    fig._tbt_title = " ".join(str(text).split())
+    return fig
 
 
 def _columns(labels, width_in: float) -> int:

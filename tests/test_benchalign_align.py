@@ -480,7 +480,7 @@ def test_the_python_api_example_of_docs_align_md_runs(tmp_path, monkeypatch, cap
     X, latent, models = _world(k=30, m=12)
     _write_items(tmp_path / "a.npz", X[:, :6], models)
     _write_items(tmp_path / "b.npz", X[:, 6:], models)
-    _write_items(tmp_path / "new.npz", X, models)
+    _write_items(tmp_path / "new.npz", X, models, ids=[f"a/{j}" for j in range(6)] + [f"b/{j}" for j in range(6)])
     w, lo, _ = studies.bt_pairs(latent, np.arange(30), 4, 0.0, seed=0)
     _write_pairs(tmp_path / "prefs.csv", models, w, lo)
     monkeypatch.chdir(tmp_path)

@@ -400,7 +400,7 @@ def test_figures_say_what_they_draw_and_part_in_greyscale(tmp_path):
     w = comp.weights["benchalign"]
     hist = figures.weight_hist(d.item_benchmark, w)
     assert "normalised to sum to 1" not in plots.caption(hist)
-    assert f"Σ = {np.mean(w, axis=0).sum():.2f}" in hist._suptitle.get_text()
+    assert f"Σ = {np.mean(w, axis=0).sum():.2f}" in hist._tbt_title
     cross = figures.cross_weights({"a": {"mean": -0.5, "std": 0.1}, "b": {"mean": 0.7, "std": 0.1}})
     assert "Σ = 0.20" in cross.axes[0].get_xlabel()
     abl = ex.ablation_summary(studies.ablation(d, sp, ("ranknet", "pointwise"), seeds=2, cfg=cfg), d.target, 100)

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from lib import plots, store  # noqa: E402
+from lib import figreview, plots, store  # noqa: E402
 from runner import contactsheet
 
 
@@ -39,7 +39,7 @@ def _clean(width=plots.WIDTH_SINGLE):
     ax.set_xlabel("x")
     ax.set_ylabel("y")
     plots.legend_below(fig, *ax.get_legend_handles_labels())
-    plots.suptitle(fig, "A clean figure")
+    plots.title(fig, "A clean figure")
     return plots.set_caption(fig, "A clean figure.")
 
 
@@ -49,6 +49,15 @@ def test_a_clean_figure_passes_and_its_record_says_how_it_prints(tmp_path):
     assert rec["fits"] == "one column" and rec["width_in"] <= plots.WIDTH_SINGLE
     assert rec["min_font_pt"] >= plots.MIN_FONT_PT
     assert rec["title"] == "A clean figure" and rec["caption"] == "A clean figure."
+    assert not any("A clean figure" in text for text, _ in figreview.inspect(_clean())["texts"])   # recorded, not drawn
+
+
+def test_the_protocols_differ_in_greyscale():
+    """Issue 53: direct evaluation and train-before-test printed as one grey (luma 114 and 110)."""
+    from matplotlib.colors import to_rgb
+
+    luma = [0.299 * r + 0.587 * g + 0.114 * b for r, g, b in map(to_rgb, plots.PROTOCOL_COLORS.values())]
+    assert abs(luma[0] - luma[1]) > 0.25, luma
 
 
 def _too_wide():
@@ -100,9 +109,9 @@ def _spill():
     return fig
 
 
-def _no_title():
+def _drawn_title():
     fig = _clean()
-    fig.suptitle("")
+    fig.suptitle("A clean figure")                # drawn: costs height, and the caption says it already
     return fig
 
 
@@ -120,7 +129,7 @@ def _no_caption():
     (_offset, "beside its ticks"),
     (_legend_on_data, "covers data"),
     (_spill, "content drawn outside the canvas"),
-    (_no_title, "no title"),
+    (_drawn_title, "a title drawn inside the figure"),
     (_no_caption, "no caption"),
 ])
 def test_each_defect_is_caught(tmp_path, make, expected, capsys):

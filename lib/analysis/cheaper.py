@@ -257,7 +257,7 @@ def plot_comparison(summary: dict):
         caption = "; this store records no cost, so the figure shows agreement only"
     ax.set_ylabel("mean tau with train-before-test")
     plots.legend_below(fig, handles, [label(n) for n in names])
-    plots.suptitle(fig, "Cheaper protocols against train-before-test")
+    plots.title(fig, "Cheaper protocols against train-before-test")
     return plots.set_caption(fig, (
         "Each protocol's mean Kendall tau with the train-before-test ranking over the downstream benchmarks, with its "
         f"95 % bootstrap interval over models{caption}; train-before-test itself is 1 by definition."))

@@ -39,10 +39,6 @@ def ci_text(ci) -> str:
     return f" [{ci[0]:.2f},\u00a0{ci[1]:.2f}]"          # no line break inside the interval
 
 
-def _suptitle(fig, text: str) -> None:
-    plots.suptitle(fig, text)
-
-
 def tau_range(values) -> float:
     """The lower end of the tau colour scale: :data:`TAU_VMIN`, or lower when some tau is lower."""
     v = np.asarray(values, float)
@@ -108,7 +104,7 @@ def tau_heatmaps(mats: Mapping[str, pd.DataFrame], annotate: bool | None = None,
         ax.set_ylabel("benchmark" if j == 0 else "")
     fig.colorbar(axes[0][0].collections[0], ax=list(axes[0]), location="bottom", shrink=min(0.6, 2.5 / k / side),
                  aspect=30, label="Kendall τ", pad=0.02)
-    _suptitle(fig, title)
+    plots.title(fig, title)
     return plots.set_caption(fig, (
         f"Kendall τ between the rankings of the same models by every pair of benchmarks{who}, under direct "
         "evaluation (left) and train-before-test (right); one colour scale, the diagonal is 1 by definition. "
@@ -145,7 +141,7 @@ def per_benchmark_bars(per_benchmark: pd.DataFrame, cis: Mapping[str, pd.DataFra
                            {p: per_benchmark[p].to_numpy(float) for p in per_benchmark}, errors)
     ax.set_xlabel("mean Kendall τ against the others")
     ax.set_ylabel("benchmark")
-    _suptitle(fig, "Each benchmark against the others")
+    plots.title(fig, "Each benchmark against the others")
     plots.legend_above(ax, handles, [h.get_label() for h in handles])
     return plots.set_caption(fig, (
         "Mean Kendall τ of each benchmark's model ranking against every other benchmark's, under both protocols "
@@ -198,7 +194,7 @@ def category_heatmaps(mats: Mapping[str, pd.DataFrame], within: Mapping[str, tup
         ax.set_title(titles[p])
         ax.set_xlabel("category")
         ax.set_ylabel("category" if j == 0 else "")
-    _suptitle(fig, heading)
+    plots.title(fig, heading)
     empty = any(np.isnan(m.to_numpy(float)).any() for m in mats.values())
     single = [c for c in first.index if counts is not None and c in counts.index and counts.loc[c, c] == 1]
     parts = ["Mean Kendall τ over the benchmark pairs of each pair of categories, under both protocols; the diagonal "
@@ -249,7 +245,7 @@ def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[st
     axes[0][0].set_yticks([1] + list(range(step, n + 1, step)) if step > 1 else list(range(1, n + 1)))
     axes[0][0].set_ylim(n + 0.5, 0.5)
     axes[0][0].set_ylabel("rank (1 = best)")
-    _suptitle(fig, f"Model ranks on {da} and {db} ({n} models)")
+    plots.title(fig, f"Model ranks on {da} and {db} ({n} models)")
     marked = [plots.display(m) for m in highlight]
     if marked:
         plots.legend_below(fig, [Line2D([], [], color=MARK_COLORS[k % len(MARK_COLORS)], lw=2, marker="o", ms=3.5)
@@ -301,7 +297,7 @@ def ceiling_plot(pairs: pd.DataFrame, per_benchmark: pd.DataFrame, protocols: tu
                 Line2D([], [], color="0.3", ls="--", lw=0.8)]
     labels += ["mean τ (right)", "mean estimated ceiling (right)", "τ = estimated ceiling (left)"]
     plots.legend_below(fig, handles, labels, ncol=2)
-    _suptitle(fig, "Agreement against its estimated noise ceiling")
+    plots.title(fig, "Agreement against its estimated noise ceiling")
     return plots.set_caption(fig, (
         "The noise ceiling is the Kendall τ two benchmarks would show if they ranked the models identically and "
         "differed only by measurement noise; it is estimated from each benchmark's split-half reliability "
@@ -337,7 +333,7 @@ def forest(table: pd.DataFrame, xlabel: str, title: str, value: str = "gain", lo
     ax.set_ylim(len(table) - 0.5, -0.5)
     ax.set_xlabel(plots.wrap(xlabel, WIDTH_SINGLE * 0.6, plots.FONT["base"]))
     ax.set_ylabel("models (number)")
-    _suptitle(fig, title)
+    plots.title(fig, title)
     return plots.set_caption(fig, (
         f"{title}: the estimate on each subset of models with its paired 95 % bootstrap interval; dashed: all "
         "models, solid: no gain. A subset whose interval stays right of zero keeps the gain without the models "
@@ -385,7 +381,7 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
     ax.set_ylabel("mean Kendall τ over benchmark pairs")
     handles, labels = ax.get_legend_handles_labels()
     plots.legend_below(fig, handles, labels, ncol=2)
-    _suptitle(fig, "Agreement against fine-tuning budget")
+    plots.title(fig, "Agreement against fine-tuning budget")
     return plots.set_caption(fig, (
         "Mean Kendall τ over benchmark pairs when models are ranked after each fine-tuning epoch, for each learning "
         "rate and for the best checkpoint so far (thick). Per-epoch points rank models by validation scores (the "
@@ -450,7 +446,7 @@ def scatter_grid(frames: Mapping[str, pd.DataFrame], x: str, y: str, hue: str | 
     if handles:
         plots.legend_below(fig, handles, labels)
     if suptitle:
-        _suptitle(fig, suptitle)
+        plots.title(fig, suptitle)
     shades = " (sizes as shades: darker is larger)" if fams else ""
     kind_text = (f"; filled: {_KIND_LABELS.get(kinds[0], kinds[0])}, hollow: "
                  f"{', '.join(_KIND_LABELS.get(k, str(k)) for k in kinds[1:])}" if len(kinds) > 1 else "")
@@ -492,7 +488,7 @@ def explained_variance(curves: Mapping[str, pd.Series], max_components: int = 10
     ax.set_ylim(0, 1)
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     plots.legend_below(fig, handles, labels, ncol=1)
-    _suptitle(fig, "Variance explained per principal component")
+    plots.title(fig, "Variance explained per principal component")
     return plots.set_caption(fig, (
         "Share of the variance of the model × benchmark score matrix (columns standardised) explained by each "
         "principal component, under both protocols; PC1 with its 95 % bootstrap interval over models."))
@@ -535,7 +531,7 @@ def corpus_benchmark_heatmap(mats: Mapping[str, pd.DataFrame], titles: Mapping[s
         ax.set_xticklabels(ax.get_xticklabels(), rotation=90)
         if j == 0:
             ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
-    _suptitle(fig, "Perplexity against each downstream benchmark")
+    plots.title(fig, "Perplexity against each downstream benchmark")
     return plots.set_caption(fig, (
         "Kendall τ between the model ranking by bits per byte on each perplexity corpus (lower ranks higher) and "
         "the ranking by each downstream benchmark, in three settings: both before fine-tuning, both after, and "
@@ -572,7 +568,7 @@ def group_bars(table: pd.DataFrame, group: str, value: str, hue: str = "protocol
     ax.set_xlim(0, 1)
     plots.legend_above(ax, handles, [h.get_label() for h in handles])
     if title:
-        _suptitle(fig, title)
+        plots.title(fig, title)
     return plots.set_caption(fig, (
         f"{title or value}: {xlabel or value} per {group if group != 'group' else 'model family'}"
         + (" (number of models in brackets)" if n else "") + ", under both protocols"

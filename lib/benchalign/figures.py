@@ -94,7 +94,7 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
         handles.append(Line2D([], [], lw=0, marker="*", ms=7, color=PAPER_COLOR, mec="0.1", mew=0.4))
         labels.append("the paper's rho (its data and target)")
     plots.legend_below(fig, handles, labels, title="test models")
-    plots.suptitle(fig, "BenchAlign and the baselines on the unseen larger models")
+    plots.title(fig, "BenchAlign and the baselines on the unseen larger models")
     return plots.set_caption(fig, (
         "Each method's rank agreement with the target ranking on the test models (left: value, mean over seeds; "
         f"right: paired difference to {ref_label} on the same bootstrap resamples), in Spearman ρ (top) and pairwise "
@@ -126,7 +126,7 @@ def learning_curve(protocol: dict):
     handles = [Line2D([], [], color=NEUTRAL, lw=0.9), Line2D([], [], color="#d95f02", lw=0.8, ls="--"),
                Line2D([], [], color="0.1", marker="o", lw=0, ms=4)]
     plots.legend_below(fig, handles, ["validation (mean of folds)", "training (mean of folds)", "chosen step"])
-    plots.suptitle(fig, f"{protocol['folds']}-fold cross-validation chose step {med}"
+    plots.title(fig, f"{protocol['folds']}-fold cross-validation chose step {med}"
                    if med is not None else "Cross-validation over the source models")
     return plots.set_caption(fig, (
         f"How BenchAlign's number of Adam steps is chosen: the {loss} loss on the held-out folds of the source "
@@ -161,7 +161,7 @@ def weight_hist(item_benchmark, weights: list[np.ndarray]):
     ax.set_ylabel("benchmark (Σ its weights)")
     plots.legend_below(fig, [Line2D([], [], color="#c44e52", lw=0.9, ls="--")],
                        [f"uniform weight (1 / {len(W):,} items)"])
-    plots.suptitle(fig, f"BenchAlign item weights by benchmark (all items: Σ = {W.sum():.2f}, "
+    plots.title(fig, f"BenchAlign item weights by benchmark (all items: Σ = {W.sum():.2f}, "
                         f"Σ|w| = {np.abs(W).sum():.1f})")
     return plots.set_caption(fig, (
         "The weight BenchAlign learns for each item (mean over seeds), one row per benchmark: every item a dot, the "
@@ -200,7 +200,7 @@ def ablation_bars(ablation: dict):
     ax.set_xlabel("Spearman ρ on the test models")
     ax.set_ylabel("ranking loss")
     plots.legend_below(fig, handles, [str(g) for g in groups], title="test models")
-    plots.suptitle(fig, "Which ranking loss? (same protocol)")
+    plots.title(fig, "Which ranking loss? (same protocol)")
     return plots.set_caption(fig, (
         "BenchAlign trained with each ranking loss under the same protocol: Spearman ρ with the target ranking on "
         "each group of test models (bars: mean over seeds; whiskers: 95 % bootstrap interval over the test models, "
@@ -249,7 +249,7 @@ def needs_curves(df: pd.DataFrame, group: str, references: dict[str, float] | No
         if handles:
             a.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, frameon=False)
     axes[0].set_ylabel(f"Spearman ρ ({group})")
-    plots.suptitle(fig, f"How much data BenchAlign needs (test models: {group})")
+    plots.title(fig, f"How much data BenchAlign needs (test models: {group})")
     return plots.set_caption(fig, (
         f"Spearman ρ with the target ranking on the test models ({group}) as BenchAlign gets more data: left, k "
         "source models chosen at random, by k-center selection on their item responses (before any label is known) "
@@ -273,7 +273,7 @@ def cross_weights(weights: dict[str, dict]):
     ax.set_ylabel("direct-evaluation benchmark")
     plots.legend_below(fig, [Line2D([], [], color="#c44e52", lw=0.9, ls="--")],
                        [f"uniform weight of the plain mean (1/{len(s)} = {uniform:.3f})"])
-    plots.suptitle(fig, "Direct-evaluation benchmarks weighted to predict the train-before-test ranking")
+    plots.title(fig, "Direct-evaluation benchmarks weighted to predict the train-before-test ranking")
     return plots.set_caption(fig, (
         "BenchAlign across the two papers: the weight learned for each benchmark's direct-evaluation score so that "
         "the weighted mean reproduces the train-before-test ranking (mean ± one standard deviation over seeds; "
@@ -303,7 +303,7 @@ def noise_figure(study: dict, group: str):
     ax.set_ylabel(f"Spearman ρ with the latent ({group})")
     handles, labels = ax.get_legend_handles_labels()
     plots.legend_below(fig, handles, labels)
-    plots.suptitle(fig, f"BenchAlign on noisy, sparse preferences ({group})")
+    plots.title(fig, f"BenchAlign on noisy, sparse preferences ({group})")
     return plots.set_caption(fig, (
         f"Spearman ρ with the latent score on the unseen test models ({group}) of BenchAlign fitted to "
         f"Bradley-Terry pairs (β = {study['beta']:g} on the standardised latent) among the source models, a share of "

@@ -187,7 +187,7 @@ def plot_perplexity(table: pd.DataFrame):
     ax.set_xlabel("mean rank on perplexity corpora")
     ax.set_ylabel("mean rank on prepared tasks")
     plots.legend_below(fig, handles, [plots.PROTOCOL_LABELS[p] for p in PROTOCOLS] + ["same rank"])
-    plots.suptitle(fig, "Prepared models: downstream against perplexity rank")
+    plots.title(fig, "Prepared models: downstream against perplexity rank")
     return plots.set_caption(fig, (
         "Each prepared twin's mean rank on the tasks it was prepared for against its mean rank by bits per byte on "
         "the held-out perplexity corpora (which no model was prepared for), under both protocols; on the dashed "
@@ -210,7 +210,7 @@ def plot_pca(table: pd.DataFrame):
     ax.set_ylabel("PC1 share of variance")
     ax.set_ylim(0, 1)
     plots.legend_below(fig, handles, [plots.PROTOCOL_LABELS[p] for p in PROTOCOLS])
-    plots.suptitle(fig, "PC1 share with and without the prepared models")
+    plots.title(fig, "PC1 share with and without the prepared models")
     return plots.set_caption(fig, (
         "Share of the variance of the model × benchmark matrix explained by its first principal component, with "
         "all models and without the prepared twins, under both protocols."))

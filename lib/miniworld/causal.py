@@ -425,7 +425,7 @@ def plot_compositions(comp: pd.DataFrame):
     axes[0][0].set_ylabel("mean Kendall τ between benchmarks")
     handles, labels = axes[0][0].get_legend_handles_labels()
     plots.legend_below(fig, handles, labels)
-    plots.suptitle(fig, "Agreement as prepared twins replace their base models")
+    plots.title(fig, "Agreement as prepared twins replace their base models")
     return plots.set_caption(fig, (
         "Mean Kendall τ between benchmark rankings when none, a third, two thirds or all of the prepared twins are "
         "swapped in for their base models (the zoo keeps its size), under direct evaluation and train-before-test; "

@@ -158,7 +158,7 @@ def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np
         handles += [Line2D([], [], color="0.3", lw=0.8), Line2D([], [], color="0.3", lw=0.8, ls="--")]
         labels += ["pre-training (trunk)", "last phase"]
     plots.legend_below(fig, handles, labels)
-    plots.suptitle(fig, "The mini world's model zoo")
+    plots.title(fig, "The mini world's model zoo")
     return plots.set_caption(fig, (
         "The self-built models: parameters against training tokens (one hue per family, darker shades larger; "
         "prepared twins hollow), their training loss (solid: a trunk's pre-training; dashed: each model's last "

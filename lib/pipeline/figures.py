@@ -57,7 +57,7 @@ def train_sizes(table: pd.DataFrame, min_train: int):
     handles = [handles[i] for i in keep] + [plt.Line2D([], [], color="#c44e52", ls="--", lw=1)]
     labels = [labels[i] for i in keep] + [f"min_train = {min_train:,}"]
     plots.legend_below(fig, handles, labels, ncol=2)
-    plots.suptitle(fig, "Training split size per task")
+    plots.title(fig, "Training split size per task")
     return plots.set_caption(fig, (
         "Documents in each task's training split (log scale): benchmarks selected for train-before-test, rejected "
         f"ones and perplexity corpora; a benchmark needs at least min_train = {min_train:,} training documents "
@@ -110,7 +110,7 @@ def val_curves(curves: pd.DataFrame, benchmarks: Iterable[str], corpora: Iterabl
     for ax in axes.flat:
         ax.set_xlabel("epoch")
     fig.supylabel(label)
-    plots.suptitle(fig, f"Train-before-test: {label} after each epoch")
+    plots.title(fig, f"Train-before-test: {label} after each epoch")
     lower = "lower is better" if value == "val_loss" else "higher is better, bits/byte: lower"
     return plots.set_caption(fig, (
         f"The {label} ({lower}) after each fine-tuning epoch, one panel per benchmark: a thin line per model and "
@@ -160,7 +160,7 @@ def direct_vs_tbt(both: pd.DataFrame, benchmarks: Iterable[str], corpora: Iterab
     for ax in axes.flat:
         ax.set_xlabel("direct evaluation")
     fig.supylabel("train-before-test")
-    plots.suptitle(fig, "Test score of each model: direct evaluation against train-before-test")
+    plots.title(fig, "Test score of each model: direct evaluation against train-before-test")
     return plots.set_caption(fig, (
         "Each model's test score under direct evaluation (x) and under train-before-test (y), one panel per "
         "benchmark (perplexity corpora in bits per byte, lower is better); points above the dashed diagonal gained "
