@@ -82,7 +82,7 @@ $(STAMP):
 	$(PY) -m pip install --quiet --upgrade pip==25.3
 	@# no bytecode compiled up front (a third of the set-up time; about a fifth of the modules are ever
 	@# imported): see PYTHONDONTWRITEBYTECODE above
-	$(PY) -m pip install --quiet --no-compile -c requirements.lock -e '.[test]'
+	$(PY) -m pip install --quiet --no-compile -c requirements.lock -e '.[test,tensorboard]'
 	@# lib is found through a path relative to site-packages (pip's editable hook holds this folder's absolute
 	@# path, so a moved checkout could not import lib): ../../../.. is the repository root, wherever it lies
 	rm -f $(VENV)/lib/python3*/site-packages/__editable__*train_before_test*
@@ -179,7 +179,8 @@ bench: $(STAMP) ## run the speed benchmarks quoted in the README (writes bench/r
 	for s in bench/bench_*.py; do echo "== $$s"; $(PY) $$s || exit 1; done
 
 lock: $(STAMP) ## re-freeze requirements.lock from the current .venv
-	$(PY) -m pip freeze --exclude-editable | sed 's/+cpu$$//' > requirements.lock
+	@# --all: setuptools too (pip freeze leaves it out), which tensorboard needs below 82 (pyproject.toml)
+	$(PY) -m pip freeze --all --exclude pip --exclude-editable | sed 's/+cpu$$//' > requirements.lock
 
 clean: ## remove generated outputs (keeps .venv and caches)
 	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
