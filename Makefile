@@ -63,6 +63,8 @@ NBSTRIP_DIFF := f() { if [ -x $(VENV)/bin/python ]; then $(NBSTRIP) -t "$$@"; el
 TEST_WORKERS ?= 2
 # JupyterLab: `make lab LAB_ARGS="--no-browser --port 8890"`; root (containers) needs --allow-root.
 LAB_ARGS ?=
+# TensorBoard: `make tensorboard PROFILE=paper TB_ARGS="--port 6007 --bind_all"`
+TB_ARGS ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: help venv hooks all run submit status test test-fast test-real test-slurm lint check-figures docs check-docs \
@@ -121,6 +123,7 @@ run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAG
 	  $(PY) -m lib.run $(PROFILE) $(if $(STAGES),--stages $(STAGES),) $(if $(FORCE),--force,) $(if $(WAIT),--wait,)
 
 test: $(STAMP) lint ## run the linter and the whole test suite, as CI does (offline; HARMONY_DATA: published-data tests)
+	@$(PY) -m lib.export fetch      # the Every Eval Ever schema the export tests check against (pip, once)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 test-real: $(STAMP) ## only the real pretrained model's tests (SmolLM2-135M trained and tested end to end, offline; about a minute)
@@ -136,6 +139,7 @@ slurm-down: ## stop the one-machine Slurm cluster (its state stays in .slurm/)
 	@slurm/cluster.sh down
 
 test-fast: $(STAMP) lint ## the linter and the unit tests only, in TEST_WORKERS processes: no notebook kernel, no training run (about a minute)
+	@$(PY) -m lib.export fetch
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" --durations=25 $(PYTEST_ARGS)
 
 check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, overlap, labels) and write outputs/PROFILE/figures.html
@@ -144,6 +148,13 @@ check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, o
 .PHONY: leaderboard
 leaderboard: $(STAMP) ## write outputs/PROFILE/leaderboard.html from PROFILE's outputs (make all writes it after each run)
 	$(PY) -m lib.leaderboard $(PROFILE)
+
+.PHONY: export tensorboard
+export: $(STAMP) ## PROFILE's results as Every Eval Ever records in outputs/PROFILE/export/, schema-checked (docs/running.md)
+	$(PY) -m lib.export records $(PROFILE)
+
+tensorboard: $(STAMP) ## TensorBoard on PROFILE's fine-tuning curves (profiles with tensorboard: true), e.g. TB_ARGS="--port 6007"
+	$(PY) -m lib.export tensorboard $(PROFILE) $(TB_ARGS)
 
 .PHONY: align score
 align: $(STAMP) ## align a benchmark to your preferences: ITEMS="a.npz b.npz" PREFS=prefs.csv OUT=bench.json (docs/align.md)

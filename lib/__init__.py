@@ -35,6 +35,7 @@ Running and reporting:
     failures      the one console line and the log file of a run that failed
     docblocks     the docs' results tables written and checked (`make docs`, `make check-docs`)
     leaderboard   a profile's leaderboard page
+    export        a profile's results as Every Eval Ever records (`make export`); TensorBoard on its curves
 
 So the analyses (04-06) never import the pipeline: editing the launcher re-runs no analysis.
 """
@@ -48,5 +49,6 @@ LAYERS = (
     ("lib.analysis", "lib.placement"),
     ("lib.benchalign",),
     ("lib.miniworld",),
-    ("lib.plan", "lib.run", "lib.stagecache", "lib.kernel", "lib.failures", "lib.docblocks", "lib.leaderboard"),
+    ("lib.plan", "lib.run", "lib.stagecache", "lib.kernel", "lib.failures", "lib.docblocks", "lib.leaderboard",
+     "lib.export"),
 )
