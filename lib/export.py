@@ -140,16 +140,18 @@ def protocol_text(protocol: str) -> tuple[str, str]:
                              "no fine-tuning")
     if shots:
         k = int(shots.group(1))
-        return f"{k}-shot", (f"direct evaluation with {k} documents of the benchmark's training split in every "
-                             "prompt, scored on the test split; no fine-tuning")
+        return f"{k}-shot", (f"direct evaluation with {k} document{'s' if k > 1 else ''} of the benchmark's training "
+                             "split in every prompt, scored on the test split; no fine-tuning")
+    if protocol == store.REDUCED:
+        return ("train-before-test, reduced budget: fine-tuned on part of its training split first",
+                "train-before-test on a reduced budget: the model was fine-tuned on a share of the benchmark's own "
+                "training split at one learning rate (the recipe in score_details.details), then scored once on the "
+                "test split. Not a zero-shot score")
     if base == store.TBT:
-        reduced = protocol == store.REDUCED
-        part = "part of " if reduced else ""
-        budget = (", reduced budget", " on a reduced budget") if reduced else ("", "")
-        return (f"train-before-test{budget[0]}: fine-tuned on {part}its training split first",
-                f"train-before-test{budget[1]}: the model was fine-tuned on {part}"
-                "the benchmark's own training split (the recipe in score_details.details), the learning rate and "
-                "epoch chosen on its validation split, then scored once on the test split. Not a zero-shot score")
+        return ("train-before-test: fine-tuned on its training split first",
+                "train-before-test: the model was fine-tuned on the benchmark's own training split (the recipe in "
+                "score_details.details), the learning rate and epoch chosen on its validation split, then scored "
+                "once on the test split. Not a zero-shot score")
     raise ValueError(protocol)
 
 
@@ -204,7 +206,7 @@ def _model(result: store.Result, prov: dict, root: Path, tbt: bool, published: b
                "dtype": prov.get("dtype"), "n_params": prov.get("n_params"), "fine_tuned": tbt}
     name = result.model
     if tbt:
-        name = f"{result.model} fine-tuned on {result.benchmark} (train-before-test)"
+        name = f"{result.model} fine-tuned on {result.benchmark} ({result.protocol})"
         details.update(base_model=result.model, adapter=prov.get("adapter"),
                        fine_tuned_on=f"the training split of {result.benchmark}"
                        + (f" ({prov['n_train']} documents)" if prov.get("n_train") else ""))

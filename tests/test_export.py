@@ -83,7 +83,7 @@ def test_smoke_exports_every_result_and_reads_back_as_the_store(smoke, tmp_path)
     res = tbt["evaluation_results"][0]
     details = res["score_details"]["details"]
     assert res["evaluation_name"] == "mw_facts (train-before-test: fine-tuned on its training split first)"
-    assert tbt["model_info"]["name"] == "mw-llama-s fine-tuned on mw_facts (train-before-test)"
+    assert tbt["model_info"]["name"] == "mw-llama-s fine-tuned on mw_facts (train_before_test)"
     assert tbt["model_info"]["additional_details"]["fine_tuned"] == "true"
     assert "Not a zero-shot score" in res["metric_config"]["evaluation_description"]
     assert "train_before_test" in tbt["source_metadata"]["source_name"]
@@ -110,6 +110,11 @@ def test_smoke_exports_every_result_and_reads_back_as_the_store(smoke, tmp_path)
     assert {r["evaluation_id"] for r in rows} == {direct["evaluation_id"]}
     (shot,) = _records(tmp_path / "export", protocol=store.fewshot_protocol(1), benchmark=bench, model=model)
     assert shot["evaluation_results"][0]["evaluation_name"] == "mw_facts (1-shot)"
+    (cheap,) = _records(tmp_path / "export", protocol=store.REDUCED, benchmark=bench, model=model)
+    res = cheap["evaluation_results"][0]
+    assert "reduced budget: fine-tuned on part of its training split first" in res["evaluation_name"]
+    assert res["score_details"]["details"]["fine_tuned_before_test"] == "true"
+    assert res["score_details"]["details"]["train_fraction"] == "0.5"
 
 
 @pytest.mark.slow
