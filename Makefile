@@ -63,6 +63,8 @@ NBSTRIP_DIFF := f() { if [ -x $(VENV)/bin/python ]; then $(NBSTRIP) -t "$$@"; el
 TEST_WORKERS ?= 2
 # JupyterLab: `make lab LAB_ARGS="--no-browser --port 8890"`; root (containers) needs --allow-root.
 LAB_ARGS ?=
+# TensorBoard: `make tensorboard PROFILE=paper TB_ARGS="--port 6007 --bind_all"`
+TB_ARGS ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: help venv hooks all run submit status test test-fast test-real test-slurm lint check-figures docs check-docs \
@@ -82,7 +84,7 @@ $(STAMP):
 	$(PY) -m pip install --quiet --upgrade pip==25.3
 	@# no bytecode compiled up front (a third of the set-up time; about a fifth of the modules are ever
 	@# imported): see PYTHONDONTWRITEBYTECODE above
-	$(PY) -m pip install --quiet --no-compile -c requirements.lock -e '.[test]'
+	$(PY) -m pip install --quiet --no-compile -c requirements.lock -e '.[test,tensorboard]'
 	@# lib is found through a path relative to site-packages (pip's editable hook holds this folder's absolute
 	@# path, so a moved checkout could not import lib): ../../../.. is the repository root, wherever it lies
 	rm -f $(VENV)/lib/python3*/site-packages/__editable__*train_before_test*
@@ -121,6 +123,7 @@ run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAG
 	  $(PY) -m runner.run $(PROFILE) $(if $(STAGES),--stages $(STAGES),) $(if $(FORCE),--force,) $(if $(WAIT),--wait,)
 
 test: $(STAMP) lint ## run the linter and the whole test suite, as CI does (offline; HARMONY_DATA: published-data tests)
+	@$(PY) -m runner.export fetch      # the Every Eval Ever schema the export tests check against (pip, once)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 test-real: $(STAMP) ## only the real pretrained model's tests (SmolLM2-135M trained and tested end to end, offline; about a minute)
@@ -136,6 +139,7 @@ slurm-down: ## stop the one-machine Slurm cluster (its state stays in .slurm/)
 	@slurm/cluster.sh down
 
 test-fast: $(STAMP) lint ## the linter and the unit tests only, in TEST_WORKERS processes: no notebook kernel, no training run (about a minute)
+	@$(PY) -m runner.export fetch
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" --durations=25 $(PYTEST_ARGS)
 
 check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, overlap, labels) and write outputs/PROFILE/figures.html
@@ -144,6 +148,13 @@ check-figures: $(STAMP) ## check the figures of PROFILE's outputs (size, text, o
 .PHONY: leaderboard
 leaderboard: $(STAMP) ## write outputs/PROFILE/leaderboard.html from PROFILE's outputs (make all writes it after each run)
 	$(PY) -m runner.leaderboard $(PROFILE)
+
+.PHONY: export tensorboard
+export: $(STAMP) ## PROFILE's results as Every Eval Ever records in outputs/PROFILE/export/, schema-checked (docs/running.md)
+	$(PY) -m runner.export records $(PROFILE)
+
+tensorboard: $(STAMP) ## TensorBoard on PROFILE's fine-tuning curves (profiles with tensorboard: true), e.g. TB_ARGS="--port 6007"
+	$(PY) -m runner.export tensorboard $(PROFILE) $(TB_ARGS)
 
 .PHONY: align score
 align: $(STAMP) ## align a benchmark to your preferences: ITEMS="a.npz b.npz" PREFS=prefs.csv OUT=bench.json (docs/align.md)
@@ -179,7 +190,8 @@ bench: $(STAMP) ## run the speed benchmarks quoted in the README (writes bench/r
 	for s in bench/bench_*.py; do echo "== $$s"; $(PY) $$s || exit 1; done
 
 lock: $(STAMP) ## re-freeze requirements.lock from the current .venv
-	$(PY) -m pip freeze --exclude-editable | sed 's/+cpu$$//' > requirements.lock
+	@# --all: setuptools too (pip freeze leaves it out), which tensorboard needs below 82 (pyproject.toml)
+	$(PY) -m pip freeze --all --exclude pip --exclude-editable | sed 's/+cpu$$//' > requirements.lock
 
 clean: ## remove generated outputs (keeps .venv and caches)
 	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

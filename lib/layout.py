@@ -7,6 +7,7 @@ rebuilds a path. (Test scores live in the results store, :mod:`lib.store`.)
     <work>/train_before_test/<model>/<benchmark>/lr=2e-05/unit.json   one learning rate: its curve (done marker)
     <work>/train_before_test/<model>/<benchmark>/lr=2e-05/epoch=3/    its best epoch's LoRA adapter
     <work>/train_before_test/<model>/<benchmark>/lr=2e-05/resume/     while unfinished: its last finished epoch
+    <work>/train_before_test/<model>/<benchmark>/lr=2e-05/events.out.tfevents.*   its TensorBoard curves (`tensorboard`)
     <work>/train_before_test/<model>/<benchmark>/selection.json       the chosen (lr, epoch) and every curve
     <work>/train_before_test/<model>/<benchmark>/first_example.json   its first training example, decoded
     <work>/items/<protocol>/<benchmark>/<model>.json                  per-item correctness of a test score

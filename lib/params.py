@@ -360,7 +360,7 @@ SLICE_PROFILE = "paper_slice"     # its two models calibrate a run against the p
 # how the work runs, not what it computes (micro-batches and checkpointing keep the effective batch)
 RUN_KEYS = frozenset({"models", "executor", "resources", "max_jobs", "max_array", "benchmarks_per_job",
                       "throughput_tflops", "gpu_memory_gb", "task_timeout", "allow_unreachable",
-                      "micro_batch_size", "gradient_checkpointing"})
+                      "micro_batch_size", "gradient_checkpointing", "tensorboard"})
 CALIBRATION_COUNT = 1             # a profile reference: its cheapest model (fewest parameters) calibrates
 
 

@@ -167,6 +167,11 @@ def store_dir(profile: str) -> Path:
     return OUTPUTS / profile / "store"
 
 
+def export_dir(profile: str) -> Path:
+    """A profile's results as Every Eval Ever records (`make export`, :mod:`lib.export`)."""
+    return OUTPUTS / profile / "export"
+
+
 def work_dir(profile: str) -> Path:
     """Long-running artefacts of a profile (adapters, curves, samples, built models, local tasks)."""
     return OUTPUTS / profile / "work"

@@ -11,4 +11,5 @@
     contactsheet  a profile's figures checked and shown at print size (`make check-figures`)
     leaderboard   a profile's leaderboard page
     download      `make data`: the published reference data downloaded and converted
+    export        a profile's results as Every Eval Ever records (`make export`); TensorBoard on its curves
 """

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -407,10 +408,15 @@ def test_a_unit_killed_mid_training_resumes_after_its_last_finished_epoch_bit_id
     """Resume inside a unit: a job SIGKILLed in the middle of an epoch (twice: in the first learning
     rate's second epoch, then, resumed, in the second rate's second epoch) resumes after the last
     finished epoch and ends with the choice, test score, curves and chosen weights of a run that was
-    never interrupted, bit for bit (dropout on, so the random states matter; with early stopping too)."""
+    never interrupted, bit for bit (dropout on, so the random states matter; with early stopping too).
+    Its TensorBoard curves show every step once: what the killed run logged after its last finished
+    epoch is dropped."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     from lib.util import sha256_file
 
     recipe = ft.Recipe.default(**{**RECIPE, "method": method, "epochs": 3, "lora_dropout": 0.1, "patience": patience,
+                          "tensorboard": True,
                           "lrs": (1e-3, 3e-2),
                           "select_on": "metric" if patience else "loss"})   # accuracy on 6 documents plateaus
     rows = tk.select(["t_a"], [world / "tasks"], min_train=1)
@@ -448,8 +454,74 @@ def test_a_unit_killed_mid_training_resumes_after_its_last_finished_epoch_bit_id
     second = ft.read_unit(layout.unit_dir(spec.work_root, "tiny-m", "t_a", recipe.lrs[1]))
     assert second.resumed_after == [1]
     assert outcome(spec) == expected
+    board = EventAccumulator(str(lr1))                               # two runs wrote it, the first killed in epoch 2
+    board.Reload()
+    assert len(list(lr1.glob("events.out.tfevents.*"))) == 2
+    assert [e.step for e in board.Scalars("train/loss")] == list(range(1, n1 * steps + 1))
+    assert [e.step for e in board.Scalars("validation/val_" + ("score" if patience else "loss"))] == \
+        [e * steps for e in range(1, n1 + 1)]
     if patience:                                                     # early stopping was exercised
         assert min(len(c) for c in expected[4]) < recipe.epochs, expected[4]
+
+
+TIMINGS = ("seconds", "train_seconds", "eval_seconds")       # wall-clock times: the one thing that may differ
+
+
+def _without_timings(record):
+    if isinstance(record, dict):
+        return {k: _without_timings(v) for k, v in record.items() if k not in TIMINGS}
+    return [_without_timings(v) for v in record] if isinstance(record, list) else record
+
+
+@pytest.mark.slow
+def test_tensorboard_curves_change_no_result_and_read_back_as_trained(world, tmp_path):
+    """Issue 54: with ``tensorboard`` on, every learning-rate unit writes TensorBoard event files into
+    its folder; the result file, each unit.json and the chosen adapter's weights are byte for byte
+    those of a run without (wall-clock times aside), and TensorBoard's own reader finds the loss and
+    learning rate of every step taken and the validation loss, mean training loss and kept epoch of
+    every epoch, as unit.json has them. The setting is not part of a unit's key."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from lib.util import sha256_file
+
+    rows = tk.select(["t_a"], [world / "tasks"], min_train=1)
+    selection = tk.selection_summary(rows, [world / "tasks"], False, 1, tk.SplitRule(caps={}), task_timeout=60.0)
+    runs = {}
+    for on in (False, True):
+        recipe = ft.Recipe.default(**{**RECIPE, "epochs": 2, "lora_dropout": 0.1, "tensorboard": on})
+        (spec,) = jobs.plan(store.TBT, [str(world / "tiny-m")], selection, store_root=tmp_path / str(on) / "store",
+                            work_root=tmp_path / str(on) / "work", recipe=recipe, bootstrap_iters=0)
+        jobs.launch([spec], executor="local")
+        result = store.path_for(spec.store_root, store.TBT, "t_a", "tiny-m")
+        units = [layout.unit_dir(spec.work_root, "tiny-m", "t_a", lr) for lr in recipe.lrs]
+        chosen = Path(spec.work_root) / json.loads(result.read_text())["provenance"]["adapter"]
+        runs[on] = {"spec": spec, "units": units,
+                    "files": [_without_timings(json.loads(p.read_text())) for p in [result] + [
+                        u / layout.UNIT_FILE for u in units]],
+                    "weights": {p.name: sha256_file(p) for p in sorted(chosen.iterdir())}}
+    assert runs[True]["spec"].config() == runs[False]["spec"].config()             # not part of the key
+    assert runs[True]["files"] == runs[False]["files"] and runs[True]["weights"] == runs[False]["weights"]
+    assert len(runs[True]["weights"]) >= 2
+    assert not list((tmp_path / "False").rglob("events.out.tfevents.*"))
+
+    steps = 3                                                          # 24 training documents, batch 8
+    for lr, unit in zip(RECIPE["lrs"], runs[True]["units"]):
+        record = json.loads((unit / layout.UNIT_FILE).read_text())
+        board = EventAccumulator(str(unit))
+        board.Reload()
+        scalars = {tag: board.Scalars(tag) for tag in board.Tags()["scalars"]}
+        assert set(scalars) == {"train/loss", "train/learning_rate", "train/epoch", "train/epoch_loss",
+                                "validation/val_loss", "checkpoint/best_epoch"}
+        assert [e.step for e in scalars["train/loss"]] == list(range(1, 2 * steps + 1))
+        assert [e.value for e in scalars["train/learning_rate"]] == pytest.approx(
+            [lr * (1 - s / (2 * steps)) for s in range(2 * steps)])             # the linear decay, step by step
+        for tag, field in (("train/epoch", "epoch"), ("train/epoch_loss", "train_loss"), ("validation/val_loss",
+                                                                                          "val_loss")):
+            assert [e.step for e in scalars[tag]] == [steps, 2 * steps]      # each epoch's last step
+            assert [e.value for e in scalars[tag]] == pytest.approx([p[field] for p in record["curve"]], rel=1e-6)
+        mean = [sum(e.value for e in scalars["train/loss"][i * steps:(i + 1) * steps]) / steps for i in range(2)]
+        assert mean == pytest.approx([p["train_loss"] for p in record["curve"]], rel=1e-5)
+        assert scalars["checkpoint/best_epoch"][-1].value == record["best_epoch"]
 
 
 @pytest.mark.slow

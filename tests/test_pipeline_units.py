@@ -251,7 +251,8 @@ def test_paper_profile_names_the_papers_recipe():
         ("paper", 0.2, 0, "share")
     assert s1["allow_unreachable"] is False
     assert s2["max_array"] == 1000 and s2["benchmarks_per_job"] == 1          # 1,464 jobs: two arrays
-    recipe_fields = set(ft.Recipe.__dataclass_fields__) | {"dtype", "add_bos_token", "max_gen_toks"}
+    recipe_fields = set(ft.Recipe.__dataclass_fields__) - set(ft.EXECUTION_FIELDS) | {"dtype", "add_bos_token",
+                                                                                   "max_gen_toks"}
     assert not recipe_fields & set(prof.overrides("02_finetune")) and not recipe_fields & set(prof.overrides(
         "03_direct_eval"))
     # mini and smoke depart where tiny models need it, saying so (params/mini.yaml)

@@ -8,7 +8,7 @@ subpackage :mod:`lib.pipeline.launch`.
                 as data in lm_eval_0.4.8.json), pinned revisions, a unit's record of its documents
     evaluate    model loading/resolution, lm-eval scoring of a preloaded model, per-item files
     finetune    the recipe (the paper's choices, named), tokenised training examples, one
-                learning-rate unit
+                learning-rate unit (and its TensorBoard curves)
     training    the two training loops (pre-training, fine-tuning epochs with micro-batches,
                 checkpointing and out-of-memory back-off), their optimiser step, the validation loss
     perplexity  local text corpora as loglikelihood_rolling tasks; bits-per-byte tables

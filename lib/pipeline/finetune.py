@@ -16,11 +16,13 @@ the paper's trainer chose its checkpoint, or the benchmark's own lm-eval metric)
 epoch's adapter in ``lr=<lr>/epoch=<e>/`` and writes ``unit.json`` (its curve) last: a unit
 without ``unit.json`` is unfinished, so a killed run leaves nothing that is read as a result. After
 every epoch the unit's whole state is saved (``lr=<lr>/resume/``), so a killed unit resumes after
-its last finished epoch and ends bit for bit as an uninterrupted run.
+its last finished epoch and ends bit for bit as an uninterrupted run. With ``tensorboard`` set, a unit
+also writes its training curves as TensorBoard event files into its folder (:class:`_Curves`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pickle
 import shutil
@@ -45,7 +47,7 @@ CHOICES = {
     "method": ("lora", "full"),               # a LoRA adapter (the paper) or every parameter trained
 }
 # fields that change how a unit runs but not what it computes (not part of a result's configuration)
-EXECUTION_FIELDS = ("micro_batch_size", "gradient_checkpointing")
+EXECUTION_FIELDS = ("micro_batch_size", "gradient_checkpointing", "tensorboard")
 LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_modules")     # unused by ``method`` "full"
 
 
@@ -57,7 +59,8 @@ class Recipe:
     without warm-up, examples of at most 1,024 tokens, loss on every token of
     ``prompt + " " + answer + EOS`` (a list of answers joined, no task description), the epoch
     with the lowest validation loss. ``micro_batch_size`` (0: the whole batch) and
-    ``gradient_checkpointing`` trade speed for memory without changing the effective batch.
+    ``gradient_checkpointing`` trade speed for memory without changing the effective batch;
+    ``tensorboard`` writes each unit's curves for TensorBoard and changes no number either.
     ``method`` "full" trains every parameter instead of a LoRA adapter (the ``lora_*`` fields are
     then unused) and keeps the best epoch's whole model; ``patience`` > 0 stops a learning rate
     after that many epochs without a better validation value (the paper: 0, every epoch runs; the
@@ -71,6 +74,7 @@ class Recipe:
     batch_size: int
     micro_batch_size: int
     gradient_checkpointing: bool
+    tensorboard: bool
     max_length: int
     weight_decay: float
     seed: int
@@ -97,6 +101,11 @@ class Recipe:
             if value not in allowed:
                 raise ValueError(f"recipe: {name} must be one of {list(allowed)}, got {value!r}"
                                  f"{did_you_mean(str(value), allowed)}")
+        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            from ..params import PrerequisiteError
+
+            raise PrerequisiteError("recipe: tensorboard is set, but the tensorboard package is not installed: "
+                                    "run `make venv` (or pip install 'train-before-test[tensorboard]')")
 
     @classmethod
     def from_params(cls, params: dict) -> Recipe:
@@ -338,6 +347,7 @@ class _Unit:
                 progress(f"{layout.lr_name(lr)} resumed after epoch={self.resume['epoch']}")
         self.finished = self.resume is not None and (self.resume["epoch"] >= recipe.epochs or _stop(recipe, self.res))
         self.started, self.before = time.time(), self.res.seconds     # the time of killed runs counts too
+        self.curves = _Curves(unit_dir, self.resume) if recipe.tensorboard and not self.finished else None
 
     def epoch(self, point: dict, validate) -> bool:
         """What follows a training epoch: validate (``res.criterion``), extend the curve, keep the
@@ -357,6 +367,8 @@ class _Unit:
         res.seconds = self._elapsed()
         save_state(self.dir, self.model, res, loop_state)
         _prune(self.dir, res.adapter)
+        if self.curves:
+            self.curves.epoch(point, res)
         if self.progress:
             self.progress(f"{layout.lr_name(res.lr)} epoch={point['epoch']} {res.criterion}={value:.4f}")
         return point["epoch"] >= self.recipe.epochs or _stop(self.recipe, res)
@@ -367,6 +379,8 @@ class _Unit:
     def finish(self) -> UnitResult:
         """Write ``unit.json`` (last: the unit is finished) and drop its resume state."""
         self.res.seconds = self._elapsed()
+        if self.curves:
+            self.curves.writer.close()
         layout.write_unit(self.dir, asdict(self.res))
         shutil.rmtree(layout.resume_dir(self.dir), ignore_errors=True)   # finished: the state is not needed
         return self.res
@@ -382,12 +396,41 @@ def _train_one_after_another(base, examples, recipe: Recipe, units: list[dict], 
             points = () if unit.finished else train_epochs(
                 model, examples, epochs=recipe.epochs, batch_size=recipe.batch_size, lr=u["lr"],
                 weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad,
-                micro_batch_size=recipe.micro_batch_size, log=progress, resume=unit.resume)
+                micro_batch_size=recipe.micro_batch_size, log=progress, resume=unit.resume,
+                on_step=unit.curves.step if unit.curves else None)
             for point in points:
                 if unit.epoch(point, validate):
                     break                           # the last epoch, or no better value for `patience` epochs
         out.append(unit.finish())
     return out
+
+
+class _Curves:
+    """A unit's TensorBoard event files, in its folder (``recipe.tensorboard``): every optimiser step's
+    training loss and learning rate (``train/loss``, ``train/learning_rate``), and at each epoch's last
+    step the epoch (``train/epoch``), its mean training loss (``train/epoch_loss``), the validation
+    criterion (``validation/val_loss`` or ``validation/val_score``) and the epoch whose adapter the
+    unit keeps so far (``checkpoint/best_epoch``). A resumed unit writes a new file and drops what the
+    killed run wrote after the state it resumes from (TensorBoard's ``purge_step``). It only watches:
+    a unit's numbers are the same without it."""
+
+    def __init__(self, unit_dir: Path, resume: dict | None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.last = resume["scheduler"]["last_epoch"] if resume else 0      # optimiser steps already taken
+        self.writer = SummaryWriter(str(unit_dir), purge_step=self.last + 1 if resume else None)
+
+    def step(self, step: int, loss: float, lr: float) -> None:
+        self.last = step
+        self.writer.add_scalar("train/loss", loss, step)
+        self.writer.add_scalar("train/learning_rate", lr, step)
+
+    def epoch(self, point: dict, res: UnitResult) -> None:
+        for tag, value in (("train/epoch", point["epoch"]), ("train/epoch_loss", point["train_loss"]),
+                           (f"validation/{res.criterion}", point[res.criterion]),
+                           ("checkpoint/best_epoch", res.best_epoch)):
+            self.writer.add_scalar(tag, value, self.last)
+        self.writer.flush()                  # a unit killed later keeps its curves up to this epoch
 
 
 def _stop(recipe: Recipe, res: UnitResult) -> bool:

@@ -335,7 +335,7 @@ class RunState:
 
 def train_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: int, batch_size: int,
                 lr: float, weight_decay: float, seed: int, pad_id: int, micro_batch_size: int = 0,
-                oom_backoff: bool = True, log=None, resume: dict | None = None) -> Iterator[dict]:
+                oom_backoff: bool = True, log=None, resume: dict | None = None, on_step=None) -> Iterator[dict]:
     """Train the parameters of ``model`` that require a gradient (a LoRA adapter's, or every one for
     ``method`` "full" and the zoo's last phase); yields after each epoch, with the
     model in eval mode (the caller validates, then the next epoch resumes training), a dict:
@@ -350,7 +350,9 @@ def train_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: 
     error halves the micro-batch and redoes the step from the same random state (dropout draws
     included), and when a single row does not fit switches gradient checkpointing on; the
     effective batch stays the same (transformers' ``auto_find_batch_size`` halves the batch
-    instead). ``log(message)`` hears about each back-off.
+    instead). ``log(message)`` hears about each back-off. ``on_step(step, loss, lr)`` hears about each
+    optimiser step (counted over the whole run, resumes included; the learning rate the step used):
+    it only watches, the arithmetic is the same without it.
 
     Each yielded dict also holds ``state``: a function returning the loop's state after that epoch
     (``epoch``, the optimiser's, the schedule's and the data-order generator's states, the micro-batch
@@ -399,7 +401,10 @@ def train_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: 
                         raise
                     if log:
                         log(f"out of memory: {note}")
+            rate = sched.get_last_lr()[0]
             losses.append(optimizer_step(loss, params, opt, sched))
+            if on_step:
+                on_step(sched.last_epoch, losses[-1], rate)
         model.eval()
         yield {"epoch": epoch, "train_loss": sum(losses) / len(losses), "train_seconds": time.time() - t0,
                "micro_batch_size": micro or batch_size, "state": lambda epoch=epoch: loop_state(epoch)}
