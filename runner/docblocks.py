@@ -44,6 +44,8 @@ from runner.doctables import TABLES, Missing, Summaries
 START = re.compile(r"^<!-- results:(?P<profile>[A-Za-z0-9_]+)/(?P<table>[A-Za-z0-9_-]+) -->\s*$")
 END = "<!-- /results -->"
 NUMBER = re.compile(r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?")
+# a timing ("4,282 s"): it moves with the machine and its load, so the check compares it with nothing
+TIMING = re.compile(r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?(?= s\b)")
 SPREADS = "docs/spreads.json"   # {"profile/table": {row with its numbers as #: [spread of each number]}};
                                 # a row that is not there moved nowhere: its numbers must be as quoted
 # The figure at the top of README.md: written by `make docs` from the published profile's outputs.
@@ -148,6 +150,11 @@ def row_key(line: str) -> str:
     return NUMBER.sub("#", line)
 
 
+def untimed(line: str) -> str:
+    """``line`` with its timings (:data:`TIMING`) replaced by ``~``: what the check compares."""
+    return TIMING.sub("~", line)
+
+
 def _value(number: str) -> float:
     return float(number.replace(",", ""))
 
@@ -173,7 +180,8 @@ def differences(block: Block, measured: list[str], spreads: dict | None = None) 
     ``within_spread`` when every number moved no more than ``spreads`` says it may."""
     out = []
     stated = (spreads or {}).get(f"{block.profile}/{block.table}", {})
-    for k, (q, m) in enumerate(itertools.zip_longest(block.body, measured)):
+    for k, (quoted, m) in enumerate(itertools.zip_longest(block.body, measured)):
+        q, m = (untimed(x) if x is not None else None for x in (quoted, m))
         if q == m:
             continue
         line = block.line + 1 + k
@@ -184,7 +192,7 @@ def differences(block: Block, measured: list[str], spreads: dict | None = None) 
         nq, nm = NUMBER.findall(q), NUMBER.findall(m)
         pairs = [(a, b) for a, b in itertools.zip_longest(nq, nm) if a != b]
         if pairs:
-            by, allowed = moved(q, m), stated.get(row_key(q))
+            by, allowed = moved(q, m), stated.get(row_key(quoted))
             within = by is not None and allowed is not None and len(allowed) == len(by) and \
                 all(d <= a + 1e-9 for d, a in zip(by, allowed))
             out.append(Difference(block.path, line, " ".join(a or "(none)" for a, _ in pairs),
@@ -243,7 +251,7 @@ def spread(files: list[Path] | None = None, profiles: list[str] | None = None,
         for block, measured in _rendered(blocks(doc), profiles, {}, cache):
             table = spreads.setdefault(f"{block.profile}/{block.table}", {})
             for q, m in zip(block.body, measured):
-                by = moved(q, m)
+                by = moved(untimed(q), untimed(m))
                 if by is None or not NUMBER.search(q):
                     continue
                 measured_rows += 1

@@ -240,3 +240,13 @@ def test_make_all_ends_with_the_docs_warning_and_make_docs_targets_exist():
         "@$(PY) -m runner.docblocks check --warn $(PROFILE) $(if $(filter mini,$(PROFILE)),published,)"
     assert re.search(r"^docs:.*\n\t\$\(PY\) -m runner\.docblocks write$", text, re.M)
     assert re.search(r"^check-docs:.*\n\t\$\(PY\) -m runner\.docblocks check$", text, re.M)
+
+
+def test_a_timing_moves_with_the_machine_and_is_never_a_difference(tmp_path):
+    """Seconds a run recorded ("4,282 s") depend on the machine and its load: the check passes a row
+    whose only change is a timing, and still fails one whose result moved beside it."""
+    block = docblocks.Block(tmp_path / "x.md", 1, "mini", "t", ["| cost | 0.54 [0.41, 0.68]; 4,282 s; 8.2e+13 FLOPs |"])
+    assert docblocks.differences(block, ["| cost | 0.54 [0.41, 0.68]; 3,120 s; 8.2e+13 FLOPs |"]) == []
+    (diff,) = docblocks.differences(block, ["| cost | 0.55 [0.41, 0.68]; 3,120 s; 8.2e+13 FLOPs |"])
+    assert (diff.quoted, diff.measured) == ("0.54", "0.55")
+    assert docblocks.untimed("5 seeds, 12.5 s, 1,231 s") == "5 seeds, ~ s, ~ s"

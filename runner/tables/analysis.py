@@ -260,7 +260,7 @@ def cheaper_table(s: Summaries) -> list[str]:
         between = c["mean_tau_between"].get(n)
         between = est(between, c["mean_tau_between_ci"][n]) if between is not None else BY_CONSTRUCTION
         secs = c["seconds"].get(n)
-        secs = "not recorded" if secs is None or secs != secs else f"{secs:,.0f}"
+        secs = "not recorded" if secs is None or secs != secs else f"{secs:,.0f} s"
         flops = c.get("flops", {}).get(n)
         flops = "not recorded" if flops is None or flops != flops else f"{flops:.2g}"
         if n == T:
