@@ -27,6 +27,7 @@ import json
 import linecache
 import math
 import os
+import platform
 import shutil
 import site
 import sysconfig
@@ -323,3 +324,21 @@ def short_path(filename: str) -> str:
         if base and filename.startswith(base.rstrip(os.sep) + os.sep):
             return filename[len(base.rstrip(os.sep)) + 1:]
     return filename
+
+
+# --------------------------------------------------------------------------- the CPU arithmetic
+# The same CPU arithmetic on every x86-64 machine (lib/pipeline/device.py says why); here, in the
+# ground floor, so that a command can pin it before numpy loads without importing the pipeline.
+PINNED_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT",
+                     "OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def pin_arithmetic(environ=None) -> dict[str, str]:
+    """Set :data:`PINNED_ARITHMETIC` in ``environ`` (default ``os.environ``) where unset, on x86-64
+    machines (elsewhere the variables mean nothing); returns the values in force."""
+    environ = os.environ if environ is None else environ
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return {}
+    for key, value in PINNED_ARITHMETIC.items():
+        environ.setdefault(key, value)
+    return {key: environ[key] for key in PINNED_ARITHMETIC}

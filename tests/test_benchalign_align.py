@@ -467,8 +467,8 @@ def test_python_m_and_make_write_the_same_bytes_and_make_score_prints_only_the_c
                            "ALIGN_ARGS=--max-steps 60"], cwd=paths.ROOT, capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
     assert (tmp_path / "m.json").read_bytes() == (tmp_path / "make.json").read_bytes()
-    scored = subprocess.run(["make", "score", f"BENCH={tmp_path / 'make.json'}", f"ITEMS={items}"], cwd=paths.ROOT,
-                            capture_output=True, text=True)
+    scored = subprocess.run(["make", "--no-print-directory", "score", f"BENCH={tmp_path / 'make.json'}",
+                             f"ITEMS={items}"], cwd=paths.ROOT, capture_output=True, text=True)
     assert scored.returncode == 0, scored.stderr
     assert scored.stdout.splitlines()[0] == "model,aligned_score,rank,plain_accuracy,plain_rank,in_sample"
     assert len(pd.read_csv(io.StringIO(scored.stdout))) == 30

@@ -33,7 +33,7 @@ Notebook 07's worked example of this command line and its study of noisy, sparse
 
 from __future__ import annotations
 
-from ..pipeline.device import pin_arithmetic
+from ..util import pin_arithmetic
 
 pin_arithmetic()    # before numpy loads: `python -m` gives the same bytes as `make align` (no Makefile pins)
 

@@ -30,22 +30,10 @@ the machine) wins.
 from __future__ import annotations
 
 import os
-import platform
+
+from ..util import PINNED_ARITHMETIC, pin_arithmetic  # noqa: F401  (in the ground floor: align pins before numpy)
 
 THREADS_ENV = "TBT_TORCH_THREADS"
-PINNED_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT",
-                     "OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_NUM_THREADS": "1"}
-
-
-def pin_arithmetic(environ=None) -> dict[str, str]:
-    """Set :data:`PINNED_ARITHMETIC` in ``environ`` (default ``os.environ``) where unset, on x86-64
-    machines (elsewhere the variables mean nothing); returns the values in force."""
-    environ = os.environ if environ is None else environ
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return {}
-    for key, value in PINNED_ARITHMETIC.items():
-        environ.setdefault(key, value)
-    return {key: environ[key] for key in PINNED_ARITHMETIC}
 
 
 def cpu_capability() -> str:
