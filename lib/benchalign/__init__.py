@@ -10,10 +10,11 @@ ranking; trained on small (source) models, tested on unseen larger ones (noteboo
     methods      size splits, the registry of methods and the cross-validated protocol they share,
                  the test metrics
     studies      method comparison with seeds and bootstrap intervals (lib.analysis.uncertainty),
-                 ablation, data needs, the cross-paper experiment
+                 ablation, data needs, the cross-paper experiment; align's worked example and its
+                 noise / sparsity study (Bradley-Terry pairs from a known latent)
     experiments  notebook 07 in one call: its summary, tables and numbers
     memo         notebook 07's finished units of work kept on disk, so an interrupted run resumes
     figures      the notebook's figures
-    align        the align / score command line (your own preferences -> an aligned benchmark file),
-                 Bradley-Terry preferences from a known latent and the noise / sparsity study
+    align        the align / score command line and its Python API (your own preferences -> an
+                 aligned benchmark file)
 """
