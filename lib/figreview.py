@@ -16,7 +16,11 @@ notebook cell and the problems found:
   a caption (:func:`lib.plots.set_caption`), and a title drawn inside the figure (a suptitle: the paper's
   caption carries it; :func:`lib.plots.title` records one without drawing it, else the caption's first
   sentence is the figure's title on the pages);
-- **legends on data**: a legend whose box covers a data point, line, bar or heat-map cell.
+- **legends on data**: a legend whose box covers a data point, line, bar or heat-map cell;
+- **print**: two legend entries that print alike in greyscale (same marker, line style, fill and hatch,
+  and greys closer than :data:`GREY_STEP`), a legend entry whose line lies wholly under another line,
+  a bar on a log axis (its length would mean nothing), text drawn outside the canvas, and a panel title
+  that repeats the figure's title.
 
 :mod:`runner.contactsheet` reads the records back (``make check-figures``) and shows every figure at
 its print size.
@@ -37,6 +41,7 @@ MAX_HEIGHT = 9.0         # in: the text height of a page
 OVERLAP_PT = 0.5         # text boxes may touch by this much (glyph boxes include line spacing)
 SPILL_IN = 0.06          # saved width may exceed the designed width by the padding and rounding
 SHEET = "figures.html"
+GREY_STEP = 0.1          # legend entries alike in all else must differ by this much in luma (0..1)
 
 
 # --------------------------------------------------------------------------- drawing and measuring
@@ -189,6 +194,132 @@ def _legends_on_data(fig, renderer) -> list[str]:
     return out
 
 
+def _luma(color, alpha=None) -> float:
+    """Grey level (0 black .. 1 white) of ``color`` printed on white (Rec. 601 luma)."""
+    from matplotlib.colors import to_rgba
+
+    r, g, b, a = to_rgba(color, alpha)
+    return 1 - a * (1 - (0.299 * r + 0.587 * g + 0.114 * b))
+
+
+def _print_style(artists):
+    """What tells a legend entry (the artists its handle box draws) apart on a greyscale page: (shape,
+    grey), where shape holds the marker, the line style and width (to the point), hollowness and hatch;
+    None for an entry that draws nothing. Error bars' whiskers are left out: the marker and line say it."""
+    from matplotlib.collections import Collection, LineCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    lines = [a for a in artists if isinstance(a, Line2D)]
+    if lines:
+        drawn = [a for a in lines if a.get_linestyle() not in ("None", "none", "") and a.get_linewidth() > 0]
+        marked = [a for a in lines if str(a.get_marker()) not in ("None", "none", "") and a.get_markersize() > 0]
+        if not drawn and not marked:
+            return None
+        line, mark = (drawn or [None])[0], (marked or [None])[0]
+        ls = str(getattr(line, "_unscaled_dash_pattern", line.get_linestyle())) if line else "None"  # tuples read "--"
+        hollow = mark is not None and str(mark.get_markerfacecolor()).lower() == "none"
+        shape = (str(mark.get_marker()) if mark else "None", ls, round(line.get_linewidth()) if line else 0, hollow, "")
+        color = line.get_color() if line else mark.get_markeredgecolor()
+        return shape, _luma(color, (line or mark).get_alpha())
+    for a in artists:
+        if isinstance(a, Patch):
+            hollow = a.get_fill() is False
+            grey = _luma(a.get_edgecolor() if hollow else a.get_facecolor())
+            return ("patch", "", 0, hollow, a.get_hatch() or ""), grey
+        if isinstance(a, Collection) and not isinstance(a, LineCollection) and len(a.get_paths()):
+            faces = a.get_facecolor()
+            hollow = len(faces) == 0 or faces[0][3] == 0
+            shape = a.get_paths()[0].vertices.round(2).tobytes()
+            color = (a.get_edgecolor()[:1] if hollow else faces[:1])
+            return (shape, "", 0, hollow, a.get_hatch() or ""), _luma(color[0] if len(color) else "none", a.get_alpha())
+    return None
+
+
+def _legends(fig):
+    return [leg for leg in [ax.get_legend() for ax in fig.axes] + list(fig.legends)
+            if leg is not None and leg.get_visible()]
+
+
+def _alike_in_grey(fig) -> list[str]:
+    from matplotlib.offsetbox import DrawingArea
+
+    out = []
+    for legend in _legends(fig):
+        boxes = legend.findobj(DrawingArea)          # one handle box per entry, in the order of the texts
+        entries = [(t.get_text(), _print_style(box.get_children())) for t, box in zip(legend.get_texts(), boxes)]
+        entries = [(text, style) for text, style in entries if style is not None]
+        for i, (ta, (shape_a, grey_a)) in enumerate(entries):
+            for tb, (shape_b, grey_b) in entries[i + 1:]:
+                if shape_a == shape_b and abs(grey_a - grey_b) < GREY_STEP:
+                    out.append(f"legend entries {_short(ta)} and {_short(tb)} print alike in greyscale (greys "
+                               f"{grey_a:.2f} and {grey_b:.2f}, same marker and line): differ in marker, line "
+                               "style, fill or lightness")
+    return out
+
+
+def _hidden_lines(fig) -> list[str]:
+    """Legend entries whose line is drawn wholly under a solid line at least as wide, drawn above it."""
+    import numpy as np
+
+    named = {t.get_text() for legend in _legends(fig) for t in legend.get_texts()}
+    out = []
+    for ax in fig.axes:
+        lines = [ln for ln in ax.get_lines() if ln.get_visible() and ln.get_linestyle() not in ("None", "none", "")]
+        order = {id(ln): (ln.get_zorder(), k) for k, ln in enumerate(lines)}
+        for a in lines:
+            if a.get_label() not in named:
+                continue
+            pts = a.get_transform().transform(np.asarray(a.get_xydata(), float))
+            pts = pts[np.isfinite(pts).all(axis=1)]
+            if len(pts) > 1:       # points along each segment too, not only its ends
+                t = np.linspace(0, 1, 6)[:, None, None]
+                pts = (pts[:-1] * (1 - t) + pts[1:] * t).reshape(-1, 2)
+            width_a = a.get_linewidth() * fig.dpi / 72
+            for b in lines:
+                if b is a or order[id(b)] < order[id(a)] or b.get_linestyle() not in ("-", "solid"):
+                    continue
+                width_b = b.get_linewidth() * fig.dpi / 72
+                seg = b.get_transform().transform(np.asarray(b.get_xydata(), float))
+                seg = seg[np.isfinite(seg).all(axis=1)]
+                if len(pts) == 0 or len(seg) < 2 or width_b < width_a:
+                    continue
+                p0, d = seg[:-1], np.diff(seg, axis=0)
+                rel = pts[:, None, :] - p0[None]
+                s = np.clip((rel * d).sum(-1) / np.maximum((d * d).sum(-1), 1e-12), 0, 1)
+                dist = np.linalg.norm(rel - s[..., None] * d, axis=-1).min(axis=1)
+                if (dist <= (width_b - width_a) / 2 + 0.5).all():
+                    out.append(f"{_where(ax, fig)}: the line of legend entry {_short(a.get_label())} is hidden "
+                               f"under {_short(b.get_label())}")
+                    break
+    return out
+
+
+def _bars_on_log_axes(fig) -> list[str]:
+    from matplotlib.container import BarContainer
+
+    out = []
+    for ax in fig.axes:
+        for bars in ax.containers:
+            if not isinstance(bars, BarContainer):
+                continue
+            scale = ax.get_yscale() if getattr(bars, "orientation", "vertical") == "vertical" else ax.get_xscale()
+            if scale != "linear":
+                out.append(f"{_where(ax, fig)}: bars on a {scale} axis (a bar's length means nothing there; "
+                           "draw points or use a linear axis)")
+                break
+    return out
+
+
+def _outside(fig, texts, renderer) -> list[str]:
+    canvas, out = fig.bbox, []
+    for artist, text, _ in texts:
+        box = artist.get_window_extent(renderer)
+        if box.x0 < canvas.x0 - 1 or box.y0 < canvas.y0 - 1 or box.x1 > canvas.x1 + 1 or box.y1 > canvas.y1 + 1:
+            out.append(f"text {_short(text)} drawn outside the canvas (cut off, or it widens the saved file)")
+    return out
+
+
 def inspect(fig) -> dict:
     """Draw ``fig`` and measure it: smallest text (pt, at the figure's own size), the texts drawn,
     the title, and the problems that do not depend on the saved file (overlap, labels, legends)."""
@@ -197,24 +328,29 @@ def inspect(fig) -> dict:
     problems = _overlaps(texts, renderer, OVERLAP_PT * fig.dpi / 72.0)
     problems += _unlabelled(fig, drawn)
     problems += _legends_on_data(fig, renderer)
+    problems += _alike_in_grey(fig) + _hidden_lines(fig) + _bars_on_log_axes(fig) + _outside(fig, texts, renderer)
     sup = getattr(fig, "_suptitle", None)
     if sup is not None and id(sup) in drawn and sup.get_text():
         problems.append("a title drawn inside the figure (suptitle): the paper's caption carries it; give it to "
                         "lib.plots.title, which records it without drawing it")
     title = getattr(fig, "_tbt_title", "")
     panels = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title() and id(ax.title) in drawn]
+    if title and any(" ".join(p.split()) == title for p in panels):
+        problems.append("a title drawn inside the figure (a panel title repeats the figure's title)")
     return {"texts": [(t, size) for _, t, size in texts], "title": title, "panel_titles": panels,
             "problems": problems}
 
 
 def _cell() -> int | None:
-    """The execution count of the notebook cell running now (None outside IPython)."""
+    """The execution count of the notebook cell running now, as the executed notebook shows it (``In [N]``;
+    IPython has counted the cell already, so its counter is one ahead while the cell runs; None outside
+    IPython)."""
     try:
         from IPython import get_ipython
     except ImportError:
         return None
     ip = get_ipython()
-    return int(ip.execution_count) if ip is not None and getattr(ip, "execution_count", None) else None
+    return int(ip.execution_count) - 1 if ip is not None and getattr(ip, "execution_count", None) else None
 
 
 def record(fig, png: str | Path, caption: str | None = None) -> dict:

@@ -35,6 +35,7 @@ PROTOCOL_LABELS = {DIRECT: "Direct evaluation", TBT: "Train-before-test"}
 # orange and dark blue: told apart in colour (also by most colour-blind readers) and in greyscale print
 # (luma 146 against 69; the red and blue before were 114 and 110, one grey)
 PROTOCOL_COLORS = {DIRECT: "#d9822b", TBT: "#1f4e79"}
+PROTOCOL_MARKERS = {DIRECT: "o", TBT: "s"}     # where points of both protocols share a panel
 FONT = {"base": 8.0, "small": 7.0, "title": 8.0, "suptitle": 9.0}
 
 
@@ -107,14 +108,27 @@ _FAMILY_ALIASES = {"llama": "Llama", "gpt2": "GPT-2", "gpt_neox": "Pythia", "GPT
 _SPARE_HUES = ("#2aa0a4", "#b8a21a", "#c44e52", "#6b6b6b", "#1f4e79", "#8f2d56")
 
 
-def family_color(family: str) -> str:
-    """The hue of model family ``family`` (the same in every figure)."""
+# One marker shape per family, so families stay apart where hues print as one grey.
+FAMILY_MARKERS: dict[str, str] = {"Llama": "o", "GPT-2": "s", "Pythia": "^", "Qwen": "D", "Gemma": "v", "Yi": "P"}
+_SPARE_MARKERS = ("X", "<", ">", "h", "p", "*")
+
+
+def _family_pick(family: str, named: dict, spare: tuple) -> str:
     for key in (family, display(family)):              # "mw-llama" -> "Llama"
         name = _FAMILY_ALIASES.get(key, key)
-        if name in FAMILY_HUES:
-            return FAMILY_HUES[name]
-    name = display(family)
-    return _SPARE_HUES[int(hashlib.sha256(str(name).encode()).hexdigest(), 16) % len(_SPARE_HUES)]
+        if name in named:
+            return named[name]
+    return spare[int(hashlib.sha256(str(display(family)).encode()).hexdigest(), 16) % len(spare)]
+
+
+def family_color(family: str) -> str:
+    """The hue of model family ``family`` (the same in every figure)."""
+    return _family_pick(family, FAMILY_HUES, _SPARE_HUES)
+
+
+def family_marker(family) -> str:
+    """The marker of model family ``family`` (the same in every figure; ``o`` for no family)."""
+    return _family_pick(family, FAMILY_MARKERS, _SPARE_MARKERS) if isinstance(family, str) else "o"
 
 
 def shade(color: str, t: float) -> str:
@@ -149,8 +163,8 @@ def model_colors(models: Iterable[str], store: str | Path | None = None) -> dict
 
 
 def model_styles(models: Iterable[str], store: str | Path | None = None):
-    """Per model (index): ``color`` (:func:`model_colors`), ``family`` and ``instruct`` (a prepared or
-    instruction-tuned variant, drawn hollow) from :mod:`lib.metadata`. Models without metadata (no
+    """Per model (index): ``color`` (:func:`model_colors`), ``family``, its ``marker`` and ``instruct`` (a
+    prepared or instruction-tuned variant, drawn hollow) from :mod:`lib.metadata`. Models without metadata (no
     ``store`` given for self-built ones) get one neutral grey and no family."""
     import pandas as pd
 
@@ -160,10 +174,12 @@ def model_styles(models: Iterable[str], store: str | Path | None = None):
     try:
         frame = metadata.models_frame(models, store)
     except metadata.MetadataError:
-        return pd.DataFrame({"color": "0.35", "family": None, "instruct": False}, index=pd.Index(models, name="model"))
+        return pd.DataFrame({"color": "0.35", "family": None, "instruct": False, "marker": "o"},
+                            index=pd.Index(models, name="model"))
     colors = model_colors(models, store)
     return pd.DataFrame({"color": [colors[m] for m in models], "family": frame["family"].to_list(),
-                         "instruct": frame["instruct"].to_list()}, index=pd.Index(models, name="model"))
+                         "instruct": frame["instruct"].to_list(),
+                         "marker": [family_marker(f) for f in frame["family"]]}, index=pd.Index(models, name="model"))
 
 
 def protocol_label(protocol: str) -> str:
@@ -177,13 +193,14 @@ def protocol_label(protocol: str) -> str:
     return PROTOCOL_LABELS.get(protocol, protocol)
 
 
-def family_handles(families: Iterable[str], marker: str = "o", lines: bool = False) -> tuple[list, list[str]]:
-    """Legend entries (handles, labels) for model families: one swatch of each family's hue."""
+def family_handles(families: Iterable[str], marker: str | None = None, lines: bool = False) -> tuple[list, list[str]]:
+    """Legend entries (handles, labels) for model families: each family's hue and marker (:func:`family_marker`;
+    ``marker`` for all where given), with a line where ``lines``."""
     from matplotlib.lines import Line2D
 
     fams = list(dict.fromkeys(families))
-    handles = [Line2D([], [], color=family_color(f), lw=1.5 if lines else 0, marker=None if lines else marker,
-                      ms=5) for f in fams]
+    handles = [Line2D([], [], color=family_color(f), lw=1.5 if lines else 0, marker=marker or family_marker(f),
+                      ms=3.5 if lines else 5) for f in fams]
     return handles, [display(f) for f in fams]
 
 

@@ -68,7 +68,8 @@ _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 80em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 2em; border-bottom: 1px solid #ccc; }
 figure { margin: 1.5em 0; padding: 0.8em; border: 1px solid #e3e3e3; background: #fff; }
-figure img { display: block; border: 1px dotted #bbb; }
+figure img { display: block; border: 1px dotted #bbb; max-width: 100%; height: auto; }
+@media (max-width: 40em) { body { margin: 0.5em; } figure { padding: 0.3em; margin: 1em 0; } }
 figcaption { max-width: 7in; margin-top: 0.6em; font-size: 0.92em; line-height: 1.4; }
 .meta { color: #555; font-size: 0.85em; } .ok { color: #2a7a2a; } .bad { color: #b22; }
 ul.problems { margin: 0.3em 0; color: #b22; }
@@ -86,6 +87,13 @@ def _made_order(png: Path) -> tuple[int, str]:
     return (cell if isinstance(cell, int) else 10 ** 6, png.stem)
 
 
+def numbered(root: Path) -> list[Path]:
+    """Every figure of a profile in the one order the pages number them (Figure 1, 2, ...): stage by
+    stage in notebook order, within a stage in the order its cells made them. figures.html and the
+    leaderboard both number from this list, so a number means one figure on both."""
+    return [png for stage in _stage_order(root) for png in sorted(figures(root / stage), key=_made_order)]
+
+
 def contact_sheet(profile: str, out: str | Path | None = None) -> Path:
     """Write ``outputs/<profile>/figures.html``: every figure of the profile at its print size (3.4 in
     is a column) with its title, caption, the notebook and cell that made it, its size and its checks,
@@ -94,7 +102,8 @@ def contact_sheet(profile: str, out: str | Path | None = None) -> Path:
     root = paths.profile_dir(profile)
     target = Path(out) if out else root / SHEET
     results = check(root)
-    parts = [f"<!doctype html><meta charset='utf-8'><title>{html.escape(profile)}: figures</title>",
+    parts = ["<!doctype html><meta charset='utf-8'><meta name='viewport' content='width=device-width, "
+             f"initial-scale=1'><title>{html.escape(profile)}: figures</title>",
              f"<style>{_CSS}</style>", f"<h1>Figures of profile <code>{html.escape(profile)}</code></h1>"]
     n_bad = sum(bool(p) for p in results.values())
     parts.append(f"<p class='meta'>{len(results)} figures; "
@@ -104,35 +113,33 @@ def contact_sheet(profile: str, out: str | Path | None = None) -> Path:
                  "click a figure for its PDF. Checks: <code>make check-figures PROFILE="
                  f"{html.escape(profile)}</code> (<code>runner/contactsheet.py</code>). Written "
                  f"{datetime.datetime.now():%Y-%m-%d %H:%M}.</p>")
-    number = 0
-    for stage in _stage_order(root):
-        pngs = sorted(figures(root / stage), key=_made_order)
-        if not pngs:
-            continue
+    shown = None
+    for number, png in enumerate(numbered(root), 1):
+        stage = png.parent.parent.name
         nb = f"{stage}/{stage}.ipynb"
-        parts.append(f"<h2 id='{stage}'>{html.escape(stage)} <span class='meta'>(notebook "
-                     f"<code>notebooks/{stage}.ipynb</code>; executed: <a href='{nb}'>{nb}</a>)</span></h2>")
-        for png in pngs:
-            number += 1
-            rec_path = png.with_suffix(".json")
-            rec = json.loads(rec_path.read_text()) if rec_path.exists() else {}
-            problems = results.get(f"{stage}/{png.stem}", [])
-            rel = f"{stage}/figures/{png.name}"
-            width = rec.get("width_in")
-            style = f" style='width:{width}in'" if width else " style='max-width:7in'"
-            cell = f", cell In [{rec['cell']}]" if rec.get("cell") else ""
-            size = (f"{rec['width_in']:.2f} × {rec['height_in']:.2f} in ({rec.get('fits', '?')}), smallest text "
-                    f"{rec.get('min_font_pt')} pt" if rec else "no record")
-            status = ("<span class='ok'>checks passed</span>" if not problems else
-                      "<span class='bad'>problems:</span><ul class='problems'>"
-                      + "".join(f"<li>{html.escape(p)}</li>" for p in problems) + "</ul>")
-            title = html.escape(rec.get("title") or png.stem)
-            cap = html.escape(rec.get("caption") or "")
-            parts.append(
-                f"<figure id='{stage}-{png.stem}'><a href='{rel[:-4]}.pdf'><img src='{rel}'{style} "
-                f"alt='{html.escape(png.stem)}'></a><figcaption><b>Figure {number}. {title}</b> {cap}<br>"
-                f"<span class='meta'><code>{html.escape(png.stem)}</code> from <a href='{nb}'>{html.escape(stage)}"
-                f".ipynb</a>{cell} · {size} · </span>{status}</figcaption></figure>")
+        if stage != shown:
+            shown = stage
+            parts.append(f"<h2 id='{stage}'>{html.escape(stage)} <span class='meta'>(notebook "
+                         f"<code>notebooks/{stage}.ipynb</code>; executed: <a href='{nb}'>{nb}</a>)</span></h2>")
+        rec_path = png.with_suffix(".json")
+        rec = json.loads(rec_path.read_text()) if rec_path.exists() else {}
+        problems = results.get(f"{stage}/{png.stem}", [])
+        rel = f"{stage}/figures/{png.name}"
+        width = rec.get("width_in")
+        style = f" style='width:{width}in'" if width else " style='max-width:7in'"
+        cell = f", cell In [{rec['cell']}]" if rec.get("cell") else ""
+        size = (f"{rec['width_in']:.2f} × {rec['height_in']:.2f} in ({rec.get('fits', '?')}), smallest text "
+                f"{rec.get('min_font_pt')} pt" if rec else "no record")
+        status = ("<span class='ok'>checks passed</span>" if not problems else
+                  "<span class='bad'>problems:</span><ul class='problems'>"
+                  + "".join(f"<li>{html.escape(p)}</li>" for p in problems) + "</ul>")
+        title = html.escape(rec.get("title") or png.stem)
+        cap = html.escape(rec.get("caption") or "")
+        parts.append(
+            f"<figure id='{stage}-{png.stem}'><a href='{rel[:-4]}.pdf'><img src='{rel}'{style} "
+            f"alt='{html.escape(png.stem)}'></a><figcaption><b>Figure {number}. {title}</b> {cap}<br>"
+            f"<span class='meta'><code>{html.escape(png.stem)}</code> from <a href='{nb}'>{html.escape(stage)}"
+            f".ipynb</a>{cell} · {size} · </span>{status}</figcaption></figure>")
     atomic_write_text(target, "\n".join(parts) + "\n")
     return target
 

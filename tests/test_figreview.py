@@ -52,6 +52,19 @@ def test_a_clean_figure_passes_and_its_record_says_how_it_prints(tmp_path):
     assert not any("A clean figure" in text for text, _ in figreview.inspect(_clean())["texts"])   # recorded, not drawn
 
 
+def test_legends_told_apart_by_marker_line_or_grey_pass(tmp_path):
+    fig = _clean()
+    ax = fig.axes[0]
+    ax.plot([0, 1, 2], [1, 2, 3], color="#4c72b0", ls="--", label="dashed")            # same grey, other line
+    ax.plot([0, 1, 2], [2, 3, 3], color="#c44e52", marker="s", label="squares")        # same grey, markers
+    for p in plots.PROTOCOL_COLORS:
+        ax.plot([0, 1, 2], [3, 3, 4], color=plots.PROTOCOL_COLORS[p], ls=":", label=p)   # the protocols: greys
+    ax.plot([0, 1, 2], [0, 1, 4], lw=0.5, color="0.5", ls="--", label="dashed over")    # a dashed line hides nothing
+    fig.legends.clear()
+    plots.legend_below(fig, *ax.get_legend_handles_labels())
+    assert [p for p in figreview.inspect(fig)["problems"] if "greyscale" in p or "hidden" in p] == []
+
+
 def test_the_protocols_differ_in_greyscale():
     """Issue 53: direct evaluation and train-before-test printed as one grey (luma 114 and 110)."""
     from matplotlib.colors import to_rgb
@@ -115,6 +128,42 @@ def _drawn_title():
     return fig
 
 
+def _alike_in_grey():
+    fig = _clean()           # the red and blue the protocols had before issue 53: luma 0.45 and 0.43
+    fig.axes[0].plot([0, 1, 2], [1, 2, 3], color="#4c72b0", label="second")
+    fig.axes[0].lines[0].set_color("#c44e52")
+    fig.legends.clear()
+    plots.legend_below(fig, *fig.axes[0].get_legend_handles_labels())
+    return fig
+
+
+def _hidden_line():
+    fig = _clean()
+    fig.axes[0].plot([0, 1, 2], [0, 1, 4], lw=3, color="0.1", label="on top")   # covers "curve"
+    fig.legends.clear()
+    plots.legend_below(fig, *fig.axes[0].get_legend_handles_labels())
+    return fig
+
+
+def _bars_on_log():
+    fig = _clean()
+    fig.axes[0].bar([0, 1, 2], [30, 300, 3000])
+    fig.axes[0].set_yscale("log")
+    return fig
+
+
+def _cut_off():
+    fig = _clean()
+    fig.axes[0].text(0.5, 1.0, "a label above the top", transform=fig.transFigure, va="bottom")
+    return fig
+
+
+def _panel_title():
+    fig = _clean()
+    fig.axes[0].set_title("A clean figure")
+    return fig
+
+
 def _no_caption():
     fig = _clean()
     plots._CAPTIONS.pop(fig)
@@ -131,6 +180,11 @@ def _no_caption():
     (_spill, "content drawn outside the canvas"),
     (_drawn_title, "a title drawn inside the figure"),
     (_no_caption, "no caption"),
+    (_alike_in_grey, "print alike in greyscale"),
+    (_hidden_line, "is hidden under"),
+    (_bars_on_log, "bars on a log axis"),
+    (_cut_off, "drawn outside the canvas"),
+    (_panel_title, "a panel title repeats the figure's title"),
 ])
 def test_each_defect_is_caught(tmp_path, make, expected, capsys):
     rec, problems = _save(make(), tmp_path)

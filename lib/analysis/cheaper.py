@@ -241,12 +241,15 @@ def plot_comparison(summary: dict):
     fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 2.8), layout="constrained")
     colors = {**plots.PROTOCOL_COLORS, PERPLEXITY: "#55a868"}
     spare = iter(["#8172b3", "#937860", "#da8bc3", "#ccb974", "#64b5cd"])
+    markers = {**plots.PROTOCOL_MARKERS, PERPLEXITY: "^"}
+    spare_markers = iter(["D", "v", "P", "X", "h"])         # apart in greyscale, whatever the hues print as
     handles = []
     for i, n in enumerate(names):
         tau = summary["tau_with_tbt_mean"].get(n, 1.0)
         lo, hi = summary["tau_with_tbt_mean_ci"].get(n, [tau, tau])
-        handles.append(ax.errorbar([cost[n] if cost else i], [tau], yerr=[[tau - lo], [hi - tau]], fmt="o", ms=4,
-                                   capsize=2, color=colors.get(n) or next(spare, "0.35")))
+        handles.append(ax.errorbar([cost[n] if cost else i], [tau], yerr=[[tau - lo], [hi - tau]], ms=4,
+                                   fmt=markers.get(n) or next(spare_markers, "o"), capsize=2,
+                                   color=colors.get(n) or next(spare, "0.35")))
     if cost:
         ax.set_xscale("log")
         ax.set_xlabel(f"{unit} recorded by the units (log)")

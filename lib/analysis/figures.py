@@ -30,6 +30,7 @@ TAU_VMIN = -0.2
 ANNOT = 7                # pt, numbers printed in cells
 CELL_MIN_IN = 0.3        # a cell narrower than this gets no number (it would run into its neighbour)
 MARK_COLORS = ("black", "0.45")   # models a figure marks (the rank plot's highlighted ones), in turn
+MIN_CI_MODELS = 8        # a family with fewer models gets no bootstrap interval for its PC1 share
 
 
 def ci_text(ci) -> str:
@@ -231,8 +232,8 @@ def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[st
                 ax.annotate(plots.display(row.model), (0, row.rank_a), xytext=(-4, 0),
                             textcoords="offset points", ha="right", va="center", fontsize=plots.FONT["small"])
         for k, row in enumerate(df[df["model"].isin(highlight)].itertuples()):
-            ax.plot([0, 1], [row.rank_a, row.rank_b], color=MARK_COLORS[k % len(MARK_COLORS)], lw=2, marker="o",
-                    ms=3.5, zorder=3)
+            ax.plot([0, 1], [row.rank_a, row.rank_b], color=MARK_COLORS[k % len(MARK_COLORS)], lw=2, marker="D",
+                    ms=5, zorder=3)
         ax.set_xticks([0, 1], [da, db])
         ax.set_xlim(-0.35 if label_top else -0.1, 1.1)
         ax.set_xlabel("benchmark")
@@ -243,12 +244,12 @@ def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[st
         ax.grid(axis="x", visible=False)
     step = max(1, int(np.ceil(n / 6 / 5) * 5)) if n > 10 else 1
     axes[0][0].set_yticks([1] + list(range(step, n + 1, step)) if step > 1 else list(range(1, n + 1)))
-    axes[0][0].set_ylim(n + 0.5, 0.5)
+    axes[0][0].set_ylim(n + 0.5, 1 - max(0.5, 0.04 * n))      # room above rank 1: a line there is no frame
     axes[0][0].set_ylabel("rank (1 = best)")
     plots.title(fig, f"Model ranks on {da} and {db} ({n} models)")
     marked = [plots.display(m) for m in highlight]
     if marked:
-        plots.legend_below(fig, [Line2D([], [], color=MARK_COLORS[k % len(MARK_COLORS)], lw=2, marker="o", ms=3.5)
+        plots.legend_below(fig, [Line2D([], [], color=MARK_COLORS[k % len(MARK_COLORS)], lw=2, marker="D", ms=5)
                                  for k in range(len(marked))], marked, ncol=len(marked))
     mark = f" Thick: {', '.join(marked)}." if marked else ""
     return plots.set_caption(fig, (
@@ -258,8 +259,9 @@ def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[st
 
 
 def ceiling_plot(pairs: pd.DataFrame, per_benchmark: pd.DataFrame, protocols: tuple[str, ...]):
-    """Noise ceiling: left, every benchmark pair's tau against its ceiling (on the diagonal: all of the
-    disagreement is noise); right, each benchmark's mean tau (dot) and mean ceiling (ring)."""
+    """Noise ceiling: left, every benchmark pair's tau against the tau noise alone would leave (its "ceiling";
+    on the diagonal all of the disagreement is noise); right, each benchmark's mean tau (filled) and mean
+    noise-only tau (hollow)."""
     n = len(per_benchmark)
     fig, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_DOUBLE, max(3.0, 0.16 * n + 1.6)), layout="constrained",
                                       gridspec_kw={"width_ratios": [1, 1]})
@@ -269,10 +271,10 @@ def ceiling_plot(pairs: pd.DataFrame, per_benchmark: pd.DataFrame, protocols: tu
         over = ok[f"tau_{p}"] > ok[f"ceiling_{p}"]
         above[p] = (int(over.sum()), len(ok))
         left.scatter(ok[f"ceiling_{p}"], ok[f"tau_{p}"], s=9, alpha=0.6, color=PROTOCOL_COLORS.get(p),
-                     edgecolors="none")
+                     marker=plots.PROTOCOL_MARKERS.get(p, "o"), edgecolors="none")
     lo = float(np.nanmin([0.0] + [pairs[f"tau_{p}"].min() for p in protocols]))
     left.plot([lo, 1], [lo, 1], color="0.3", lw=0.8, ls="--")
-    left.set_xlabel("estimated noise ceiling of the pair")
+    left.set_xlabel("τ expected from noise alone (estimate)")
     left.set_ylabel("Kendall τ of the pair")
     left.set_title("Each benchmark pair")
     order = per_benchmark.sort_values(f"tau_{protocols[0]}").index
@@ -283,31 +285,34 @@ def ceiling_plot(pairs: pd.DataFrame, per_benchmark: pd.DataFrame, protocols: tu
         c = per_benchmark.loc[order, f"ceiling_{p}"].to_numpy(float)
         color = PROTOCOL_COLORS.get(p)
         right.hlines(y + off, t, c, color=color, lw=0.8, alpha=0.7)
-        right.scatter(t, y + off, s=12, color=color)
-        right.scatter(c, y + off, s=14, facecolors="none", edgecolors=color)
+        right.scatter(t, y + off, s=12, color=color, marker=plots.PROTOCOL_MARKERS.get(p, "o"))
+        right.scatter(c, y + off, s=14, facecolors="none", edgecolors=color, marker=plots.PROTOCOL_MARKERS.get(p, "o"))
     right.set_yticks(y, plots.displays(order))
     right.set_ylim(len(order) - 0.5, -0.5)
     right.set_xlabel("Kendall τ against the other benchmarks")
     right.set_ylabel("benchmark")
-    right.set_title("Each benchmark: mean τ and mean ceiling")
-    handles = [Line2D([], [], color=PROTOCOL_COLORS.get(p), marker="o", lw=0, ms=4) for p in protocols]
+    right.set_title("Each benchmark: mean τ, noise-only τ")
+    handles = [Line2D([], [], color=PROTOCOL_COLORS.get(p), marker=plots.PROTOCOL_MARKERS.get(p, "o"), lw=0, ms=4)
+               for p in protocols]
     labels = [f"{protocol_label(p)} ({above[p][0]} of {above[p][1]} pairs above the line)" for p in protocols]
     handles += [Line2D([], [], color="0.3", marker="o", lw=0, ms=4),
                 Line2D([], [], color="0.3", marker="o", mfc="none", lw=0, ms=4),
                 Line2D([], [], color="0.3", ls="--", lw=0.8)]
-    labels += ["mean τ (right)", "mean estimated ceiling (right)", "τ = estimated ceiling (left)"]
+    labels += ["mean τ (right)", "mean noise-only τ (right)", "τ = noise-only τ (left)"]
     plots.legend_below(fig, handles, labels, ncol=2)
-    plots.title(fig, "Agreement against its estimated noise ceiling")
+    plots.title(fig, "Agreement against the agreement noise alone would leave")
     return plots.set_caption(fig, (
-        "The noise ceiling is the Kendall τ two benchmarks would show if they ranked the models identically and "
-        "differed only by measurement noise; it is estimated from each benchmark's split-half reliability "
-        "(lib.analysis.noise). Left: every benchmark pair's τ against its estimated ceiling (on the dashed diagonal "
-        "all disagreement is noise). Both τ and ceiling are estimates, so a pair at its ceiling falls above the line "
+        "The noise-only τ (often called a noise ceiling; an estimate, so pairs can lie above it) is the Kendall τ two "
+        "benchmarks would show if they ranked the models identically and differed only by measurement noise; it is "
+        "estimated from each benchmark's split-half reliability (lib.analysis.noise). Left: every benchmark pair's τ "
+        "against its noise-only τ (on the dashed diagonal all disagreement is noise). Both are estimates, so a pair "
+        "whose disagreement is all noise falls above the line "
         "about half the time; a benchmark whose pairs lie well above it has its reliability underestimated, as "
         "where halves are drawn from standard errors that treat each model's noise as independent of the others' "
         "although all models answer the same items, which matters most where models differ by little more than "
-        "that noise (a benchmark near its ceiling). Right: each benchmark's "
-        "mean τ against the others (dot) and its mean estimated ceiling (ring), both protocols."))
+        "that noise (a benchmark near its noise-only τ). Right: each benchmark's "
+        "mean τ against the others (filled) and its mean noise-only τ (hollow), both protocols (circles: direct "
+        "evaluation, squares: train-before-test)."))
 
 
 def forest(table: pd.DataFrame, xlabel: str, title: str, value: str = "gain", lo: str = "gain_lo",
@@ -360,8 +365,8 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
         g = table[table["curve"] == curve].sort_values("epoch")
         best = curve == BEST
         color = "0.1" if best else shades[k]
-        ax.plot(g["epoch"], g["mean_tau"], marker="o", ms=3, lw=2 if best else 1, color=color,
-                label=f"{curve.replace('lr=', 'lr = ')} (validation)")
+        ax.plot(g["epoch"], g["mean_tau"], marker="o", ms=3, lw=3.5 if best else 1, color="0.7" if best else color,
+                zorder=1.5 if best else 2, label=f"{curve.replace('lr=', 'lr = ')} (validation)")   # best: under
         ax.fill_between(g["epoch"], g["lo"], g["hi"], color=color, alpha=0.1 if best else 0.06, lw=0)
     for label, (value, ci) in (references or {}).items():
         if not np.isfinite(value):
@@ -384,7 +389,8 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
     plots.title(fig, "Agreement against fine-tuning budget")
     return plots.set_caption(fig, (
         "Mean Kendall τ over benchmark pairs when models are ranked after each fine-tuning epoch, for each learning "
-        "rate and for the best checkpoint so far (thick). Per-epoch points rank models by validation scores (the "
+        "rate and for the best checkpoint so far (thick grey, under the learning rate it follows). Per-epoch points "
+        "rank models by validation scores (the "
         "test split is scored once, at the selected checkpoint); direct evaluation (epoch 0) and the final "
         "train-before-test value are from the test split. Bands: 95 % bootstrap intervals over models."))
 
@@ -428,10 +434,12 @@ def scatter_grid(frames: Mapping[str, pd.DataFrame], x: str, y: str, hue: str | 
         else:
             for kind_i, kind in enumerate(kinds or [None]):
                 part = df if kind is None else df[df[hue] == kind]
-                c = [colors.get(m, "0.35") for m in names(part)]
-                filled = kind_i == 0
-                ax.scatter(part[x] * xfactor, part[y], s=16, linewidths=0.9, marker="o",
-                           facecolors=c if filled else "none", edgecolors=c)
+                shapes = [plots.family_marker(family.get(m)) for m in names(part)]
+                for shape in dict.fromkeys(shapes):
+                    one = part[[s == shape for s in shapes]]
+                    c = [colors.get(m, "0.35") for m in names(one)]
+                    ax.scatter(one[x] * xfactor, one[y], s=16, linewidths=0.9, marker=shape,
+                               facecolors=c if kind_i == 0 else "none", edgecolors=c)
         if logx:
             ax.set_xscale("log")
             _narrow_log_ticks(ax, [v * xfactor for df in frames.values() if x in df for v in df[x].dropna()])
@@ -441,7 +449,7 @@ def scatter_grid(frames: Mapping[str, pd.DataFrame], x: str, y: str, hue: str | 
     fams = sorted({family[m] for m in models if m in family}, key=plots.display)
     handles, labels = plots.family_handles(fams)
     for kind_i, kind in enumerate(kinds):
-        handles.append(Line2D([], [], marker="o", lw=0, color="0.3", mfc="0.3" if kind_i == 0 else "none", ms=5))
+        handles.append(Line2D([], [], marker="o", lw=0, color="0.1", mfc="0.1" if kind_i == 0 else "none", ms=5))
         labels.append(_KIND_LABELS.get(kind, str(kind)))
     if handles:
         plots.legend_below(fig, handles, labels)
@@ -582,8 +590,10 @@ def family_pc1_bars(family: pd.DataFrame, n_benchmarks: int):
     least 1 / min(n - 1, k) of the variance (GPT-2's 4 models: a third)."""
     floor = {r["group"]: 1 / max(1, min(int(r["n_models"]) - 1, n_benchmarks))
              for r in family.drop_duplicates("group").to_dict("records")}
+    few = family["n_models"] < MIN_CI_MODELS          # a bootstrap over a handful of models says little
+    family = family.assign(lo=family["lo"].mask(few), hi=family["hi"].mask(few))
     return group_bars(family, "group", "pc1", xlabel="PC1 explained variance ratio", lo="lo", hi="hi",
-                      title="PC1 share within each model family (95 % intervals)", n="n_models", floor=floor,
+                      title="PC1 share within each model family", n="n_models", floor=floor,
                       note="A family of n models has at most n − 1 components, so its PC1 share is at least "
                            "1 / (n − 1) by construction (the black ticks); compare the families with that floor "
-                           "in mind.")
+                           f"in mind. Families of fewer than {MIN_CI_MODELS} models get no interval.")

@@ -87,6 +87,11 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
                 ax.set_title("value on the test models" if col == 0 else "paired difference (same resamples)")
         axes[row][0].set_yticks(ticks, [_label(m) for m in methods])
         axes[row][0].set_ylabel("method")
+        for ax in axes[row]:                     # BenchAlign's rows set off: the method the figure is about
+            for i in (i for i, m in enumerate(methods) if m == "benchalign"):
+                ax.axhspan(i - 0.4, i + height * (len(groups) - 1) + 0.4, color="0.9", lw=0, zorder=0)
+    for label in axes[0][0].get_yticklabels():
+        label.set_fontweight("bold" if label.get_text() == _label("benchalign") else "normal")
     axes[0][0].set_ylim(n - 0.5 + height * (len(groups) - 1), -0.5)      # shared y: registry order from the top
     handles = [Line2D([], [], ms=4, lw=0.9, **_group_style(k)) for k in range(len(groups))]
     labels = [f"{g} ({main[g][methods[0]]['n_models']} models)" if methods else g for g in groups]
@@ -96,7 +101,8 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
     plots.legend_below(fig, handles, labels, title="test models")
     plots.title(fig, "BenchAlign and the baselines on the unseen larger models")
     return plots.set_caption(fig, (
-        "Each method's rank agreement with the target ranking on the test models (left: value, mean over seeds; "
+        "Each method's rank agreement with the target ranking on the test models (BenchAlign in bold on grey; left: "
+        "value, mean over seeds; "
         f"right: paired difference to {ref_label} on the same bootstrap resamples), in Spearman ρ (top) and pairwise "
         "accuracy (bottom); whiskers: 95 % bootstrap intervals over the test models; dotted: no agreement (left) or "
         "no difference (right). Stars: the paper's rho where it reports one (reward-model preferences on its own "
@@ -126,12 +132,13 @@ def learning_curve(protocol: dict):
     handles = [Line2D([], [], color=NEUTRAL, lw=0.9), Line2D([], [], color="#d95f02", lw=0.8, ls="--"),
                Line2D([], [], color="0.1", marker="o", lw=0, ms=4)]
     plots.legend_below(fig, handles, ["validation (mean of folds)", "training (mean of folds)", "chosen step"])
-    plots.title(fig, f"{protocol['folds']}-fold cross-validation chose step {med}"
-                   if med is not None else "Cross-validation over the source models")
+    plots.title(fig, f"{protocol['folds']}-fold cross-validation of the number of Adam steps ({len(chosen)} seeds, "
+                     f"median chosen step {med})" if med is not None else "Cross-validation over the source models")
     return plots.set_caption(fig, (
         f"How BenchAlign's number of Adam steps is chosen: the {loss} loss on the held-out folds of the source "
         "models (solid, mean over folds, one line per seed) and on the training folds (dashed) after each step; "
-        "dots mark each seed's chosen step, the title gives their median (step 0 is plain accuracy)."))
+        "dots mark each seed's chosen step (seeds that chose the same step share a dot; the title gives the median "
+        "over seeds), step 0 is plain accuracy."))
 
 
 def weight_hist(item_benchmark, weights: list[np.ndarray]):
@@ -153,21 +160,24 @@ def weight_hist(item_benchmark, weights: list[np.ndarray]):
                    medianprops={"color": "0.1", "lw": 1.2}, whiskerprops={"color": "0.1", "lw": 0.9},
                    capprops={"color": "0.1", "lw": 0.9})
     ax.axvline(0.0, color="0.6", lw=0.6)
-    ax.axvline(1.0 / len(W), color="#c44e52", lw=0.9, ls="--")
-    ax.set_yticks(range(len(names)), [f"{plots.display(b)}\nΣ = {W[item_benchmark == b].sum():.2f}" for b in names])
+    ax.set_yticks(range(len(names)), [f"{plots.display(b)}\nΣ = {_sum(W[item_benchmark == b].sum())}" for b in names])
     ax.set_ylim(len(names) - 0.5, -0.5)
     ax.xaxis.set_major_locator(plt.MaxNLocator(5))
-    ax.set_xlabel("learned item weight w / d (seed mean)")
+    ax.set_xlabel(f"learned item weight w / d (seed mean)\nuniform weight: 1 / {len(W):,}")
     ax.set_ylabel("benchmark (Σ its weights)")
-    plots.legend_below(fig, [Line2D([], [], color="#c44e52", lw=0.9, ls="--")],
-                       [f"uniform weight (1 / {len(W):,} items)"])
-    plots.title(fig, f"BenchAlign item weights by benchmark (all items: Σ = {W.sum():.2f}, "
+    plots.title(fig, f"BenchAlign item weights by benchmark (all items: Σ = {_sum(W.sum())}, "
                         f"Σ|w| = {np.abs(W).sum():.1f})")
     return plots.set_caption(fig, (
         "The weight BenchAlign learns for each item (mean over seeds), one row per benchmark: every item a dot, the "
-        "box its quartiles, whiskers the 5th and 95th percentiles; Σ is the benchmark's summed weight, dashed the "
-        "uniform weight of plain accuracy. Weights are divided by d = √(((Σw)² + 0.01 (Σ|w|)²) / 1.01), which is Σw "
+        "box its quartiles, whiskers the 5th and 95th percentiles; Σ is the benchmark's summed weight (0.00: under "
+        "0.005 either way); plain accuracy's uniform weight, 1 / items, is in the axis label (at this scale it lies "
+        "on zero). Weights are divided by d = √(((Σw)² + 0.01 (Σ|w|)²) / 1.01), which is Σw "
         "for non-negative weights but not in general: these do not sum to 1 (the title gives their sums)."))
+
+
+def _sum(value: float) -> str:
+    """A sum of weights to two decimals, without the minus of a negative that rounds to zero."""
+    return f"{value:.2f}".replace("-0.00", "0.00")
 
 
 def ablation_bars(ablation: dict):
@@ -296,11 +306,12 @@ def noise_figure(study: dict, group: str):
         ci = np.array([summ[n]["spearman_ci"] or [np.nan, np.nan] for n in names], dtype=float)
         ax.errorbar(x, y, yerr=[y - ci[:, 0], ci[:, 1] - y], marker=marker, ls=dash, ms=3.5, capsize=2, color=grey,
                     lw=1, label=f"BenchAlign, {f'{ppm} pairs per model' if ppm else 'all pairs'}")
-    for name, ls, label in (("no_alignment", ":", "plain accuracy"), ("random", (0, (6, 3)), "random weights")):
+    for name, ls, label in (("no_alignment", ":", "plain accuracy"), ("random", (0, (6, 3)), "random weights"),
+                            ("flag_accuracy", "-", "instruction-tuned flag, ties by accuracy")):
         if name in summ and summ[name]["spearman"] is not None:
             ax.axhline(summ[name]["spearman"], color="0.55", lw=1, ls=ls, label=label)
     ax.set_xlabel("preference pairs flipped (%)")
-    ax.set_ylabel(f"Spearman ρ with the latent ({group})")
+    ax.set_ylabel(f"Spearman ρ with the true\npreference ranking ({group})")
     handles, labels = ax.get_legend_handles_labels()
     plots.legend_below(fig, handles, labels)
     plots.title(fig, f"BenchAlign on noisy, sparse preferences ({group})")
@@ -309,4 +320,5 @@ def noise_figure(study: dict, group: str):
         f"Bradley-Terry pairs (β = {study['beta']:g} on the standardised latent) among the source models, a share of "
         "the pairs flipped and only some pairs per model observed; mean over "
         f"{study['seeds']} seeds, whiskers: 95 % bootstrap intervals over the test models (points of a flip level "
-        "set apart slightly). Grey lines: plain accuracy and random weights, which use no preferences."))
+        "set apart slightly). Grey lines: plain accuracy, random weights and the instruction-tuned flag (instruction-"
+        "tuned models first, ties broken by plain accuracy), which use no preferences."))

@@ -113,6 +113,7 @@ def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np
     from .. import plots
 
     prepared_rows = doses[doses.to_numpy().sum(axis=1) > 0] if len(doses) else doses
+    prepared_rows = prepared_rows.loc[:, prepared_rows.to_numpy().sum(axis=0) > 0]     # tasks no model is prepared for
     show_doses = bool(len(prepared_rows))
     n = 1 + bool(curves) + show_doses
     height = max(2.6, 0.13 * len(prepared_rows) + 1.6) if show_doses else 2.6
@@ -124,7 +125,8 @@ def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np
     ax = axes.pop(0)
     for name, row in table.iterrows():
         hollow = bool(row["prepared"])
-        ax.scatter(row["params"] / 1e3, row["tokens"] / 1e3 * (1.04 if hollow else 1.0), marker="o", s=30,
+        ax.scatter(row["params"] / 1e3, row["tokens"] / 1e3 * (1.04 if hollow else 1.0), s=30,
+                   marker=plots.family_marker(row["family"]),
                    linewidths=1.1, facecolors="none" if hollow else colors[name], edgecolors=colors[name])
     ax.set_xlabel("parameters (thousands)")
     ax.set_ylabel("training tokens (thousands)")
@@ -148,10 +150,10 @@ def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np
         ax.set_ylabel("prepared model")
         ax.set_title("Preparation dose")
         ax.grid(False)
-        fig.colorbar(im, ax=ax, fraction=0.08, label="documents added per 100 of the last phase")
+        fig.colorbar(im, ax=ax, fraction=0.08, label="documents added\nper 100 of the last phase")
     handles, labels = plots.family_handles(families)
     if table["prepared"].astype(bool).any():
-        handles += [Line2D([], [], marker="o", lw=0, color="0.3", ms=5), Line2D([], [], marker="o", lw=0, color="0.3",
+        handles += [Line2D([], [], marker="o", lw=0, color="0.1", ms=5), Line2D([], [], marker="o", lw=0, color="0.1",
                                                                               mfc="none", ms=5)]
         labels += ["base model", "prepared twin"]
     if curves:

@@ -20,7 +20,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 
 from .. import plots
 
-SELECTED, REJECTED, CORPUS = "#4c72b0", "#bbbbbb", "#55a868"
+SELECTED, REJECTED, CORPUS = "#1f4e79", "#999999", "#55a868"
+ROLE_MARKERS = {SELECTED: "o", REJECTED: "x", CORPUS: "s"}     # apart in greyscale too
 
 
 def _count(x: float, _pos=None) -> str:
@@ -31,8 +32,9 @@ def _count(x: float, _pos=None) -> str:
 
 
 def train_sizes(table: pd.DataFrame, min_train: int):
-    """Training documents per task (log scale): selected benchmarks, rejected ones and perplexity
-    corpora in three colours, the ``min_train`` threshold as a dashed line. ``table`` is notebook
+    """Training documents per task (log scale, a dot per task: a bar's length means nothing on a log
+    axis): selected benchmarks, rejected ones and perplexity corpora in three colours and markers, the
+    ``min_train`` threshold as a dashed line. ``table`` is notebook
     01's selection table (index: task; columns ``n_train``, ``selected``, optional ``role``)."""
     sizes = table["n_train"].astype(float).fillna(0)
     role = table["role"] if "role" in table else pd.Series("benchmark", index=table.index)
@@ -40,8 +42,10 @@ def train_sizes(table: pd.DataFrame, min_train: int):
               for r, s in zip(role, table["selected"].astype(bool))]
     fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 0.2 * len(table) + 1.6), layout="constrained")
     lowest = max(1.0, min([v for v in sizes if v > 0] + [float(min_train)]) / 2)
-    ax.barh(np.arange(len(table)), np.maximum(sizes, lowest) - lowest, left=lowest, color=colors)
-    ax.axvline(min_train, color="#c44e52", ls="--", lw=1)
+    for c in dict.fromkeys(colors):
+        rows = [i for i, ci in enumerate(colors) if ci == c]
+        ax.scatter(np.maximum(sizes.iloc[rows], lowest), rows, color=c, marker=ROLE_MARKERS[c], s=18, zorder=3)
+    ax.axvline(min_train, color="0.2", ls="--", lw=1)
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(_count))
@@ -51,16 +55,17 @@ def train_sizes(table: pd.DataFrame, min_train: int):
     ax.set_yticks(np.arange(len(table)), plots.displays(table.index))
     ax.set_ylim(len(table) - 0.5, -0.5)
     ax.set_ylabel("task")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (SELECTED, REJECTED, CORPUS)]
+    handles = [plt.Line2D([], [], color=c, marker=ROLE_MARKERS[c], lw=0, ms=4.5) for c in (SELECTED, REJECTED, CORPUS)]
     labels = ["selected", "rejected", "perplexity corpus"]
     keep = [i for i, c in enumerate((SELECTED, REJECTED, CORPUS)) if c in colors]
-    handles = [handles[i] for i in keep] + [plt.Line2D([], [], color="#c44e52", ls="--", lw=1)]
+    handles = [handles[i] for i in keep] + [plt.Line2D([], [], color="0.2", ls="--", lw=1)]
     labels = [labels[i] for i in keep] + [f"min_train = {min_train:,}"]
     plots.legend_below(fig, handles, labels, ncol=2)
     plots.title(fig, "Training split size per task")
     return plots.set_caption(fig, (
-        "Documents in each task's training split (log scale): benchmarks selected for train-before-test, rejected "
-        f"ones and perplexity corpora; a benchmark needs at least min_train = {min_train:,} training documents "
+        "Documents in each task's training split (log scale, one dot per task): benchmarks selected for "
+        "train-before-test, rejected ones and perplexity corpora; a benchmark needs at least "
+        f"min_train = {min_train:,} training documents "
         "(dashed)."))
 
 
@@ -93,7 +98,8 @@ def val_curves(curves: pd.DataFrame, benchmarks: Iterable[str], corpora: Iterabl
         sub = curves[curves["benchmark"] == bench]
         for (model, lr), line in sub.groupby(["model", "lr"]):
             line = line.sort_values("epoch")
-            ax.plot(line["epoch"], line[value], color=styles.loc[model, "color"], ls=dashes[lr], lw=0.7, alpha=0.7)
+            ax.plot(line["epoch"], line[value], color=styles.loc[model, "color"], ls=dashes[lr], lw=0.7, alpha=0.7,
+                    marker=styles.loc[model, "marker"], ms=2)
         for lr, g in sub.groupby("lr"):
             med = g.groupby("epoch")[value].median()
             ax.plot(med.index, med.to_numpy(), color="0.05", ls=dashes[lr], lw=1.6, marker="o", ms=2.5)
@@ -133,9 +139,9 @@ def direct_vs_tbt(both: pd.DataFrame, benchmarks: Iterable[str], corpora: Iterab
         x, y = both.loc[mask, "direct_eval"], tbt[mask]
         st = styles.loc[both.loc[mask, "model"]]
         filled = ~st["instruct"].to_numpy(bool)
-        for keep, face in ((filled, True), (~filled, False)):
-            c = st["color"].to_numpy()[keep]
-            ax.scatter(x[keep], y[keep], s=14, linewidths=0.9, facecolors=c if face else "none", edgecolors=c)
+        for (marker, face), part in st.assign(face=filled, x=x.to_numpy(), y=y.to_numpy()).groupby(["marker", "face"]):
+            ax.scatter(part["x"], part["y"], s=14, linewidths=0.9, marker=marker,
+                       facecolors=part["color"] if face else "none", edgecolors=part["color"])
         values = pd.concat([x, y]).dropna()
         if len(values):                     # the same range on both axes: the diagonal means "no change"
             lo, hi = values.min(), values.max()
@@ -151,8 +157,8 @@ def direct_vs_tbt(both: pd.DataFrame, benchmarks: Iterable[str], corpora: Iterab
     fams = sorted(styles["family"].dropna().unique(), key=plots.display)
     handles, labels = plots.family_handles(fams)
     if styles["instruct"].any():
-        handles += [plt.Line2D([], [], marker="o", lw=0, color="0.3", ms=5),
-                    plt.Line2D([], [], marker="o", lw=0, color="0.3", mfc="none", ms=5)]
+        handles += [plt.Line2D([], [], marker="o", lw=0, color="0.1", ms=5),
+                    plt.Line2D([], [], marker="o", lw=0, color="0.1", mfc="none", ms=5)]
         labels += ["base model", "prepared / instruct"]
     handles.append(plt.Line2D([], [], color="#999999", lw=0.8, ls="--"))
     labels.append("no change")
