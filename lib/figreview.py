@@ -216,7 +216,7 @@ def _print_style(artists):
         marked = [a for a in lines if str(a.get_marker()) not in ("None", "none", "") and a.get_markersize() > 0]
         if not drawn and not marked:
             return None
-        line, mark = (drawn or [None])[0], (marked or [None])[0]
+        line, mark = (drawn or [None])[0], (marked or [None])[-1]       # error bars draw their caps first
         ls = str(getattr(line, "_unscaled_dash_pattern", line.get_linestyle())) if line else "None"  # tuples read "--"
         hollow = mark is not None and str(mark.get_markerfacecolor()).lower() == "none"
         shape = (str(mark.get_marker()) if mark else "None", ls, round(line.get_linewidth()) if line else 0, hollow, "")

@@ -52,12 +52,13 @@ SCHEMA = 1
 UNKNOWN = "unknown"
 
 # Which figures a link in the page leads to, by figure name (<stage>/figures/<name>.png): those that
-# show every model (linked from each row), every benchmark (from each benchmark's column) and the mean
-# ranks (from the rank columns). A benchmark's column also links the figures whose title names it.
-# tests/test_leaderboard.py keeps these names true to what the profiles write.
+# show every model (linked from each row), every benchmark (from each benchmark's column), every
+# downstream benchmark (not the perplexity corpora) and the mean ranks (from the rank columns, beside
+# the page's own chart of positions). A benchmark's column also links the figures whose title names it.
 FIGURES_OF = {
     "models": ("rank_plot", "scatter_average", "pc1_vs_compute", "placement", "placement_compute", "direct_vs_tbt"),
-    "benchmarks": ("per_benchmark", "direct_vs_tbt", "val_curves"),
+    "benchmarks": ("direct_vs_tbt", "val_curves", "corpus_benchmark_tau"),
+    "downstream": ("tau_heatmaps", "per_benchmark", "noise_ceiling"),
     "ranks": ("placement",),
 }
 # Size classes for the size filter where the metadata names no size (hub models): upper bounds in
@@ -244,16 +245,18 @@ def _figures(profile: str, benchmarks: pd.DataFrame) -> list[dict]:
     """Every figure of the profile (its record's title), with what it is linked from."""
     root = paths.profile_dir(profile)
     out = []
-    for png in contactsheet.figures(root):
+    for png in contactsheet.numbered(root):            # figures.html's numbers: one list, one order
         stage, name = png.parent.parent.name, png.stem
         rec_path = png.with_suffix(".json")
         rec = json.loads(rec_path.read_text()) if rec_path.exists() else {}
         title = " ".join(str(rec.get("title") or name).split())
         named = [b for b, label in benchmarks["label"].items() if _names(title, label)]
+        downstream = [b for b, cat in benchmarks["category"].items() if cat != metadata.PERPLEXITY]
         out.append({"stage": stage, "name": name, "title": title,
                     "href": f"{figreview.SHEET}#{stage}-{name}", "png": f"{stage}/figures/{png.name}",
                     "models": name in FIGURES_OF["models"], "ranks": name in FIGURES_OF["ranks"],
-                    "benchmarks": ([*benchmarks.index] if name in FIGURES_OF["benchmarks"] else named)})
+                    "benchmarks": ([*benchmarks.index] if name in FIGURES_OF["benchmarks"] else
+                                   downstream if name in FIGURES_OF["downstream"] else named)})
     return out
 
 
@@ -278,11 +281,13 @@ def page_data(b: Board) -> dict:
     ranked = [] if b.ranks is None else [p for p in protocols if p in set(b.ranks["protocol"])]
     baseline = b.rank_info.get("baseline", store.DIRECT)
     by_model = {m: {"rank": {}, "shift": {}, "scores": {}, "stderr": {}} for m in b.models.index}
-    for r in ([] if b.ranks is None else b.ranks.to_dict("records")):
+    # position: the place in the order of mean ranks (1 = lowest; equal means share the higher place)
+    position = {} if b.ranks is None else b.ranks.groupby("protocol")["mean_rank"].rank(method="min")
+    for i, r in ([] if b.ranks is None else b.ranks.iterrows()):
         entry = by_model[r["model"]]
         entry["rank"][r["protocol"]] = {"mean": _num(r["mean_rank"]), "lo": _num(r["mean_rank_lo"]),
                                         "hi": _num(r["mean_rank_hi"]), "n": int(r["n_benchmarks"]),
-                                        "of": int(r["of"])}
+                                        "of": int(r["of"]), "pos": None if pd.isna(position[i]) else int(position[i])}
         if r["protocol"] != baseline and _num(r["rank_shift"]) is not None:
             entry["shift"][r["protocol"]] = {"value": _num(r["rank_shift"]), "lo": _num(r["rank_shift_lo"]),
                                              "hi": _num(r["rank_shift_hi"])}
@@ -307,7 +312,8 @@ def page_data(b: Board) -> dict:
     sizes = (b.models.assign(p=b.models["params_b"].fillna(math.inf)).groupby("size")["p"].min()
              .sort_values().index.tolist())
     return {
-        "schema": SCHEMA, "profile": b.profile, "description": " ".join(b.description.split()),
+        "schema": SCHEMA, "profile": b.profile,        # the description says what it holds, not how to build it
+        "description": re.split(r";\s*needs\b", " ".join(b.description.split()))[0],
         "written": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
         "protocols": [{"id": p, "label": plots.protocol_label(p), "color": plots.PROTOCOL_COLORS.get(p, "#555555")}
                       for p in protocols],

@@ -1,5 +1,7 @@
-// The leaderboard page's script (runner/leaderboard.py inlines it): builds the table from the JSON the
-// page embeds, sorts, filters and switches the protocol of the score columns. It fetches nothing.
+// The leaderboard page's script (runner/leaderboard.py inlines it): builds the table and the chart of
+// positions from the JSON the page embeds, sorts, filters and switches the protocol of the score columns,
+// keeps that state in the URL (#protocol=...&sort=...) and downloads the table as shown as CSV. It fetches
+// nothing.
 "use strict";
 (function () {
   const data = JSON.parse(document.getElementById("leaderboard-data").textContent);
@@ -14,6 +16,25 @@
     sort: ranked.length ? { key: "rank:" + last(ranked), dir: 1 } : { key: "model", dir: 1 },
     family: "", size: "", type: "", role: "", query: "",
   };
+  const FILTERS = ["family", "size", "type", "role"];
+  const base = protocolById[data.baseline] || data.protocols[0];
+  const downstream = data.benchmarks.filter((b) => (ranked.length ? b.ranked : b.higher_is_better));
+
+  // ------------------------------------------------------------------ the state in the URL
+  function readUrl() {
+    const h = new URLSearchParams(location.hash.slice(1));
+    if (protocolById[h.get("protocol")]) state.protocol = h.get("protocol");
+    if (h.get("sort")) state.sort = { key: h.get("sort"), dir: h.get("dir") === "-1" ? -1 : 1 };
+    for (const k of FILTERS) state[k] = h.get(k) || "";
+    state.query = h.get("q") || "";
+  }
+  function writeUrl() {
+    const h = new URLSearchParams({ protocol: state.protocol, sort: state.sort.key, dir: state.sort.dir });
+    for (const k of FILTERS) if (state[k]) h.set(k, state[k]);
+    if (state.query) h.set("q", state.query);
+    history.replaceState(null, "", "#" + h.toString());
+  }
+  readUrl();
 
   // ------------------------------------------------------------------ small helpers
   function el(tag, attrs, ...children) {
@@ -34,12 +55,17 @@
   const fmt = (v, digits) => (v === null || v === undefined ? "" : v.toFixed(digits));
   const signed = (v, digits) => (v > 0 ? "+" : v < 0 ? "\u2212" : "\u00b1") + Math.abs(v).toFixed(digits);
   const pct = (level) => Math.round(100 * (level || 0.95)) + " %";
+  // a figure by its number (figures.html's) and short name; the title in full on hover
   function figLinks(ids) {
     return (ids || []).map((id) => {
       const f = figById[id];
-      return el("a", { class: "fig", href: f.href, title: `Figure ${id}: ${f.title} (${f.stage})` }, String(id));
+      return el("a", { class: "fig", href: f.href, title: `Figure ${id}: ${f.title} (${f.stage})` },
+        `Fig. ${id} ${f.name.replace(/_/g, " ")}`);
     });
   }
+  const chartLink = () => el("a", { class: "fig", href: "#slope", title: "the chart of every model's position" },
+    "position chart");
+  const pos = (m, p) => (m.rank[p] ? m.rank[p].pos : null);
 
   // ------------------------------------------------------------------ columns
   // Every column: key (what a header click sorts by), its header, the value it sorts on, its cell and
@@ -61,21 +87,37 @@
         group: "model", dir: 1, value: (m) => m.prepared || "", cell: (m) => el("td", { class: "prep" }, m.prepared || "") });
     }
     for (const p of ranked) {
-      cols.push({ key: "rank:" + p, label: protocolById[p].label, group: "rank", dir: 1, num: true,
+      cols.push({ key: "pos:" + p, label: protocolById[p].label, group: "pos", dir: 1, num: true, chart: true,
+        title: `place in the order of mean ranks under ${protocolById[p].label} (1 = best)`,
+        value: (m) => pos(m, p), cell: (m) => el("td", { class: "num", "data-key": "pos:" + p, "data-value": pos(m, p) },
+          pos(m, p) ?? "\u2013") });
+    }
+    for (const p of shifted) {
+      cols.push({ key: "move:" + p, label: `${base.label} \u2192 ${protocolById[p].label}`, group: "pos", dir: -1,
+        num: true, chart: true, title: "position under each protocol; the arrow: places moved up or down",
+        value: (m) => (pos(m, p) === null || pos(m, data.baseline) === null ? null : pos(m, data.baseline) - pos(m, p)),
+        cell: (m) => moveCell(m, p) });
+    }
+    for (const p of ranked) {
+      cols.push({ key: "rank:" + p, label: protocolById[p].label, group: "rank", dir: 1, num: true, chart: true,
         protocol: p, figures: data.rank.figures, value: (m) => (m.rank[p] ? m.rank[p].mean : null),
         cell: (m) => rankCell(m, p) });
     }
     for (const p of shifted) {
-      cols.push({ key: "shift:" + p, label: protocolById[p].label,
-        title: `mean rank under ${protocolById[p].label} minus under ${protocolById[data.baseline].label}: ` +
-          "negative moves the model up",
+      cols.push({ key: "shift:" + p, label: protocolById[p].label, chart: true,
+        title: `mean rank under ${base.label} minus under ${protocolById[p].label}: ▲ the model moved up`,
         group: "shift", dir: 1, num: true, value: (m) => (m.shift[p] ? m.shift[p].value : null),
         cell: (m) => shiftCell(m, p) });
     }
+    cols.push({ key: "avg", label: "Average", group: "avg", dir: -1, num: true,
+      title: `mean score over the ${downstream.length} ${ranked.length ? "ranked " : ""}benchmarks under the selected ` +
+        "protocol (bits per byte left out); empty where a score is missing",
+      value: average, cell: (m) => el("td", { class: "num", "data-key": "avg", "data-value": average(m) }, fmt(average(m), 3)) });
     for (const cat of data.categories) {
       for (const id of cat.benchmarks) {
         const b = benchById[id];
-        cols.push({ key: "score:" + id, label: b.label, group: "cat:" + cat.name, dir: b.higher_is_better ? -1 : 1,
+        cols.push({ key: "score:" + id, label: b.label + (b.higher_is_better ? "" : " \u2193"), group: "cat:" + cat.name,
+          dir: b.higher_is_better ? -1 : 1,
           num: true, bench: b, figures: b.figures,
           title: `${b.label}: ${b.metric}${b.higher_is_better ? "" : ", lower is better"}` +
             (b.ranked ? "" : "; not in the mean rank"),
@@ -88,6 +130,10 @@
   }
   const labelOf = (fam) => (data.families.find((f) => f.name === fam) || { label: fam }).label;
   const score = (m, id) => ((m.scores[state.protocol] || {})[id] ?? null);
+  function average(m) {
+    const vs = downstream.map((b) => score(m, b.id));
+    return vs.length && vs.every((v) => v !== null) ? vs.reduce((a, v) => a + v, 0) / vs.length : null;
+  }
 
   function modelCell(m) {
     const badge = m.role ? el("span", { class: "badge badge-" + m.role, title: roleTitle(m.role) }, m.role) : null;
@@ -108,14 +154,26 @@
         `interval [${fmt(r.lo, 2)}, ${fmt(r.hi, 2)}]` },
       fmt(r.mean, 1), el("span", { class: "ci" }, ` [${fmt(r.lo, 1)}, ${fmt(r.hi, 1)}]`));
   }
+  const arrow = (way) => el("span", { class: "arrow" }, way === "up" ? "\u25b2" : way === "down" ? "\u25bc" : "=");
+  // the shift in mean rank, shown as how far the model moved (▲ up, ▼ down) with its interval in the same
+  // sense; data-value keeps mean_ranks.csv's signed shift (negative: up)
   function shiftCell(m, p) {
     const s = m.shift[p];
     if (!s) return el("td", { class: "num missing", "data-key": "shift:" + p }, "\u2013");
     const way = s.value < 0 ? "up" : s.value > 0 ? "down" : "same";
+    const [lo, hi] = way === "up" ? [-s.hi, -s.lo] : [s.lo, s.hi];
     return el("td", { class: "num shift " + way, "data-key": "shift:" + p, "data-value": s.value,
-      title: `${pct(data.rank.level)} interval [${fmt(s.lo, 2)}, ${fmt(s.hi, 2)}] (paired over benchmarks)` },
-      el("span", { class: "arrow" }, way === "up" ? "\u25b2" : way === "down" ? "\u25bc" : "\u25cf"), signed(s.value, 1),
-      el("span", { class: "ci" }, ` [${signed(s.lo, 1)}, ${signed(s.hi, 1)}]`));
+      title: `mean rank ${signed(s.value, 2)}; ${pct(data.rank.level)} interval [${fmt(s.lo, 2)}, ${fmt(s.hi, 2)}] ` +
+        "(paired over benchmarks)" },
+      arrow(way), fmt(Math.abs(s.value), 1), el("span", { class: "ci" }, ` [${fmt(lo, 1)}, ${fmt(hi, 1)}]`));
+  }
+  function moveCell(m, p) {
+    const [from, to] = [pos(m, data.baseline), pos(m, p)];
+    if (from === null || to === null) return el("td", { class: "num missing", "data-key": "move:" + p }, "\u2013");
+    const way = to < from ? "up" : to > from ? "down" : "same";
+    return el("td", { class: "num shift " + way, "data-key": "move:" + p, "data-value": from - to, "data-from": from,
+      "data-to": to, title: `position ${from} under ${base.label}, ${to} under ${protocolById[p].label}` },
+      `${from} \u2192 ${to} `, arrow(way), way === "same" ? "" : Math.abs(from - to));
   }
   let extent = {};
   function scoreCell(m, b) {
@@ -161,19 +219,25 @@
     const r = data.rank;
     const nDown = data.benchmarks.filter((b) => b.ranked).length;
     const rankText = ranked.length
-      ? `Mean rank: each model's rank on each of the ${r.n_benchmarks} downstream benchmarks (1 = best, ties share), ` +
-        `averaged; brackets: its ${pct(r.level)} bootstrap interval over benchmarks (${r.n_boot} draws), paired ` +
-        `between the protocols for the shift. From ${r.source}.`
-      : "";
+      ? `Mean rank: a model's rank on each of the ${r.n_benchmarks} downstream benchmarks (1 = best, ties share), ` +
+        `averaged; brackets: its ${pct(r.level)} bootstrap interval over benchmarks. Position: its place in the ` +
+        `order of mean ranks, and how many places it moves from ${base.label} to ` +
+        `${shifted.map((p) => protocolById[p].label).join(" / ") || "the other protocol"}. `
+      : "No model is ranked in this profile: the table shows scores only. ";
+    const unranked = data.protocols.filter((p) => !ranked.includes(p.id));
+    const scoresOnly = ranked.length && unranked.length
+      ? `${unranked.map((p) => p.label).join("; ")}: scores only (the mean ranks compare ` +
+        `${ranked.map((p) => protocolById[p].label).join(" and ")}). ` : "";
     return el("header", {},
-      el("h1", {}, "Leaderboard of profile ", el("code", {}, data.profile)),
+      el("h1", {}, "Leaderboard: ", el("code", {}, data.profile)),
       el("p", { class: "description" }, data.description),
       el("p", { class: "meta" },
         `${data.models.length} models \u00d7 ${data.benchmarks.length} benchmarks` +
           (nDown < data.benchmarks.length && ranked.length ? ` (${nDown} ranked)` : "") +
-          ` under ${data.protocols.map((p) => p.label).join(", ")}. ${rankText} Scores: the results store ` +
-          `(the rows of 02's tbt_scores.csv and 03's direct_scores.csv where the profile runs them). Written ${data.written}; `,
-        el("a", { href: "figures.html" }, "all figures"), "."),
+          ` under ${data.protocols.length} protocols: ${data.protocols.map((p) => p.label).join("; ")}. ${rankText}` +
+          scoresOnly + "Bars behind a score: where it lies between the lowest and the highest score of its column " +
+          "(best full); \u2193 marks bits per byte, where lower is better. Written " + data.written + "; ",
+        el("a", { href: "#slope" }, "chart of positions"), "; ", el("a", { href: "figures.html" }, "all figures"), "."),
       pl ? el("section", { class: "placement" },
         el("h2", {}, pl.comparable === false ? "Placement: not comparable, nothing ranked" : "Placed models"),
         el("p", {}, `This profile places ${pl.new.length} new model(s) (marked `, el("span", { class: "badge badge-placed" }, "placed"),
@@ -204,6 +268,8 @@
       data.protocols.map((p) => el("label", { style: `--c:${p.color}` },
         el("input", { type: "radio", name: "protocol", value: p.id, checked: p.id === state.protocol,
           onchange: () => { state.protocol = p.id; draw(); } }), p.label))));
+    parts.push(el("button", { type: "button", id: "csv", title: "the rows and columns as shown, in this order",
+      onclick: downloadCsv }, "Download CSV"));
     parts.push(el("span", { id: "count", class: "meta" }));
     const legend = el("div", { class: "legend" }, data.families.map((f) =>
       el("button", { type: "button", class: "chip" + (state.family === f.name ? " on" : ""), "data-family": f.name,
@@ -219,8 +285,9 @@
       const g = last(groups);
       if (g && g.id === c.group) g.n += 1; else groups.push({ id: c.group, n: 1 });
     }
-    const groupLabel = (id) => id === "model" ? "" : id === "rank" ? `Mean rank (${pct(data.rank.level)} interval)`
-      : id === "shift" ? `Rank shift from ${protocolById[data.baseline].label}` : id === "figs" ? "" : id.slice(4) + ` \u00b7 ${protocolById[state.protocol].label}`;
+    const groupLabel = (id) => ({ model: "", figs: "", pos: "Position (1 = best)", avg: "",
+      rank: `Mean rank (${pct(data.rank.level)} interval)`, shift: `Mean-rank change from ${base.label}` }[id] ??
+      id.slice(4) + ` \u00b7 ${protocolById[state.protocol].label}`);
     const top = el("tr", { class: "groups" }, groups.map((g) => el("th", { colspan: g.n, class: "group g-" + g.id.split(":")[0],
       scope: "colgroup" }, groupLabel(g.id))));
     const heads = el("tr", {}, cols.map((c) => {
@@ -230,8 +297,10 @@
         ? el("button", { type: "button", class: "sort", title: (c.title ? c.title + "; " : "") + "click to sort",
           onclick: () => sortBy(c) }, c.label, el("span", { class: "arrow" }, active ? (state.sort.dir === 1 ? " \u25b4" : " \u25be") : ""))
         : el("span", { title: c.title || "" }, c.label);
-      return el("th", { "data-key": c.key, scope: "col", "aria-sort": aria, class: (c.num ? "num " : "") + (c.bench && !c.bench.ranked ? "unranked" : "") },
-        label, c.figures && c.figures.length ? el("span", { class: "figrefs" }, figLinks(c.figures)) : null);
+      const links = [...figLinks(c.figures), ...(c.chart ? [chartLink()] : [])];
+      return el("th", { "data-key": c.key, scope: "col", "aria-sort": aria, "data-csv": [groupLabel(c.group), c.label].filter(Boolean).join(": "),
+        class: (c.num ? "num " : "") + (c.bench && !c.bench.ranked ? "unranked" : "") },
+        label, links.length ? el("span", { class: "figrefs" }, links) : null);
     }));
     return el("thead", {}, top, heads);
   }
@@ -252,9 +321,64 @@
     const rows = sorted(visible(), col);
     const body = el("tbody", { id: "rows" }, rows.map((m, i) => el("tr", { "data-model": m.id, "data-family": m.family,
       class: m.role ? "role-" + m.role : null }, cols.map((c) => (c.key === "pos" ? el("td", { class: "num pos" }, i + 1) : c.cell(m))))));
+    if (!rows.length) {
+      body.append(el("tr", { class: "empty" }, el("td", { colspan: cols.length, id: "no-match" },
+        "No model matches these filters and this search.")));
+    }
     tbody.replaceWith(body);
     tbody = body;
     document.getElementById("count").textContent = `${rows.length} of ${data.models.length} models`;
+    slope(new Set(rows.map((m) => m.id)));
+    writeUrl();
+  }
+
+  // ------------------------------------------------------------------ CSV of the table as shown
+  function tableCsv() {
+    const quote = (v) => (/[",\n]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
+    const head = [...document.querySelectorAll("#board thead tr:last-child th")].map((th) => th.dataset.csv);
+    const rows = [...document.querySelectorAll("#rows tr[data-model]")].map((tr) => [...tr.children].map((td) => td.textContent));
+    return [head, ...rows].map((r) => r.map(quote).join(",")).join("\n") + "\n";
+  }
+  function downloadCsv() {
+    const a = el("a", { href: URL.createObjectURL(new Blob([tableCsv()], { type: "text/csv" })),
+      download: `${data.profile}-leaderboard.csv` });
+    document.body.append(a);
+    a.click();
+    a.remove();
+  }
+
+  // ------------------------------------------------------------------ the chart of positions (slope chart)
+  // every model's position under the baseline (left) joined to its position under the last ranked protocol
+  // (right), in its family's colour; models the filters hide are drawn faint
+  const slopeBox = el("section", { class: "slope", id: "slope" });
+  function slope(shown) {
+    const [a, b] = [data.baseline, last(shifted)];
+    const ms = b ? data.models.filter((m) => pos(m, a) !== null && pos(m, b) !== null) : [];
+    if (!ms.length) return slopeBox.replaceChildren();
+    const NS = "http://www.w3.org/2000/svg";
+    const svg = (tag, attrs, ...kids) => {
+      const node = document.createElementNS(NS, tag);
+      for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+      node.append(...kids);
+      return node;
+    };
+    const n = Math.max(...ms.map((m) => Math.max(pos(m, a), pos(m, b))));
+    const [w, row, top, left, right] = [600, 13, 26, 200, 400];
+    const y = (p) => top + (p - 1) * row;
+    const chart = svg("svg", { viewBox: `0 0 ${w} ${top + n * row}`, role: "img", "aria-label": "positions under both protocols" },
+      svg("text", { x: left, y: 12, "text-anchor": "end", class: "head" }, protocolById[a].label),
+      svg("text", { x: right, y: 12, class: "head" }, protocolById[b].label));
+    for (const m of ms) {
+      const faint = shown.has(m.id) ? "" : " faint";
+      chart.append(svg("g", { class: "model" + faint, "data-model": m.id },
+        svg("title", {}, `${m.label}: ${pos(m, a)} \u2192 ${pos(m, b)}`),
+        svg("line", { x1: left + 4, y1: y(pos(m, a)), x2: right - 4, y2: y(pos(m, b)), stroke: m.color }),
+        svg("text", { x: left, y: y(pos(m, a)) + 4, "text-anchor": "end" }, `${m.label} ${pos(m, a)}`),
+        svg("text", { x: right, y: y(pos(m, b)) + 4 }, `${pos(m, b)} ${m.label}`)));
+    }
+    slopeBox.replaceChildren(el("h2", {}, "Positions under both protocols"),
+      el("p", { class: "meta" }, `Each line joins a model's position under ${protocolById[a].label} (left) to its ` +
+        `position under ${protocolById[b].label} (right); colours: families. Hover a line for its model.`), chart);
   }
 
   function figureList() {
@@ -267,7 +391,7 @@
   function draw() {
     cols = columns();
     const table = el("table", { id: "board" }, thead(), tbody);
-    root.replaceChildren(header(), controls(), el("div", { class: "scroll" }, table), figureList());
+    root.replaceChildren(header(), controls(), el("div", { class: "scroll" }, table), slopeBox, figureList());
     drawBody();
   }
   draw();
