@@ -60,6 +60,8 @@ def test_legends_told_apart_by_marker_line_or_grey_pass(tmp_path):
     for p in plots.PROTOCOL_COLORS:
         ax.plot([0, 1, 2], [3, 3, 4], color=plots.PROTOCOL_COLORS[p], ls=":", label=p)   # the protocols: greys
     ax.plot([0, 1, 2], [0, 1, 4], lw=0.5, color="0.5", ls="--", label="dashed over")    # a dashed line hides nothing
+    for marker in "^v":                                    # error bars: their markers count, not their caps
+        ax.errorbar([1], [2], yerr=[[0.5], [0.5]], fmt=marker, capsize=2, color="#c44e52", label=f"bars {marker}")
     fig.legends.clear()
     plots.legend_below(fig, *ax.get_legend_handles_labels())
     assert [p for p in figreview.inspect(fig)["problems"] if "greyscale" in p or "hidden" in p] == []

@@ -90,7 +90,7 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
         for ax in axes[row]:                     # BenchAlign's rows set off: the method the figure is about
             for i in (i for i, m in enumerate(methods) if m == "benchalign"):
                 ax.axhspan(i - 0.4, i + height * (len(groups) - 1) + 0.4, color="0.9", lw=0, zorder=0)
-    for label in axes[0][0].get_yticklabels():
+    for label in (t for row in axes for t in row[0].get_yticklabels()):
         label.set_fontweight("bold" if label.get_text() == _label("benchalign") else "normal")
     axes[0][0].set_ylim(n - 0.5 + height * (len(groups) - 1), -0.5)      # shared y: registry order from the top
     handles = [Line2D([], [], ms=4, lw=0.9, **_group_style(k)) for k in range(len(groups))]
