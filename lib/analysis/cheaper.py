@@ -258,7 +258,7 @@ def plot_comparison(summary: dict):
         ax.set_xticks(range(len(names)), [""] * len(names))
         ax.set_xlabel("cost not recorded in this store: agreement only")
         caption = "; this store records no cost, so the figure shows agreement only"
-    ax.set_ylabel("mean tau with train-before-test")
+    ax.set_ylabel("mean τ with\ntrain-before-test")
     plots.legend_below(fig, handles, [label(n) for n in names])
     plots.title(fig, "Cheaper protocols against train-before-test")
     return plots.set_caption(fig, (

@@ -83,6 +83,13 @@ def dose_matrix(profile: str) -> pd.DataFrame:
     return pd.DataFrame(doses, index=benches).T
 
 
+def tasks_used(profile: str) -> list[str]:
+    """The downstream tasks the profile's later stages use (01's ``tasks``): the world may define more."""
+    from .. import params
+
+    return list(params.load_profile(profile, validate=False).params("01_select_benchmarks").get("tasks") or [])
+
+
 def loss_curves(profile: str) -> dict[str, np.ndarray]:
     """Training loss curves of the zoo by step: each trunk's pre-training, and each model's last
     phase continuing from its trunk's last step (one point per epoch); {} if none."""
@@ -102,18 +109,19 @@ def loss_curves(profile: str) -> dict[str, np.ndarray]:
     return curves
 
 
-def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np.ndarray]):
+def plot_overview(table: pd.DataFrame, doses: pd.DataFrame, curves: dict[str, np.ndarray], tasks=()):
     """Up to three panels: the zoo (parameters vs tokens, one hue per family with sizes as shades,
     prepared models hollow), training loss curves (dashed: preparation phase) and the preparation
     doses of the prepared models per benchmark (models with no preparation are left out, so the panel
-    stays readable with any number of base models)."""
+    stays readable with any number of base models; ``tasks``: the tasks the profile uses, where it uses
+    fewer than the world has)."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
     from .. import plots
 
     prepared_rows = doses[doses.to_numpy().sum(axis=1) > 0] if len(doses) else doses
-    prepared_rows = prepared_rows.loc[:, prepared_rows.to_numpy().sum(axis=0) > 0]     # tasks no model is prepared for
+    prepared_rows = prepared_rows.loc[:, [c for c in prepared_rows if not tasks or c in tasks]]
     show_doses = bool(len(prepared_rows))
     n = 1 + bool(curves) + show_doses
     height = max(2.6, 0.13 * len(prepared_rows) + 1.6) if show_doses else 2.6
