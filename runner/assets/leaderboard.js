@@ -349,7 +349,8 @@
 
   // ------------------------------------------------------------------ the chart of positions (slope chart)
   // every model's position under the baseline (left) joined to its position under the last ranked protocol
-  // (right), in its family's colour; models the filters hide are drawn faint
+  // (right, with the model's name: narrow enough for a phone), in its family's colour; models the filters
+  // hide are drawn faint
   const slopeBox = el("section", { class: "slope", id: "slope" });
   function slope(shown) {
     const [a, b] = [data.baseline, last(shifted)];
@@ -363,17 +364,17 @@
       return node;
     };
     const n = Math.max(...ms.map((m) => Math.max(pos(m, a), pos(m, b))));
-    const [w, row, top, left, right] = [600, 13, 26, 200, 400];
+    const [w, row, top, left, right] = [440, 13, 26, 70, 250];
     const y = (p) => top + (p - 1) * row;
     const chart = svg("svg", { viewBox: `0 0 ${w} ${top + n * row}`, role: "img", "aria-label": "positions under both protocols" },
-      svg("text", { x: left, y: 12, "text-anchor": "end", class: "head" }, protocolById[a].label),
-      svg("text", { x: right, y: 12, class: "head" }, protocolById[b].label));
+      svg("text", { x: left - 30, y: 12, class: "head" }, protocolById[a].label),
+      svg("text", { x: right - 10, y: 12, class: "head" }, protocolById[b].label));
     for (const m of ms) {
       const faint = shown.has(m.id) ? "" : " faint";
       chart.append(svg("g", { class: "model" + faint, "data-model": m.id },
         svg("title", {}, `${m.label}: ${pos(m, a)} \u2192 ${pos(m, b)}`),
         svg("line", { x1: left + 4, y1: y(pos(m, a)), x2: right - 4, y2: y(pos(m, b)), stroke: m.color }),
-        svg("text", { x: left, y: y(pos(m, a)) + 4, "text-anchor": "end" }, `${m.label} ${pos(m, a)}`),
+        svg("text", { x: left, y: y(pos(m, a)) + 4, "text-anchor": "end" }, pos(m, a)),
         svg("text", { x: right, y: y(pos(m, b)) + 4 }, `${pos(m, b)} ${m.label}`)));
     }
     slopeBox.replaceChildren(el("h2", {}, "Positions under both protocols"),
