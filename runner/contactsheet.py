@@ -69,7 +69,7 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 80em; co
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 2em; border-bottom: 1px solid #ccc; }
 figure { margin: 1.5em 0; padding: 0.8em; border: 1px solid #e3e3e3; background: #fff; }
 figure img { display: block; border: 1px dotted #bbb; max-width: 100%; height: auto; }
-@media (max-width: 40em) { body { margin: 0.5em; } figure { padding: 0.3em; margin: 1em 0; } }
+@media (max-width: 40em) { body { margin: 0.5em; overflow-wrap: anywhere; } figure { padding: 0.3em; margin: 1em 0; } }
 figcaption { max-width: 7in; margin-top: 0.6em; font-size: 0.92em; line-height: 1.4; }
 .meta { color: #555; font-size: 0.85em; } .ok { color: #2a7a2a; } .bad { color: #b22; }
 ul.problems { margin: 0.3em 0; color: #b22; }
