@@ -314,7 +314,10 @@ def _bars_on_log_axes(fig) -> list[str]:
 def _outside(fig, texts, renderer) -> list[str]:
     canvas, out = fig.bbox, []
     for artist, text, _ in texts:
-        box = artist.get_window_extent(renderer)
+        try:
+            box = artist.get_window_extent(renderer)
+        except (RuntimeError, ValueError):
+            continue
         if box.x0 < canvas.x0 - 1 or box.y0 < canvas.y0 - 1 or box.x1 > canvas.x1 + 1 or box.y1 > canvas.y1 + 1:
             out.append(f"text {_short(text)} drawn outside the canvas (cut off, or it widens the saved file)")
     return out

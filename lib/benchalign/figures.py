@@ -306,10 +306,12 @@ def noise_figure(study: dict, group: str):
         ci = np.array([summ[n]["spearman_ci"] or [np.nan, np.nan] for n in names], dtype=float)
         ax.errorbar(x, y, yerr=[y - ci[:, 0], ci[:, 1] - y], marker=marker, ls=dash, ms=3.5, capsize=2, color=grey,
                     lw=1, label=f"BenchAlign, {f'{ppm} pairs per model' if ppm else 'all pairs'}")
-    for name, ls, label in (("no_alignment", ":", "plain accuracy"), ("random", (0, (6, 3)), "random weights"),
-                            ("flag_accuracy", "-", "instruction-tuned flag, ties by accuracy")):
+    # the flag's solid line first and darker: where it equals plain accuracy, the dots show on it
+    for name, ls, grey, label in (("flag_accuracy", "-", "0.3", "instruction-tuned flag, ties by accuracy"),
+                                  ("no_alignment", ":", "0.55", "plain accuracy"),
+                                  ("random", (0, (6, 3)), "0.55", "random weights")):
         if name in summ and summ[name]["spearman"] is not None:
-            ax.axhline(summ[name]["spearman"], color="0.55", lw=1, ls=ls, label=label)
+            ax.axhline(summ[name]["spearman"], color=grey, lw=1, ls=ls, label=label)
     ax.set_xlabel("preference pairs flipped (%)")
     ax.set_ylabel(f"Spearman ρ with the true\npreference ranking ({group})")
     handles, labels = ax.get_legend_handles_labels()
