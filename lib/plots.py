@@ -105,7 +105,7 @@ FAMILY_HUES: dict[str, str] = {
 }
 _FAMILY_ALIASES = {"llama": "Llama", "gpt2": "GPT-2", "gpt_neox": "Pythia", "GPT-NeoX": "Pythia"}
 # Hues for families not listed above, picked by a digest of the name (stable across figures/runs).
-_SPARE_HUES = ("#2aa0a4", "#b8a21a", "#c44e52", "#6b6b6b", "#1f4e79", "#8f2d56")
+_SPARE_HUES = ("#2aa0a4", "#b8a21a", "#c44e52", "#6b6b6b", "#a05195", "#8f2d56")   # none a protocol's colour
 
 
 # One marker shape per family, so families stay apart where hues print as one grey.
