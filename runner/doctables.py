@@ -29,6 +29,7 @@ from lib import paths, util
 from lib.outputs import ci, est, f, gain, pair, pct  # noqa: F401  (the tables' number formats)
 from lib.store import DIRECT as D
 from lib.store import TBT as T
+from lib.stages import BY_NAME
 
 __all__ = ["D", "T", "Missing", "Summaries", "TABLES", "table", "f", "ci", "est", "pair", "gain", "pct", "row",
            "header"]
@@ -47,6 +48,9 @@ class Summaries:
         self._cache: dict[str, dict] = {}
 
     def __call__(self, stage: str) -> dict:
+        """``stage``'s summary, by its name in :data:`lib.stages.STAGES` (another name is a bug here)."""
+        if stage not in BY_NAME:
+            raise KeyError(f"no stage {stage!r} in lib.stages.STAGES; stages: {list(BY_NAME)}")
         if stage not in self._cache:
             path = paths.stage_dir(self.profile, stage) / "summary.json"
             run = f"make run PROFILE={self.profile} STAGES={stage[:2]}"

@@ -172,6 +172,12 @@ def rendered_against_stand_ins(stand_in: str) -> dict[str, list[str]]:
     return out
 
 
+def test_a_table_asks_for_a_stage_by_its_registry_name():
+    """A misspelt stage is a KeyError naming the registry, not a summary reported missing."""
+    with pytest.raises(KeyError, match="no stage '04_rank_agrement' in lib.stages.STAGES"):
+        doctables.Summaries("published")("04_rank_agrement")
+
+
 def test_number_formats():
     assert doctables.f(-0.001) == "0.00" and doctables.f(0.004, sign=True) == "0.00"
     assert doctables.f(-0.0251, sign=True) == "-0.03" and doctables.f(float("nan")) == "n/a"
