@@ -27,9 +27,9 @@ from typing import Any
 
 from lib import paths, util
 from lib.outputs import ci, est, f, gain, pair, pct  # noqa: F401  (the tables' number formats)
+from lib.stages import BY_NAME
 from lib.store import DIRECT as D
 from lib.store import TBT as T
-from lib.stages import BY_NAME
 
 __all__ = ["D", "T", "Missing", "Summaries", "TABLES", "table", "f", "ci", "est", "pair", "gain", "pct", "row",
            "header"]

@@ -12,7 +12,7 @@ import pytest
 from lib import paths
 from lib.pipeline import hub
 from lib.pipeline import tasks as tk
-from lib.pipeline.launch import fetch
+from runner import fetch
 
 DEAD = "http://127.0.0.1:9"        # the discard port: refused at once
 
@@ -91,7 +91,7 @@ def test_the_make_models_command_prints_one_line(tmp_path):
     base = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     for extra in ({"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": DEAD}):
         env = {**base, "HF_HOME": str(tmp_path / "hf"), **extra}
-        out = subprocess.run([sys.executable, "-m", "lib.pipeline.launch.fetch", "paper_slice", "--check-only"],
+        out = subprocess.run([sys.executable, "-m", "runner.fetch", "paper_slice", "--check-only"],
                              cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=120)
         table = out.stdout.splitlines()
         assert out.returncode == 1 and table[0] == "[paper_slice] datasets of 3 task(s):", (out.stdout, out.stderr)

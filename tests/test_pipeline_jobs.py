@@ -19,8 +19,9 @@ from lib import layout, params, paths, published, store
 from lib.pipeline import finetune as ft
 from lib.pipeline import localtasks, tiny
 from lib.pipeline import tasks as tk
-from lib.pipeline.launch import fetch, jobs, outcome, preflight
+from lib.pipeline.launch import jobs, outcome, preflight
 from lib.pipeline.launch.locks import UnitBusy, UnitLock
+from runner import fetch
 
 RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, max_length=64)  # 02's, small
 

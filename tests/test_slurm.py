@@ -116,8 +116,7 @@ def _release_requeued():
 @pytest.fixture(scope="module")
 def slurm_run(cluster, smoke):
     """`make submit`, `make status`, then `make all` of smoke_slurm (stages 00-04: 02 and 03 through the cluster)."""
-    from lib.pipeline.launch import status
-    from runner import run
+    from runner import run, status
 
     prof_dir = paths.profile_dir(PROFILE)
     for sub in ("01_select_benchmarks", "02_finetune", "03_direct_eval", "store", "work/train_before_test",
@@ -413,7 +412,7 @@ def test_controller_stopped_and_started_mid_run_the_waiter_keeps_polling(slurm_r
 
 
 def test_drained_node_jobs_pend_with_the_reason_shown(slurm_run, tmp_path, capsys):
-    from lib.pipeline.launch import status
+    from runner import status
 
     specs = _direct_specs(tmp_path, ["mw-gpt2-s"], benchmarks=("mw_quiz",))
     _sh("scontrol", "update", "NodeName=tbt-node", "State=DRAIN", "Reason=maintenance")
