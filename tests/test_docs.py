@@ -31,6 +31,7 @@ def toy(tmp_path, monkeypatch):
                 doctables.row("b", doctables.f(x["tau"]["b"]))]
 
     monkeypatch.setitem(doctables.TABLES, "toy-table", toy_table)
+    monkeypatch.setitem(doctables.BY_NAME, "01_x", None)          # the toy's stage in the registry
     doc = tmp_path / "doc.md"
     doc.write_text("# A doc\n\nSome text.\n\n<!-- results:toy/toy-table -->\n| old |\n<!-- /results -->\n\nAfter.\n")
     return doc
