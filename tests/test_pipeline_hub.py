@@ -53,6 +53,7 @@ def test_make_models_asks_the_hub_once_and_says_what_to_do(no_hub, monkeypatch):
     assert "Connection refused" in text and "make models PROFILE=paper_slice" in text and "HF_HUB_OFFLINE=1" in text
 
 
+@pytest.mark.slow                 # starts make / python subprocesses
 def test_offline_make_models_names_what_the_cache_lacks(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(fetch, "hub_cache", lambda: tmp_path / "hub")

@@ -283,6 +283,7 @@ def test_gated_models_are_named_in_one_line(monkeypatch, tmp_path):
     assert fetch.models_error({"ok": models}, "paper") is None
 
 
+@pytest.mark.slow                 # starts make / python subprocesses
 def test_models_are_not_downloaded_into_the_repository(monkeypatch):
     monkeypatch.setattr(fetch, "hub_cache", lambda: paths.ROOT / ".cache" / "hf" / "hub")
     with pytest.raises(fetch.HubError, match="inside the repository: set HF_HOME"):
