@@ -240,13 +240,14 @@ def arena_table(s: Summaries) -> list[str]:
     if not arena:
         raise Missing("07_benchalign ran without Arena targets (they need the leaderboard's items: published)")
     out = header("target", "method", "rho [95 %]", "Δrho vs plain accuracy", "design, test models")
-    for t, rec in arena.items():
+    for t, rec in sorted(arena.items(), key=lambda kv: kv[0] != "text"):     # the text rating first
         for g, rows in {**rec["cv"], **rec["hold_out"]}.items():
             n = next(iter(rows.values()))["n_models"]
             cv = g in rec["cv"]
             design = f"{g}, n = {n}" + ("" if cv else f" (source {rec['counts']['source']})")
             for i, m in enumerate(_methods(rows)):
-                out.append(row("" if i else "Arena " + t.replace("_", " "), _method(m, {} if cv else rec),
+                label = _method(m, {} if cv else rec) + (" (chosen in each fold)" if cv and m == "best_single" else "")
+                out.append(row("" if i else "Arena " + t.replace("_", " "), label,
                                _rho(rows[m]), _diff(rows[m]), "" if i else design))
     return out
 
