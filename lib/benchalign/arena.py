@@ -143,8 +143,8 @@ def arena_report(data: ItemData, cfg: Config, *, seeds: int = 5,
                  test_groups=None, min_test: int = 8, folds: int = 5) -> dict:
     """:data:`METHODS` on a size hold-out (source below ``source_max_b``; test
     groups with at least ``min_test`` models) and cross-validated over all models:
-    ``{"counts", "notes", "hold_out", "cv"}`` with records as in
-    :func:`lib.benchalign.studies.summarise` (n models, intervals, paired
+    ``{"models", "counts", "best_single", "notes", "hold_out", "cv"}``, records
+    as in :func:`lib.benchalign.studies.summarise` (n models, intervals, paired
     differences to every baseline)."""
     split = split_by_size(data, source_max_b, test_groups or {"30B+": 30.0},
                           min_test=min_test)
