@@ -8,7 +8,7 @@ tables are in :mod:`runner.tables`, one module per part of the study:
     analysis      stages 04-06 (agreement, headline, noise, robustness, perplexity, families, quality)
     miniworld     04's ``preparation`` (p1, subsets, compositions, leads)
     pipeline      stages 01-03 (budget, scores)
-    benchalign    stage 07 (benchalign, benchalign-short, -gains, -ablation, -data, -cross-paper,
+    benchalign    stage 07 (benchalign, benchalign-short, -gains, -ablation, -data, -cross-paper, -arena,
                   -pipeline) and its worked example (align-example, align-noise)
     placement     stage 08 (placement)
 
