@@ -116,7 +116,7 @@ submit: $(STAMP) ## run PROFILE's stages up to its Slurm jobs, submit them and r
 	TBT_MAKE_GOAL="make submit PROFILE=$(PROFILE)" TBT_SUBMIT_ONLY=1 $(PY) -m runner.run $(PROFILE)
 
 status: $(STAMP) ## units done / running / pending (with Slurm's reason) / failed of PROFILE, from the store and the scheduler
-	$(PY) -m lib.pipeline.launch.status $(PROFILE)
+	$(PY) -m runner.status $(PROFILE)
 
 run: $(STAMP) ## run chosen stages of PROFILE, e.g. `make run PROFILE=smoke STAGES="04 05" FORCE=1` (WAIT=1 queues)
 	TBT_MAKE_GOAL='make run PROFILE=$(PROFILE) STAGES="$(STAGES)"' \
@@ -181,7 +181,7 @@ data: $(STAMP) ## download the published reference data (pinned commits, sha256-
 	$(PY) -m runner.download download
 
 models: $(STAMP) ## download and check every model and dataset of PROFILE before GPU jobs start (hub profiles)
-	$(PY) -m lib.pipeline.launch.fetch $(PROFILE) $(if $(CHECK_ONLY),--check-only,)
+	$(PY) -m runner.fetch $(PROFILE) $(if $(CHECK_ONLY),--check-only,)
 
 preflight: $(STAMP) ## GPU-hours, memory and jobs of PROFILE's notebook 02 before submitting (offline: a preview)
 	$(PY) -m lib.pipeline.launch.preflight $(PROFILE)

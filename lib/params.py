@@ -1,9 +1,12 @@
 """Profiles: one YAML per profile in params/, holding only what departs from the notebooks' defaults.
 
 A notebook's cell tagged ``parameters`` holds its defaults (literals only; the paper's recipe
-wherever one applies). A profile names the stages it runs and overrides what it must::
+wherever one applies). A profile's ``kind`` names the stages it runs (``lib.stages.KINDS``), and
+its ``stages`` override what they must (a stage the kind lacks is added by listing it; a profile
+without a kind lists every stage it runs)::
 
     description: one line saying what this profile is for
+    kind: hub                           # stages 01-07 (world: 00-07, published: 04-07, train: 01-03, ...)
     base: smoke                         # optional: start from another profile's settings (below)
     offline: true                       # set HF_HUB_OFFLINE / HF_DATASETS_OFFLINE while it runs
     prepare:                            # optional hooks run before the notebooks, in order:
@@ -13,7 +16,6 @@ wherever one applies). A profile names the stages it runs and overrides what it 
     stages:
       01_select_benchmarks:
         min_train: 100                  # an override, with the reason it departs from the default
-      04_rank_agreement:                # nothing: the notebook's defaults
 
 A stage's parameters resolve as: the notebook's defaults, then ``common``, then the stage's own
 values. A profile with ``base: <profile>`` starts from that profile's ``offline``, ``prepare``,
@@ -47,11 +49,11 @@ import yaml
 
 from . import paths
 from .errors import UserError
-from .stages import INHERITED, PLACEMENT
+from .stages import INHERITED, KINDS, PLACEMENT, in_order
 from .util import READS_ENV, current, did_you_mean, short_warning_paths
 
-TOP_KEYS = {"description", "base", "offline", "prepare", "common", "stages", "reference"}
-REQUIRED_TOP = {"description", "stages"}
+TOP_KEYS = {"description", "base", "kind", "offline", "prepare", "common", "stages", "reference"}
+REQUIRED_TOP = {"description"}
 DEFAULT_PROFILE = "mini"         # what `make all` runs, and every notebook's default `profile`
 KERNEL = "train-before-test"     # the project's Jupyter kernel (`make lab` registers it; notebooks name it)
 LOCK_FILE = ".lock"              # outputs/<profile>/.lock: held by the run of that profile (runner.run)
@@ -221,8 +223,15 @@ def load_profile(name: str, validate: bool = True) -> Profile:
     for key in raw:
         if key not in TOP_KEYS:
             raise ParamsError(f"{path}: unknown key {key!r}{did_you_mean(key, TOP_KEYS)}; allowed: {sorted(TOP_KEYS)}")
-    for key in sorted(REQUIRED_TOP - set(raw) - ({"stages"} if raw.get("base") else set())):
+    for key in sorted(REQUIRED_TOP - set(raw)):
         raise ParamsError(f"{path}: missing key {key!r}")
+    kind = raw.get("kind")
+    if kind is not None:
+        if kind not in KINDS:
+            raise ParamsError(f"{path}: kind: unknown kind {kind!r}{did_you_mean(str(kind), KINDS)}; kinds: "
+                              + ", ".join(f"{k} ({', '.join(s[:2] for s in v)})" for k, v in KINDS.items()))
+        own = raw.get("stages") or {}
+        raw = {**raw, "stages": {s: own.get(s) for s in in_order({*KINDS[kind], *own})}}
     base = raw.get("base")
     if base is not None:
         if not isinstance(base, str) or base == name:
@@ -233,9 +242,10 @@ def load_profile(name: str, validate: bool = True) -> Profile:
                "common": {**parent.common, **(raw.get("common") or {})},
                "stages": {**{s: dict(v) for s, v in parent.stages.items()},
                           **{s: {**parent.stages.get(s, {}), **(v or {})} for s, v in own.items()}}}
-    stages, common = raw["stages"], raw.get("common") or {}
+    stages, common = raw.get("stages"), raw.get("common") or {}
     if not isinstance(stages, dict) or not stages:
-        raise ParamsError(f"{path}: 'stages' must be a non-empty mapping of notebook name -> overrides")
+        raise ParamsError(f"{path}: 'stages' must be a non-empty mapping of notebook name -> overrides "
+                          f"(or a 'kind': {', '.join(KINDS)})")
     if not isinstance(common, dict):
         raise ParamsError(f"{path}: 'common' must be a mapping of parameter -> value")
     for stage_name, values in stages.items():

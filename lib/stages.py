@@ -35,3 +35,21 @@ BY_NAME = {s.name: s for s in STAGES}
 JOB_STAGES = tuple(s.name for s in STAGES if s.protocol)           # the stages whose notebooks launch jobs
 INHERITED = tuple(s.name for s in STAGES if s.inherited)           # a placement profile's stages 01-03
 PLACEMENT = (*INHERITED, "08_placement")                           # all a placement profile may run
+
+# A profile's ``kind`` switches its stages on; its ``stages:`` then lists only what it changes (a
+# stage listed there that the kind lacks is added).
+KINDS = {
+    "world": ("00_world", "01_select_benchmarks", "02_finetune", "03_direct_eval", "04_rank_agreement",
+              "05_perplexity", "06_pca", "07_benchalign"),          # a synthetic world, built and analysed
+    "hub": ("01_select_benchmarks", "02_finetune", "03_direct_eval", "04_rank_agreement", "05_perplexity",
+            "06_pca", "07_benchalign"),                              # hub models and benchmarks, end to end
+    "train": ("01_select_benchmarks", "02_finetune", "03_direct_eval"),   # scores only, no analysis
+    "published": ("04_rank_agreement", "05_perplexity", "06_pca", "07_benchalign"),   # the paper's results
+    "placement": ("02_finetune", "03_direct_eval", "08_placement"),  # new models placed among a reference's
+}
+
+
+def in_order(names) -> list[str]:
+    """``names`` in notebook order (names without a row last, as given: the params check names them)."""
+    order = {s.name: i for i, s in enumerate(STAGES)}
+    return sorted(names, key=lambda n: order.get(n, len(order)))

@@ -11,5 +11,7 @@
     contactsheet  a profile's figures checked and shown at print size (`make check-figures`)
     leaderboard   a profile's leaderboard page
     download      `make data`: the published reference data downloaded and converted
+    fetch         `make models`: every model and dataset of a profile fetched and checked before GPU jobs
+    status        `make status`: units done / running / pending / failed per stage, from the store and Slurm
     export        a profile's results as Every Eval Ever records (`make export`); TensorBoard on its curves
 """

@@ -8,7 +8,7 @@ tables are in :mod:`runner.tables`, one module per part of the study:
     analysis      stages 04-06 (agreement, headline, noise, robustness, perplexity, families, quality)
     miniworld     04's ``preparation`` (p1, subsets, compositions, leads)
     pipeline      stages 01-03 (budget, scores)
-    benchalign    stage 07 (benchalign, benchalign-short, -gains, -ablation, -data, -cross-paper,
+    benchalign    stage 07 (benchalign, benchalign-short, -gains, -ablation, -data, -cross-paper, -arena,
                   -pipeline) and its worked example (align-example, align-noise)
     placement     stage 08 (placement)
 
@@ -27,6 +27,7 @@ from typing import Any
 
 from lib import paths, util
 from lib.outputs import ci, est, f, gain, pair, pct  # noqa: F401  (the tables' number formats)
+from lib.stages import BY_NAME
 from lib.store import DIRECT as D
 from lib.store import TBT as T
 
@@ -47,6 +48,9 @@ class Summaries:
         self._cache: dict[str, dict] = {}
 
     def __call__(self, stage: str) -> dict:
+        """``stage``'s summary, by its name in :data:`lib.stages.STAGES` (another name is a bug here)."""
+        if stage not in BY_NAME:
+            raise KeyError(f"no stage {stage!r} in lib.stages.STAGES; stages: {list(BY_NAME)}")
         if stage not in self._cache:
             path = paths.stage_dir(self.profile, stage) / "summary.json"
             run = f"make run PROFILE={self.profile} STAGES={stage[:2]}"

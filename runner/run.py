@@ -103,12 +103,12 @@ def run_profile(name: str, stages: list[str] | None = None, force: bool = False,
                 where: Where | None = None) -> dict[str, dict]:
     """Run (or skip, when cached) the stages of profile ``name``; returns per-stage status/timing.
     Holds the profile's lock throughout (:func:`profile_lock`); ``where`` follows the stage running."""
-    from lib.pipeline.launch.fetch import (  # here: the runner starts without pandas
+    from lib.pipeline.launch.slurm import SUBMIT_ONLY_ENV, JobsSubmitted, check_profile
+    from lib.stages import JOB_STAGES
+    from runner.fetch import (  # here: the runner starts without pandas
         check_named_models,
         check_store_models,
     )
-    from lib.pipeline.launch.slurm import SUBMIT_ONLY_ENV, JobsSubmitted, check_profile
-    from lib.stages import JOB_STAGES
 
     pin_arithmetic()          # also for callers from Python: the kernels inherit it
     where = where if where is not None else Where()

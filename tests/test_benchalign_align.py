@@ -450,6 +450,7 @@ def test_preferences_in_two_groups_warn_and_name_the_models_apart(tmp_path, caps
                           "outside the largest (org/model-4") and "cannot be compared with the rest" in err
 
 
+@pytest.mark.slow                 # starts make / python subprocesses
 def test_python_m_and_make_write_the_same_bytes_and_make_score_prints_only_the_csv(tmp_path):
     """The command pins the arithmetic itself: started without the Makefile's variables it writes the
     file `make align` writes; `make score` without OUT= prints the CSV and nothing else."""

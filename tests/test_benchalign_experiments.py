@@ -266,6 +266,13 @@ def test_notebook_runs_on_leaderboard_items(published_run):
     assert set(summary["source_selection"]["70B+"]["10"]) == set(studies.SELECTIONS)
     assert "19 model names" in summary["data"]["duplicates_line"] and summary["data"]["duplicates"] == "first"
     assert len(summary["data"]["info"]["duplicated_names"]) == 3
+    arena = summary["arena"]            # issue 52: both Arena targets; in the cross-validation every model is tested
+    assert set(arena) == {"mapping", "text", "instruction_following"} and arena["mapping"]["hand"] > 0
+    for rec in (arena["text"], arena["instruction_following"]):
+        (cv,) = rec["cv"].values()
+        assert cv["benchalign"]["n_models"] == rec["models"] >= 30 and "30B+" in rec["hold_out"]
+        assert cv["benchalign"]["spearman_diff_no_alignment_ci"] is not None
+    assert summary["align"]["example"]["target"] == "Arena text"      # the worked example on human preferences
     figs = out / "figures"
     assert {p.name for p in figs.iterdir()} >= {"methods.pdf", "methods.png", "weights.png", "cross_paper_weights.png",
                                                   "learning_curve.png", "data_needs.png"}

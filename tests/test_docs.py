@@ -31,6 +31,7 @@ def toy(tmp_path, monkeypatch):
                 doctables.row("b", doctables.f(x["tau"]["b"]))]
 
     monkeypatch.setitem(doctables.TABLES, "toy-table", toy_table)
+    monkeypatch.setitem(doctables.BY_NAME, "01_x", None)          # the toy's stage in the registry
     doc = tmp_path / "doc.md"
     doc.write_text("# A doc\n\nSome text.\n\n<!-- results:toy/toy-table -->\n| old |\n<!-- /results -->\n\nAfter.\n")
     return doc
@@ -170,6 +171,12 @@ def rendered_against_stand_ins(stand_in: str) -> dict[str, list[str]]:
                 out[f"{docblocks._rel(path)}:{b.line} {b.table}"] = docblocks.render(
                     dataclasses.replace(b, profile=stand_in), cache)
     return out
+
+
+def test_a_table_asks_for_a_stage_by_its_registry_name():
+    """A misspelt stage is a KeyError naming the registry, not a summary reported missing."""
+    with pytest.raises(KeyError, match="no stage '04_rank_agrement' in lib.stages.STAGES"):
+        doctables.Summaries("published")("04_rank_agrement")
 
 
 def test_number_formats():

@@ -383,7 +383,7 @@ def test_executor_slurm_without_slurm_is_one_line_before_any_work(params_dir, mo
 
 def test_a_model_name_with_a_typo_is_named_with_its_key_after_prepare_before_any_stage(params_dir, monkeypatch):
     from lib import params, paths, store
-    from lib.pipeline.launch.fetch import check_store_models
+    from runner.fetch import check_store_models
 
     monkeypatch.setattr(paths, "OUTPUTS", params_dir / "outputs")
     (params_dir / "x.yaml").write_text("description: demo\nstages:\n  02_finetune: {models: [mw-llama-s, "
@@ -436,7 +436,7 @@ def test_the_read_only_line_says_what_to_do_first():
 
 def test_make_status_after_an_interrupted_processes_run(params_dir, tmp_path, monkeypatch):
     from lib import paths, store
-    from lib.pipeline.launch import status
+    from runner import status
 
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "outputs")
     (params_dir / "x.yaml").write_text("description: demo\ncommon: {executor: processes}\nstages:\n"

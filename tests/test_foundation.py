@@ -134,6 +134,31 @@ def test_a_profile_holds_only_overrides_and_common_values(fake_project):
         params.load_profile("x")
 
 
+def test_a_kind_switches_its_stages_on_and_the_profile_lists_only_changes():
+    """The shipped profiles keep their stages with a kind, and list no stage only to switch it on."""
+    published = params.load_profile("published")
+    assert list(published.stages) == ["04_rank_agreement", "05_perplexity", "06_pca", "07_benchalign"]
+    place = params.load_profile("place_smoke")                  # the kind's three, 08 changed, nothing added
+    assert list(place.stages) == ["02_finetune", "03_direct_eval", "08_placement"]
+    assert place.stages["08_placement"] == {"n_boot": 200} and place.stages["02_finetune"] == {}
+    assert list(params.load_profile("place_paper").stages)[0] == "01_select_benchmarks"   # listed: added
+    for name in params.known_profiles():
+        raw = params.read_yaml(params.profile_path(name))
+        if raw.get("kind"):
+            empty = [s for s, v in (raw.get("stages") or {}).items() if not v and s in params.KINDS[raw["kind"]]]
+            assert not empty, f"{name}: {empty} listed only to switch them on: its kind does"
+
+
+def test_an_unknown_kind_is_refused_with_the_kinds(fake_project):
+    (fake_project / "x.yaml").write_text("description: t\nkind: wrld\n")
+    with pytest.raises(params.ParamsError, match=r"kind: unknown kind 'wrld' \(did you mean 'world'\?\); kinds: "
+                                                 r"world \(00, 01"):
+        params.load_profile("x")
+    (fake_project / "x.yaml").write_text("description: t\n")
+    with pytest.raises(params.ParamsError, match="'stages' must be a non-empty mapping"):
+        params.load_profile("x")
+
+
 def test_a_notebook_resolves_the_profile_in_and_out_of_papermill(fake_project, tmp_path, monkeypatch, capsys):
     """Stepped through with the cell's defaults, a notebook gets the profile's values; a value
     changed by hand wins and clears the stage's cache stamp so `make all` re-runs it."""

@@ -12,7 +12,7 @@ import pytest
 from lib import paths
 from lib.pipeline import hub
 from lib.pipeline import tasks as tk
-from lib.pipeline.launch import fetch
+from runner import fetch
 
 DEAD = "http://127.0.0.1:9"        # the discard port: refused at once
 
@@ -53,6 +53,7 @@ def test_make_models_asks_the_hub_once_and_says_what_to_do(no_hub, monkeypatch):
     assert "Connection refused" in text and "make models PROFILE=paper_slice" in text and "HF_HUB_OFFLINE=1" in text
 
 
+@pytest.mark.slow                 # starts make / python subprocesses
 def test_offline_make_models_names_what_the_cache_lacks(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(fetch, "hub_cache", lambda: tmp_path / "hub")
@@ -91,7 +92,7 @@ def test_the_make_models_command_prints_one_line(tmp_path):
     base = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     for extra in ({"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": DEAD}):
         env = {**base, "HF_HOME": str(tmp_path / "hf"), **extra}
-        out = subprocess.run([sys.executable, "-m", "lib.pipeline.launch.fetch", "paper_slice", "--check-only"],
+        out = subprocess.run([sys.executable, "-m", "runner.fetch", "paper_slice", "--check-only"],
                              cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=120)
         table = out.stdout.splitlines()
         assert out.returncode == 1 and table[0] == "[paper_slice] datasets of 3 task(s):", (out.stdout, out.stderr)

@@ -19,8 +19,9 @@ from lib import layout, params, paths, published, store
 from lib.pipeline import finetune as ft
 from lib.pipeline import localtasks, tiny
 from lib.pipeline import tasks as tk
-from lib.pipeline.launch import fetch, jobs, outcome, preflight
+from lib.pipeline.launch import jobs, outcome, preflight
 from lib.pipeline.launch.locks import UnitBusy, UnitLock
+from runner import fetch
 
 RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, max_length=64)  # 02's, small
 
@@ -282,6 +283,7 @@ def test_gated_models_are_named_in_one_line(monkeypatch, tmp_path):
     assert fetch.models_error({"ok": models}, "paper") is None
 
 
+@pytest.mark.slow                 # starts make / python subprocesses
 def test_models_are_not_downloaded_into_the_repository(monkeypatch):
     monkeypatch.setattr(fetch, "hub_cache", lambda: paths.ROOT / ".cache" / "hf" / "hub")
     with pytest.raises(fetch.HubError, match="inside the repository: set HF_HOME"):

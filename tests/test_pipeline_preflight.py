@@ -38,6 +38,7 @@ def test_unit_flops_are_the_stated_arithmetic():
     assert reduced["train"] == f["train"] / 5 / 10 and reduced["test"] == f["test"]
 
 
+@pytest.mark.slow                 # starts make / python subprocesses
 def test_make_preflight_prices_the_cheaper_protocols_a_profile_asks_for(monkeypatch):
     """`make preflight PROFILE=paper` with issue 42's protocols switched on: the k-shot and reduced
     rows sit beside the full protocol's, downstream benchmarks only, and add to the GPU-hours."""

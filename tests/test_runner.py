@@ -298,6 +298,7 @@ def test_make_all_downloads_missing_published_data_or_says_how_to_provide_it(tmp
     monkeypatch.delenv(paths.DATA_ENV)
     monkeypatch.setattr(paths, "DATA_DOWNLOADS", tmp_path / "data" / "published")
     monkeypatch.setattr(data, "ITEM_FILES", {})                   # the item files are large: skipped here
+    monkeypatch.setattr(data, "WHEELS", [])                       # and the wheels come from another host
     monkeypatch.setattr(data, "URL_TEMPLATE", "http://127.0.0.1:9/{repo}/{commit}/{path}")   # nothing listens
     assert run.main(["published"]) == 2                           # `make all PROFILE=published`: stops at once
     err = capsys.readouterr().err.strip()

@@ -488,9 +488,9 @@ def explained_variance(curves: Mapping[str, pd.Series], max_components: int = 10
         ci = (pc1_cis or {}).get(p)
         labels.append(f"{protocol_label(p)}: PC1 {r.iloc[0]:.2f}{ci_text(ci)}" if len(r) else protocol_label(p))
         handles += ax.plot(np.arange(1, len(r) + 1), r.to_numpy(), marker="o", ms=3, color=color)
-        if ci is not None and np.isfinite(ci).all():
-            # the interval as drawn, whether or not it holds the estimate (a share near 1 can lie above it)
-            ax.plot([1 + 0.08 * (k - 0.5)] * 2, ci, color=color, lw=1, marker="_", ms=4)
+        if ci is not None and np.isfinite(ci).all():     # drawn as it is: a percentile interval over few
+            x = 1 + 0.08 * (k - 0.5)                       # models need not hold its estimate
+            ax.plot([x, x], ci, color=color, lw=1, marker="_", ms=5)
     ax.set_xlabel("principal component")
     ax.set_ylabel("explained variance ratio")
     ax.set_ylim(0, 1)

@@ -12,6 +12,8 @@ ranking; trained on small (source) models, tested on unseen larger ones (noteboo
     studies      method comparison with seeds and bootstrap intervals (lib.analysis.uncertainty),
                  ablation, data needs, the cross-paper experiment; align's worked example and its
                  noise / sparsity study (Bradley-Terry pairs from a known latent)
+    arena        LMArena ratings as the target (read from two wheels, names matched by
+                 arena_names.csv), on a size hold-out and cross-validated over all models
     experiments  notebook 07 in one call: its summary, tables and numbers
     memo         notebook 07's finished units of work kept on disk, so an interrupted run resumes
     figures      the notebook's figures

@@ -31,6 +31,7 @@ from . import rank
 from .align import MIN_MODELS, AlignError, Items, align, read_preferences, score
 from .data import ItemData
 from .methods import (
+    BASELINES,
     METHODS,
     Config,
     ExperimentError,
@@ -46,8 +47,6 @@ from .methods import (
 )
 
 SUBSET_METHODS = tuple(m for m in METHODS if m.split("+")[0] in ("metabench_like", "tinybenchmarks_like"))
-# paired differences are taken against these (those a comparison holds)
-REFERENCES = ("no_alignment", "best_single", "instruct_flag", "flag_accuracy", "param_count")
 
 
 @dataclass
@@ -119,7 +118,7 @@ def _interval(draws: np.ndarray) -> list | None:
 
 
 def summarise(comp: Comparison, y: np.ndarray, n_boot: int = 1000, seed: int = 0,
-              refs: tuple[str, ...] = REFERENCES) -> dict:
+              refs: tuple[str, ...] = BASELINES) -> dict:
     """``{group: {method: record}}``. A record holds, for ``metric`` in (spearman, pair_acc):
 
     - ``metric``: the mean over seeds of the metric on all test models of the group;

@@ -231,6 +231,27 @@ def benchalign_pipeline_table(s: Summaries) -> list[str]:
     return out
 
 
+@table("benchalign-arena")
+def arena_table(s: Summaries) -> list[str]:
+    """07's Arena targets: every method's rho [95 %] and paired difference to plain accuracy, on the
+    cross-validation over all matched models and on each size hold-out group (n models in the header)."""
+    b = s("07_benchalign")
+    arena = {t: r for t, r in b.get("arena", {}).items() if t != "mapping"}
+    if not arena:
+        raise Missing("07_benchalign ran without Arena targets (they need the leaderboard's items: published)")
+    out = header("target", "method", "rho [95 %]", "Δrho vs plain accuracy", "design, test models")
+    for t, rec in sorted(arena.items(), key=lambda kv: kv[0] != "text"):     # the text rating first
+        for g, rows in {**rec["cv"], **rec["hold_out"]}.items():
+            n = next(iter(rows.values()))["n_models"]
+            cv = g in rec["cv"]
+            design = f"{g}, n = {n}" + ("" if cv else f" (source {rec['counts']['source']})")
+            for i, m in enumerate(_methods(rows)):
+                label = _method(m, {} if cv else rec) + (" (chosen in each fold)" if cv and m == "best_single" else "")
+                out.append(row("" if i else "Arena " + t.replace("_", " "), label,
+                               _rho(rows[m]), _diff(rows[m]), "" if i else design))
+    return out
+
+
 # --------------------------------------------------------------------------- the worked example (docs/align.md)
 @table("align-example")
 def example_table(s: Summaries) -> list[str]:
@@ -243,7 +264,8 @@ def example_table(s: Summaries) -> list[str]:
         out.append(row(label, *(est(cv[n][k], cv[n][k + "_ci"], sign=n == "diff")
                                 for n in ("aligned", "plain_accuracy", "diff"))))
     for g, r in a["test"].items():
-        out.append(row(f"rho with IFEval accuracy, {r['n_models']} test models {g}", f(r["aligned"]), f(r["plain"]),
+        target = a.get("target") or "the target"
+        out.append(row(f"rho with {target}, {r['n_models']} test models {g}", f(r["aligned"]), f(r["plain"]),
                        f(r["aligned"] - r["plain"], sign=True)))
     return out
 

@@ -5,8 +5,8 @@
     slurm       everything Slurm: limits, job states, the executor, submission, the waiter, the
                 submission record, ``make submit``
     outcome     JobOutcome (what a job reports), failure records, the retry command, the failure list
-    status      ``make status``: units done / running / pending / failed per stage, from the store and Slurm
     locks       one lock file per unit, so two jobs never work on (or delete) the same unit
     preflight   ``make preflight``: GPU-hours and memory of every unit before submission, split or refused
-    fetch       ``make models``: every model and dataset of a profile fetched and checked before GPU jobs
+
+(``make status`` and ``make models`` are commands of the runner: runner.status, runner.fetch.)
 """

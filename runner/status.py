@@ -14,11 +14,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from ... import layout, paths, store
-from ...stages import BY_NAME, JOB_STAGES
-from ..spec import JobSpec, older_code
-from . import slurm
-from .outcome import retry_command
+from lib import layout, paths, store
+from lib.pipeline.launch import slurm
+from lib.pipeline.launch.outcome import retry_command
+from lib.pipeline.spec import JobSpec, older_code
+from lib.stages import BY_NAME, JOB_STAGES
 
 
 def stage_status(folder: Path) -> dict:
@@ -60,7 +60,7 @@ def stage_status(folder: Path) -> dict:
 
 def lines(profile: str) -> list[str]:
     """The report of ``make status``: a line per stage that submits jobs, then the failed units."""
-    from ... import params
+    from lib import params
 
     prof = params.load_profile(profile)
     work = paths.work_dir(profile)
@@ -111,7 +111,7 @@ def lines(profile: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lib.pipeline.launch.status", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m runner.status", description=__doc__.splitlines()[0])
     ap.add_argument("profile")
     args = ap.parse_args(argv)
     print("\n".join(lines(args.profile)))

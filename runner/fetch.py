@@ -5,7 +5,7 @@ and not hours later in a job.
 Whether the hub answers at all is asked once first (:mod:`lib.pipeline.hub`); weights go into the
 hub cache (``HF_HOME``), never into the repository's own (the paper's 61 models take about 0.7 TB).
 
-``python -m lib.pipeline.launch.fetch PROFILE [--check-only] [--allow-repo-cache]``
+``python -m runner.fetch PROFILE [--check-only] [--allow-repo-cache]``
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from ... import paths
-from ...errors import UserError
-from ...params import profile_needs
-from .. import datasets, hub
+from lib import paths
+from lib.errors import UserError
+from lib.params import profile_needs
+from lib.pipeline import datasets, hub
 
 GATED_HELP = ("request access on each model's hub page with the account whose token this machine uses "
               "(HF_TOKEN, or `hf auth login`), then run `make models PROFILE={profile}` again")
@@ -84,7 +84,7 @@ def check_named_models(prof, stages: list[str]) -> None:
     :data:`MODEL_STAGES`) of profile ``prof`` can be loaded: in the local cache when the hub is off
     (``HF_HUB_OFFLINE``), else the hub answers. Each failure is :class:`lib.params.ParamsError`, one
     line naming the params file and key (local folders: :func:`lib.params.check_models`)."""
-    from ...params import ParamsError
+    from lib.params import ParamsError
 
     for stage in (s for s in MODEL_STAGES if s in stages):
         scope = f"stages.{stage}" if "models" in (prof.stages.get(stage) or {}) else "common"
@@ -108,9 +108,9 @@ def check_store_models(prof, stages: list[str]) -> None:
     """After prepare, before any stage: every name among the ``models`` of ``stages`` that is neither
     a hub id nor a folder is a model of the profile's store (what its prepare step built), else
     :class:`lib.params.ParamsError` naming the params file, the key and the closest names."""
-    from ... import store
-    from ...params import ParamsError
-    from ...util import did_you_mean
+    from lib import store
+    from lib.params import ParamsError
+    from lib.util import did_you_mean
 
     known = None
     for stage in (s for s in MODEL_STAGES if s in stages):
@@ -139,8 +139,8 @@ def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_rep
     before any GPU job starts; raises :class:`HubError` naming what is missing. Weights are not
     downloaded into the repository's own cache (the paper's 61 models take about 0.7 TB) unless
     ``allow_repo_cache``."""
-    from ... import params
-    from .. import tasks as tk
+    from lib import params
+    from lib.pipeline import tasks as tk
 
     prof = params.load_profile(profile)
     if prof.offline:                               # mini, smoke, real_cpu: built or converted here
@@ -187,7 +187,7 @@ def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_rep
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lib.pipeline.launch.fetch", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m runner.fetch", description=__doc__.splitlines()[0])
     ap.add_argument("profile")
     ap.add_argument("--check-only", action="store_true", help="check access without downloading weights")
     ap.add_argument("--allow-repo-cache", action="store_true", help="download into the repository's .cache/hf")
