@@ -15,6 +15,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from .. import plots
+from ..outputs import est
 from .experiments import METHODS, SELECTIONS
 from .methods import PAPER_RHO
 
@@ -267,9 +268,10 @@ def needs_curves(df: pd.DataFrame, group: str, references: dict[str, float] | No
         "models, next to plain accuracy on the same items. Mean ± one standard deviation over seeds."))
 
 
-def cross_weights(weights: dict[str, dict]):
+def cross_weights(weights: dict[str, dict], comparison: dict | None = None):
     """Learned weight of each direct-evaluation benchmark (mean ± std over seeds), the plain mean's
-    uniform weight dashed."""
+    uniform weight dashed; with ``comparison`` (07's cross-paper records) each one's Spearman rho on
+    the test models in the legend."""
     s = pd.DataFrame(weights).T.sort_values("mean", ascending=False)
     fig, ax = plt.subplots(figsize=(plots.WIDTH_SINGLE, 0.15 * len(s) + 1.5), layout="constrained")
     ax.barh(np.arange(len(s)), s["mean"], xerr=s["std"], capsize=1.5, color=NEUTRAL,
@@ -278,17 +280,20 @@ def cross_weights(weights: dict[str, dict]):
     ax.set_ylim(len(s) - 0.5, -0.5)
     ax.axvline(0.0, color="0.3", lw=0.7)
     uniform = 1.0 / len(s)
-    ax.axvline(uniform, color="#c44e52", lw=0.9, ls="--")
+    ax.axvline(uniform, color="0.1", lw=0.9, ls="--")
+    rho = {m: f": test rho {est(r['spearman'], r['spearman_ci'])}" for m, r in (comparison or {}).items()}
     ax.set_xlabel(f"learned weight w / d (Σ = {s['mean'].sum():.2f})")
     ax.set_ylabel("direct-evaluation benchmark")
-    plots.legend_below(fig, [Line2D([], [], color="#c44e52", lw=0.9, ls="--")],
-                       [f"uniform weight of the plain mean (1/{len(s)} = {uniform:.3f})"])
+    plots.legend_below(fig, [Patch(color=NEUTRAL), Line2D([], [], color="0.1", lw=0.9, ls="--")],
+                       [f"learned weights{rho.get('benchalign', '')}",
+                        f"plain mean (1/{len(s)} = {uniform:.3f}){rho.get('no_alignment', '')}"], ncol=1)
     plots.title(fig, "Direct-evaluation benchmarks weighted to predict the train-before-test ranking")
     return plots.set_caption(fig, (
         "BenchAlign across the two papers: the weight learned for each benchmark's direct-evaluation score so that "
         "the weighted mean reproduces the train-before-test ranking (mean ± one standard deviation over seeds; "
         "weights are divided by d = √(((Σw)² + 0.01 (Σ|w|)²) / 1.01), not by their sum, so they need not sum to 1: "
-        "the axis label gives their sum; dashed: the plain mean's uniform weight)."))
+        "the axis label gives their sum; dashed: the plain mean's uniform weight). The legend gives how well each "
+        "ranks the held-out test models (Spearman rho with its 95 % bootstrap interval over models)."))
 
 
 def noise_figure(study: dict, group: str):
