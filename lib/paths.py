@@ -168,7 +168,7 @@ def store_dir(profile: str) -> Path:
 
 
 def export_dir(profile: str) -> Path:
-    """A profile's results as Every Eval Ever records (`make export`, :mod:`lib.export`)."""
+    """A profile's results as Every Eval Ever records (`make export`, :mod:`runner.export`)."""
     return OUTPUTS / profile / "export"
 
 

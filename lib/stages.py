@@ -36,16 +36,21 @@ JOB_STAGES = tuple(s.name for s in STAGES if s.protocol)           # the stages 
 INHERITED = tuple(s.name for s in STAGES if s.inherited)           # a placement profile's stages 01-03
 PLACEMENT = (*INHERITED, "08_placement")                           # all a placement profile may run
 
+
+
+def numbered(first: str, last: str) -> tuple[str, ...]:
+    """The stages whose numbers run from ``first`` to ``last`` ("01", "07"), in notebook order."""
+    return tuple(s.name for s in STAGES if first <= s.name[:2] <= last)
+
+
 # A profile's ``kind`` switches its stages on; its ``stages:`` then lists only what it changes (a
 # stage listed there that the kind lacks is added).
 KINDS = {
-    "world": ("00_world", "01_select_benchmarks", "02_finetune", "03_direct_eval", "04_rank_agreement",
-              "05_perplexity", "06_pca", "07_benchalign"),          # a synthetic world, built and analysed
-    "hub": ("01_select_benchmarks", "02_finetune", "03_direct_eval", "04_rank_agreement", "05_perplexity",
-            "06_pca", "07_benchalign"),                              # hub models and benchmarks, end to end
-    "train": ("01_select_benchmarks", "02_finetune", "03_direct_eval"),   # scores only, no analysis
-    "published": ("04_rank_agreement", "05_perplexity", "06_pca", "07_benchalign"),   # the paper's results
-    "placement": ("02_finetune", "03_direct_eval", "08_placement"),  # new models placed among a reference's
+    "world": numbered("00", "07"),                 # a synthetic world, built and analysed
+    "hub": numbered("01", "07"),                   # hub models and benchmarks, end to end
+    "train": numbered("01", "03"),                 # scores only, no analysis
+    "published": numbered("04", "07"),             # the paper's results, analysed
+    "placement": (*JOB_STAGES, "08_placement"),    # new models placed among a reference's
 }
 
 

@@ -312,8 +312,7 @@ def page_data(b: Board) -> dict:
     sizes = (b.models.assign(p=b.models["params_b"].fillna(math.inf)).groupby("size")["p"].min()
              .sort_values().index.tolist())
     return {
-        "schema": SCHEMA, "profile": b.profile,        # the description says what it holds, not how to build it
-        "description": re.split(r";\s*needs\b", " ".join(b.description.split()))[0],
+        "schema": SCHEMA, "profile": b.profile, "description": " ".join(b.description.split()),
         "written": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
         "protocols": [{"id": p, "label": plots.protocol_label(p), "color": plots.PROTOCOL_COLORS.get(p, "#555555")}
                       for p in protocols],

