@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REPEATS = int(os.environ.get("BENCH_REPEATS", "5"))
 BODY = """
-from lib import outputs, params
-ctx = params.stage("01_demo", globals())
+from lib import notebook, outputs, params
+ctx = notebook.stage("01_demo", globals())
 outputs.write_summary(ctx.out, {"n_squared": n * n})
 """
 CHILD = """

@@ -15,6 +15,7 @@ The ground floor:
     paths         every path derived from the package's location; where the published data lies
     progress      units done, elapsed and left, as console lines (also from inside a notebook's kernel)
     params        profiles (params/*.yaml): each stage's parameters, checked against its notebook
+    notebook      what a notebook calls first: its stage's parameters, after checking what it needs
     stages        the notebooks, one row each (label, the protocol it launches, reference seconds)
     store         the results store: one small JSON file per (protocol, benchmark, model)
     layout        the work folder: every path under outputs/<profile>/work/, one reader per file kind
@@ -37,8 +38,8 @@ So the analyses (04-06) never import the pipeline: editing the launcher re-runs 
 __version__ = "0.1.0"
 
 LAYERS = (
-    ("lib.errors", "lib.util", "lib.paths", "lib.progress", "lib.stages", "lib.params", "lib.store", "lib.layout",
-     "lib.metadata", "lib.figreview", "lib.plots", "lib.outputs", "lib.data", "lib.published"),
+    ("lib.errors", "lib.util", "lib.paths", "lib.progress", "lib.stages", "lib.params", "lib.notebook", "lib.store",
+     "lib.layout", "lib.metadata", "lib.figreview", "lib.plots", "lib.outputs", "lib.data", "lib.published"),
     ("lib.pipeline",),
     ("lib.analysis", "lib.placement"),
     ("lib.benchalign",),

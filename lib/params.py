@@ -22,25 +22,14 @@ values. A profile with ``base: <profile>`` starts from that profile's ``offline`
 ``common`` and stages, and says only what it changes (its ``common`` and each stage's values
 update the base's; ``prepare`` and ``offline`` replace them when given). Unknown keys and values
 of another type than the default raise :class:`ParamsError` naming the file and the key (with the
-closest known key), before anything runs.
-
-In a notebook, the cell after the parameters calls :func:`stage` with ``globals()``: run by
-``make all`` (papermill injects the resolved values) or stepped through in JupyterLab (the cell
-holds the defaults), the notebook ends up with the same values. A value changed by hand in the
-parameters cell wins, and the stage's cached result is cleared so ``make all`` redoes it. Stepped
-through by a person (not under the runner, parameters not injected by papermill), a notebook first
-checks what it needs (the profile's prepare hook and earlier stages have run, no ``make all`` of the
-profile is running) and otherwise stops with the command that fixes it.
+closest known key), before anything runs. What a notebook calls with them is :mod:`lib.notebook`.
 """
 
 from __future__ import annotations
 
 import ast
-import fcntl
 import functools
 import json
-import os
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +39,7 @@ import yaml
 from . import paths
 from .errors import UserError
 from .stages import INHERITED, KINDS, PLACEMENT, in_order
-from .util import READS_ENV, current, did_you_mean, short_warning_paths
+from .util import did_you_mean
 
 TOP_KEYS = {"description", "base", "kind", "offline", "prepare", "common", "stages", "reference"}
 REQUIRED_TOP = {"description"}
@@ -124,7 +113,7 @@ def notebook_parameters(stage: str) -> dict[str, Any]:
 ALSO_ALLOWED: dict[str, tuple] = {"eval_batch_size": ("auto",)}
 
 
-def _allowed(key: str, default: Any, value: Any) -> bool:
+def value_allowed(key: str, default: Any, value: Any) -> bool:
     return _type_ok(default, value) or (isinstance(value, str) and value in ALSO_ALLOWED.get(key, ()))
 
 
@@ -142,7 +131,7 @@ def _type_ok(default: Any, value: Any) -> bool:
     return isinstance(value, type(default))
 
 
-def _type_name(v: Any) -> str:
+def type_name(v: Any) -> str:
     return {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "dict",
             tuple: "list"}.get(type(v), type(v).__name__)
 
@@ -314,10 +303,10 @@ def _check_values(path: Path, where: str, stage_name: str, declared: dict, value
         if key not in declared:
             raise ParamsError(f"{path}: {where}.{key}: unknown key{did_you_mean(key, declared)}; "
                               f"{stage_name}'s parameters are {sorted(k for k in declared if k != 'profile')}")
-        if not _allowed(key, declared[key], value):
+        if not value_allowed(key, declared[key], value):
             also = "".join(f" or {v!r}" for v in ALSO_ALLOWED.get(key, ()))
-            raise ParamsError(f"{path}: {where}.{key}: expected {_type_name(declared[key])}{also}, "
-                              f"got {_type_name(value)} ({value!r})")
+            raise ParamsError(f"{path}: {where}.{key}: expected {type_name(declared[key])}{also}, "
+                              f"got {type_name(value)} ({value!r})")
         if key == "resources" and isinstance(value, dict):
             check_resources(path, f"{where}.resources", value)
 
@@ -499,176 +488,6 @@ def check_placement(prof: Profile) -> None:
                     raise ParamsError(f"{prof.path}: {scope}.{key}: {value!r} differs from the reference {ref!r}'s "
                                       f"{theirs[key]!r} (a placement runs the reference's recipe, splits and "
                                       "metric: remove the key, or place against another reference)")
-
-
-# --------------------------------------------------------------------------- inside a notebook
-@dataclass
-class Stage:
-    """Where a notebook runs and with which parameters (its second cell builds one)."""
-    profile: str
-    name: str
-    out: Path      # outputs/<profile>/<stage>/
-    store: Path    # outputs/<profile>/store/
-    work: Path     # outputs/<profile>/work/
-    params: dict[str, Any] = field(default_factory=dict)
-    changed: dict[str, Any] = field(default_factory=dict)   # values that differ from the profile's
-
-
-def stage(name: str, namespace: dict[str, Any]) -> Stage:
-    """Resolve stage ``name``'s parameters in ``namespace`` (the notebook's ``globals()``) and
-    return its context; creates the output folder.
-
-    Under the runner (``make all``: :data:`lib.util.READS_ENV` is set) papermill has injected every
-    parameter of the profile, and they are used as they are. Stepped through by a person, the
-    profile is ``namespace["profile"]``: a parameter still at the notebook's default takes the
-    profile's value, so the notebook computes what ``make all`` computed, and a value that differs
-    from the default was changed by hand and is kept (to run with the default where the profile sets
-    another value, change the profile). The resolved values are written back into ``namespace``.
-    When they differ from the profile's, the stage's cache stamp is removed so that the next
-    ``make all`` re-runs it, and one line says so.
-    """
-    short_warning_paths()          # warnings end up in the executed notebook: no path of this machine
-    profile = namespace.get("profile")
-    if not isinstance(profile, str):
-        raise ParamsError(f"{name}: set `profile` in the parameters cell (profiles: {known_profiles()})")
-    defaults = notebook_parameters(name)
-    if os.environ.get(READS_ENV):                       # under the runner: the injected values are the profile's
-        final = {key: namespace.get(key, default) for key, default in defaults.items()}
-        return _context(profile, name, final, {}, sorted(k for k in final if not _same(final[k], defaults[k])))
-    if not injected_by_papermill(namespace):            # stepped through by a person
-        try:
-            check_prerequisites(load_profile(profile, validate=False), name)
-        except PrerequisiteError as exc:
-            other = last_run_profile(name) if profile == defaults["profile"] else None
-            if other is None:
-                raise
-            print(f"{name}: {str(exc).split(': ')[1]}; showing profile {other!r}, the last one that ran "
-                  f"(set profile = {other!r} in the parameters cell to say so, or run `make all` for {profile!r})")
-            profile = namespace["profile"] = other
-    prof = load_profile(profile, validate=False)
-    wanted = check_stage(prof, name)
-    final = {}
-    for key, default in defaults.items():
-        value = namespace.get(key, default)
-        final[key] = value if not _same(value, default) else wanted[key]
-        if not _allowed(key, default, final[key]):
-            raise ParamsError(f"{name}: parameter {key} = {final[key]!r}: expected {_type_name(default)}")
-    changed = {k: v for k, v in final.items() if not _same(v, wanted[k])}
-    namespace.update(final)
-    ctx = _context(profile, name, final, changed, sorted(k for k in prof.overrides(name) if k not in changed))
-    if changed:
-        (ctx.out / paths.STAGE_STAMP).unlink(missing_ok=True)
-        said = ", ".join(f"{k}={v!r}" for k, v in changed.items())
-        print(f"{name}: changed by hand: {said}; writing to {paths.show(ctx.out)} and clearing its cache, so the "
-              "next `make all` re-runs this stage")
-    return ctx
-
-
-def _context(profile: str, name: str, final: dict[str, Any], changed: dict[str, Any], set_by_profile) -> Stage:
-    ctx = Stage(profile=profile, name=name, out=paths.stage_dir(profile, name), store=paths.store_dir(profile),
-                work=paths.work_dir(profile), params=final, changed=changed)
-    ctx.out.mkdir(parents=True, exist_ok=True)
-    if set_by_profile:
-        print(f"{name}: profile {profile} sets {', '.join(set_by_profile)}; the rest are the defaults")
-    return ctx
-
-
-def make_run(profile: str, stages: list[str]) -> str:
-    """The command that runs ``stages`` of ``profile``: ``make run PROFILE=mini STAGES="01 02"``."""
-    numbers = " ".join(s.split("_")[0] for s in stages)
-    return f"make run PROFILE={profile} STAGES={shlex.quote(numbers) if ' ' in numbers else numbers}"
-
-
-def ran_profiles() -> list[str]:
-    """Profiles of params/ with a finished run under outputs/ (their ``run_log.json``), the most
-    recent first."""
-    logs = sorted(paths.OUTPUTS.glob("*/run_log.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-    known = set(known_profiles())
-    return [p.parent.name for p in logs if p.parent.name in known]
-
-
-def lock_holder(path: Path) -> str:
-    """``pid 123, `make all`, started 2026-01-01 12:00:00`` from a lock file (what its holder wrote)."""
-    try:
-        info = json.loads(path.read_text())
-        return f"pid {info['pid']}, `{info['command']}`, started {info['started']}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "a process that has not written its name yet"
-
-
-def injected_by_papermill(namespace: dict[str, Any]) -> bool:
-    """Whether papermill injected this notebook's parameters (its ``# Parameters`` cell is among
-    the inputs the kernel ran): a batch run with its own set-up, such as a test, not a person
-    stepping through, so :func:`stage` leaves the prerequisites to it."""
-    inputs = namespace.get("_ih") or namespace.get("In") or []
-    return any(isinstance(src, str) and src.startswith("# Parameters\n") for src in inputs)
-
-
-def last_run_profile(name: str) -> str | None:
-    """The profile that finished a run most recently among those that have stage ``name`` and
-    everything it needs (None: no such profile). A notebook left at its default profile shows this
-    one when the default has not run (e.g. after `make all PROFILE=smoke`)."""
-    for ran in ran_profiles():
-        try:
-            prof = load_profile(ran, validate=False)
-            if name in prof.stages:
-                check_prerequisites(prof, name)
-                return prof.name
-        except (ParamsError, PrerequisiteError):
-            continue
-    return None
-
-
-def running(profile: str) -> str | None:
-    """Who holds the profile's run lock (``pid ..., `make all`, started ...``), or None."""
-    path = paths.profile_dir(profile) / LOCK_FILE
-    if not path.exists():
-        return None
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return None
-    except BlockingIOError:
-        return lock_holder(path)
-    finally:
-        os.close(fd)
-
-
-def check_prerequisites(prof: Profile, name: str) -> None:
-    """Before a notebook runs outside ``make all``: no run of the profile is in progress, its prepare
-    hooks have run with the current params file, and the stages before ``name`` have results.
-    Raises :class:`PrerequisiteError` naming the command that makes what is missing."""
-    if name not in prof.stages:
-        raise PrerequisiteError(f"{name}: profile {prof.name!r} has no stage {name} (its stages: {list(prof.stages)}): "
-                                f"set profile to one that has it, e.g. a placement profile for 08_placement")
-    holder = running(prof.name)
-    if holder:
-        raise PrerequisiteError(f"{name}: `make` is running profile {prof.name!r} now ({holder}); run this "
-                                "notebook when it has finished")
-    earlier = list(prof.stages)[:list(prof.stages).index(name)]
-    missing = [s for s in earlier if not (paths.stage_dir(prof.name, s) / "summary.json").exists()]
-    prepared = not prof.prepare or current(paths.profile_dir(prof.name) / PREPARED_STAMP, prof.prepare) is not None
-    if not missing and prepared:
-        return
-    if not (paths.profile_dir(prof.name) / "run_log.json").exists() and (missing or not earlier):
-        what = f"profile {prof.name!r} has not run"
-    elif missing:
-        what = f"stages {', '.join(missing)} of profile {prof.name!r} have not run"
-    else:
-        what = (f"profile {prof.name!r} has not been prepared with {paths.show(prof.path)} as it is now "
-                "(its prepare hook builds what the notebooks read)")
-    cmd = make_run(prof.name, missing or [name])
-    others = [p for p in ran_profiles() if p != prof.name and name in load_profile(p, validate=False).stages]
-    alt = f", or set profile = {others[0]!r} in the parameters cell (it has run)" if others else ""
-    raise PrerequisiteError(f"{name}: {what}: run `{cmd}` (or `make all"
-                            f"{'' if prof.name == DEFAULT_PROFILE else ' PROFILE=' + prof.name}`){alt}")
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal as parameter values: same type and value (a list and a tuple with equal items match)."""
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
 
 
 def profile_needs(profile: str) -> tuple[list[str], list[str]]:

@@ -37,7 +37,8 @@ from pathlib import Path
 
 from lib import paths
 from lib.errors import UserError
-from lib.params import LOCK_FILE, PREPARED_STAMP, ParamsError, Profile, check_stage, load_profile, lock_holder
+from lib.notebook import lock_holder
+from lib.params import LOCK_FILE, PREPARED_STAMP, ParamsError, Profile, check_stage, load_profile
 from lib.pipeline.device import pin_arithmetic
 from lib.util import FORCE_ENV, atomic_write_json, mark, read_json
 from runner.failures import Where, command_line, failure_line, quiet_after_ctrl_c, raised, write_log

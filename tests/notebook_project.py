@@ -22,13 +22,13 @@ def notebook(path: Path, *bodies: str, params_cell: str = 'profile = "x"\nn = 1\
 
 WRITER = """
 import os
-from lib import outputs, params
-ctx = params.stage("01_demo", globals())
+from lib import notebook, outputs, params
+ctx = notebook.stage("01_demo", globals())
 outputs.write_summary(ctx.out, {"n_squared": n * n})
 """
 READER = """
-from lib import outputs, params
-ctx = params.stage("02_reader", globals())
+from lib import notebook, outputs, params
+ctx = notebook.stage("02_reader", globals())
 outputs.write_summary(ctx.out, {"twice": 2 * outputs.read_summary(ctx.profile, "01_demo")["n_squared"]})
 """
 

@@ -209,7 +209,9 @@ def _run_notebook(tmp_path, monkeypatch, parameters):
     import papermill as pm
 
     monkeypatch.setenv("TBT_OUTPUTS", str(tmp_path))
+    monkeypatch.setenv("TBT_READS", str(tmp_path / "reads.log"))          # as the runner runs it: values as given
     out = tmp_path / "07.ipynb"
+    parameters = {**params.load_profile(parameters["profile"]).params("07_benchalign"), **parameters}
     pm.execute_notebook(str(params.notebook_path("07_benchalign")), str(out), parameters=parameters,
                         cwd=str(paths.NOTEBOOKS), progress_bar=False, kernel_name="python3")
     return json.loads((tmp_path / parameters["profile"] / "07_benchalign" / "summary.json").read_text())

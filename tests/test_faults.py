@@ -221,8 +221,8 @@ def test_an_interruption_or_a_full_disk_is_one_line_and_own_failures_keep_their_
 # --------------------------------------------------------------------------- 4. no path of this machine recorded
 RESOLVED_READER = """
 from pathlib import Path
-from lib import outputs, params, util
-ctx = params.stage("02_reader", globals())
+from lib import notebook, outputs, params, util
+ctx = notebook.stage("02_reader", globals())
 tasks = (ctx.out.parent / "01_demo").resolve()        # as lib.pipeline.tasks resolves its include paths
 util.note_read(tasks)
 outputs.write_summary(ctx.out, {"twice": 2 * outputs.read_summary(ctx.profile, "01_demo")["n_squared"]})
@@ -628,8 +628,8 @@ def prepare(profile):
                {"train": [{"question": "a", "answer": "b"}], "test": [{"question": "c", "answer": "d"}]})
 '''
 TASK_READER = """
-from lib import outputs, params, paths, util
-ctx = params.stage("01_demo", globals())
+from lib import notebook, outputs, params, paths, util
+ctx = notebook.stage("01_demo", globals())
 tasks = paths.profile_dir(ctx.profile) / "work" / "tasks"
 util.note_read(tasks)
 outputs.write_summary(ctx.out, {"n_squared": n * n, "tasks": util.digest(tasks)})

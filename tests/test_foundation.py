@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from lib import outputs, params, store, util
+from lib import notebook, outputs, params, store, util
 
 
 def _res(**kw):
@@ -166,16 +166,16 @@ def test_a_notebook_resolves_the_profile_in_and_out_of_papermill(fake_project, t
     monkeypatch.delenv("TBT_READS", raising=False)
     (fake_project / "x.yaml").write_text("description: t\nstages:\n  01_demo: {alpha: 2}\n")
     ns = {"profile": "x", "alpha": 0.5, "names": ["a"]}
-    ctx = params.stage("01_demo", ns)
+    ctx = notebook.stage("01_demo", ns)
     assert ns == {"profile": "x", "alpha": 2, "names": ["a"]} and ctx.changed == {}
     stamp = ctx.out / params.paths.STAGE_STAMP
     stamp.write_text("{}")
     ns = {"profile": "x", "alpha": 0.5, "names": ["z"]}
-    ctx = params.stage("01_demo", ns)
+    ctx = notebook.stage("01_demo", ns)
     assert ns["names"] == ["z"] and ns["alpha"] == 2 and ctx.changed == {"names": ["z"]}
     assert not stamp.exists() and "re-runs this stage" in capsys.readouterr().out
     with pytest.raises(params.ParamsError, match="alpha = 'x': expected float"):
-        params.stage("01_demo", {"profile": "x", "alpha": "x", "names": []})
+        notebook.stage("01_demo", {"profile": "x", "alpha": "x", "names": []})
 
 
 @pytest.mark.parametrize("body, message", [

@@ -13,7 +13,7 @@ import nbclient
 import nbformat
 import pytest
 
-from lib import outputs, params, paths, store
+from lib import notebook, outputs, params, paths, store
 from runner import kernel, run
 
 PROFILE = "smoke"        # the test suite's stand-in for the default profile (mini takes 15-30 minutes)
@@ -123,10 +123,10 @@ def test_a_notebook_whose_prerequisites_are_missing_names_the_command(empty_outp
     stages = list(prof.stages)
     for i, stage in enumerate(stages):
         if not prof.prepare and i == 0:
-            params.check_prerequisites(prof, stage)          # the paper profile's first stage needs nothing
+            notebook.check_prerequisites(prof, stage)          # the paper profile's first stage needs nothing
             continue
         with pytest.raises(params.PrerequisiteError) as info:
-            params.check_prerequisites(prof, stage)
+            notebook.check_prerequisites(prof, stage)
         message = str(info.value)
         cmd = f"make run PROFILE={profile} STAGES=" + (" ".join(s[:2] for s in stages[:i]) if i else stage[:2])
         assert f"`{cmd}`" in message.replace("'", "") or f"`{cmd}`" in message.replace('"', ""), message
@@ -135,7 +135,7 @@ def test_a_notebook_whose_prerequisites_are_missing_names_the_command(empty_outp
         (empty_outputs / ran / "run_log.json").write_text("{}")
     if profile != "mini" and "04_rank_agreement" in stages:  # another profile has run: say so
         with pytest.raises(params.PrerequisiteError, match="or set profile = 'mini' in the parameters cell"):
-            params.check_prerequisites(prof, "04_rank_agreement")
+            notebook.check_prerequisites(prof, "04_rank_agreement")
 
 
 def test_prerequisites_are_met_once_the_earlier_stages_and_prepare_ran(empty_outputs):
@@ -144,17 +144,17 @@ def test_prerequisites_are_met_once_the_earlier_stages_and_prepare_ran(empty_out
     prof = params.load_profile("smoke")
     with pytest.raises(params.PrerequisiteError, match=r"00_world: profile 'smoke' has not run: run `make run "
                                                        r"PROFILE=smoke STAGES=00` \(or `make all PROFILE=smoke`\)"):
-        params.check_prerequisites(prof, "00_world")
+        notebook.check_prerequisites(prof, "00_world")
     util.atomic_write_json(empty_outputs / "smoke" / "run_log.json", {})       # a run with another params file
     with pytest.raises(params.PrerequisiteError, match=r"has not been prepared with params/smoke.yaml as it is now"):
-        params.check_prerequisites(prof, "00_world")
+        notebook.check_prerequisites(prof, "00_world")
     util.mark(empty_outputs / "smoke" / params.PREPARED_STAMP, prof.prepare)
-    params.check_prerequisites(prof, "00_world")
+    notebook.check_prerequisites(prof, "00_world")
     with pytest.raises(params.PrerequisiteError, match=r"stages 00_world of profile 'smoke' have not run: run "
                                                        r"`make run PROFILE=smoke STAGES=00`"):
-        params.check_prerequisites(prof, "01_select_benchmarks")
+        notebook.check_prerequisites(prof, "01_select_benchmarks")
     util.atomic_write_json(empty_outputs / "smoke" / "00_world" / "summary.json", {})
-    params.check_prerequisites(prof, "01_select_benchmarks")
+    notebook.check_prerequisites(prof, "01_select_benchmarks")
 
 
 @pytest.mark.slow
@@ -221,9 +221,9 @@ def test_a_notebook_left_at_the_default_profile_shows_the_profile_that_ran(empty
     util.atomic_write_json(empty_outputs / "smoke" / "run_log.json", {})
     defaults = params.notebook_parameters("04_rank_agreement")
     ns = dict(defaults)
-    ctx = params.stage("04_rank_agreement", ns)
+    ctx = notebook.stage("04_rank_agreement", ns)
     assert ctx.profile == ns["profile"] == "smoke" and ctx.out == empty_outputs / "smoke" / "04_rank_agreement"
     said = capsys.readouterr().out
     assert "04_rank_agreement: profile 'mini' has not run; showing profile 'smoke', the last one that ran" in said
     with pytest.raises(params.PrerequisiteError, match="profile 'published' has not run"):
-        params.stage("04_rank_agreement", {**defaults, "profile": "published"})
+        notebook.stage("04_rank_agreement", {**defaults, "profile": "published"})

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lib import outputs, params, paths, placement, store
+from lib import notebook, outputs, params, paths, placement, store
 from lib.analysis import agreement
 from runner import run
 
@@ -355,7 +355,7 @@ def test_template_preflight_prints_gpu_hours_per_new_model(harmony_data, capsys)
 
 def test_notebook_08_stepped_through_on_a_profile_without_it_says_which_to_use():
     with pytest.raises(params.PrerequisiteError, match=r"08_placement: profile 'mini' has no stage 08_placement"):
-        params.check_prerequisites(params.load_profile("mini"), "08_placement")
+        notebook.check_prerequisites(params.load_profile("mini"), "08_placement")
 
 
 def test_new_models_given_as_folders_are_found_by_their_store_names(tmp_path):

@@ -150,9 +150,9 @@ def test_moved_or_linked_outputs_stay_cached(project, monkeypatch):
 
 
 DATA_READER = """
-from lib import outputs, params
+from lib import notebook, outputs, params
 from lib.benchalign import data as bdata
-ctx = params.stage("01_demo", globals())
+ctx = notebook.stage("01_demo", globals())
 scores, models, _ = bdata.read_oll("ifeval")
 outputs.write_summary(ctx.out, {"mean": float(scores.mean()), "n": n})
 """
@@ -461,7 +461,7 @@ RAISE = {   # a cell body -> what the one line must say
 def test_every_failure_in_a_stage_ends_in_one_line_exit_2_and_the_traceback_in_a_log(project, capfd, case):
     body, expected = RAISE[case]
     notebook(project / "notebooks" / "01_demo.ipynb",
-              "from lib import params\nctx = params.stage('01_demo', globals())", body)
+              "from lib import notebook, params\nctx = notebook.stage('01_demo', globals())", body)
     assert run.main(["x"]) == 2
     captured = capfd.readouterr()
     err = _errors(captured.err)
@@ -477,9 +477,9 @@ def test_every_failure_in_a_stage_ends_in_one_line_exit_2_and_the_traceback_in_a
 
 PROGRESSING = """
 import time
-from lib import outputs, params
+from lib import notebook, outputs, params
 from lib.progress import Progress
-ctx = params.stage("01_demo", globals())
+ctx = notebook.stage("01_demo", globals())
 with Progress(20, "demo units", every=0) as bar:
     for i in range(20):
         time.sleep(0.5)

@@ -7,7 +7,7 @@ import json
 import nbformat
 import pytest
 
-from lib import params, paths
+from lib import notebook, params, paths
 from runner import failures, kernel, run, stagecache
 
 
@@ -22,16 +22,16 @@ def _notebook(path, body: str, default: int = 1):
 
 BODY = """
 import json, os
-from lib import outputs, params
-ctx = params.stage("01_demo", globals())
+from lib import notebook, outputs, params
+ctx = notebook.stage("01_demo", globals())
 outputs.write_summary(ctx.out, {"n_squared": n * n})
 with open(os.path.join(ctx.out, "calls.txt"), "a") as fh:
     fh.write("x")
 """
 READER = """
 import os
-from lib import outputs, params
-ctx = params.stage("02_reader", globals())
+from lib import notebook, outputs, params
+ctx = notebook.stage("02_reader", globals())
 first = outputs.read_summary(ctx.profile, "01_demo")
 outputs.write_summary(ctx.out, {"twice": 2 * first["n_squared"]})
 with open(os.path.join(ctx.out, "calls.txt"), "a") as fh:
@@ -185,8 +185,8 @@ def test_progress_lines_touch_the_heartbeat_file(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- one run per profile
 SLEEPER = """
 import time
-from lib import outputs, params
-ctx = params.stage("01_demo", globals())
+from lib import notebook, outputs, params
+ctx = notebook.stage("01_demo", globals())
 time.sleep(n)
 outputs.write_summary(ctx.out, {"slept": n})
 """
@@ -209,7 +209,7 @@ def _wait_for_lock(project, pid: int, timeout: float = 120.0):
     lock = project / "outputs" / "x" / params.LOCK_FILE
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if lock.exists() and f'"pid": {pid}' in lock.read_text() and params.running("x"):
+        if lock.exists() and f'"pid": {pid}' in lock.read_text() and notebook.running("x"):
             return
         time.sleep(0.2)
     raise AssertionError("the first run never took the lock")
@@ -252,7 +252,7 @@ def test_a_second_run_of_a_profile_is_refused_or_waits_and_a_killed_run_leaves_n
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=30)
     (project / "params" / "x.yaml").write_text("description: demo\nstages:\n  01_demo: {n: 1}\n")
-    assert params.running("x") is None
+    assert notebook.running("x") is None
     assert run.run_profile("x")["01_demo"]["status"] == "ran"     # the killed run's lock is gone
     assert json.loads(summary.read_text()) == {"slept": 1}
 
