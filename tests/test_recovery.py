@@ -366,6 +366,8 @@ def test_force_redoes_results_and_units_written_before_the_forced_run(tmp_path, 
     monkeypatch.setenv(util.FORCE_ENV, str(time.time() + 1))
     assert spec.unfinished("b") == "FORCE=1 redoes it"
     assert ft.read_unit(units[0], spec.config(1e-3)) is None
+    curves = layout.curves_frame(spec.work_root, ["m"], ["b"])   # an analysis forced after it still reads them
+    assert sorted(curves["lr"].unique()) == sorted(spec.recipe.lrs)
     monkeypatch.setenv(util.FORCE_ENV, str(time.time() - 60))  # written after the forced run began: kept
     assert spec.unfinished("b") is None and ft.read_unit(units[0], spec.config(1e-3)) is not None
 
