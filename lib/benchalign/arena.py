@@ -32,7 +32,7 @@ from ..data import corrupt
 from ..util import did_you_mean, note_read
 from .data import ItemData, ItemDataError, load_oll, parse_size_b
 from .methods import BASELINES, Config, Split, best_single_choice, run_method, split_by_size
-from .studies import Comparison, compare, evaluate, summarise
+from .studies import Comparison, compare, comparison, summarise
 
 NAMES = Path(__file__).with_name("arena_names.csv")
 _WHEEL = {r.repo: r.dest for r in PINNED_WHEELS}     # where `make data` puts each pinned wheel
@@ -131,11 +131,7 @@ def cross_validated(data: ItemData, methods, seeds: int, folds: int,
         for m in methods:
             for s, out in enumerate(run_method(m, data, train, range(seeds), cfg)):
                 preds[m][s, test] = out.scores[test]
-    split = Split(everyone, {f"all ({folds}-fold)": everyone})
-    rows = [{"method": m, "seed": s, "group": g, **r} for m, P in preds.items()
-            for s, p in enumerate(P)
-            for g, r in evaluate(p, data.target, split.groups).items()]
-    return Comparison(pd.DataFrame(rows), preds, {}, split)
+    return comparison(preds, data.target, Split(everyone, {f"all ({folds}-fold)": everyone}))
 
 
 def arena_report(data: ItemData, cfg: Config, *, seeds: int = 5,

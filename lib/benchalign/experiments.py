@@ -15,7 +15,7 @@ import pandas as pd
 from . import rank
 from .data import ItemData, instruct_mark
 from .memo import Memo, data_key
-from .methods import METHODS, Config, Split, best_single_choice, clean
+from .methods import METHODS, Config, Split, best_single_choice, clean, method_label
 from .studies import (
     SELECTIONS,
     WITHIN_GROUPS,
@@ -33,39 +33,32 @@ from .studies import (
 
 def table(summary_main: dict, metric: str = "spearman") -> pd.DataFrame:
     """Method x group table of ``metric`` as 'mean [95 % ci] (seed std)' strings (for display)."""
-    cells = {}
-    for g, methods in summary_main.items():
-        for m, r in methods.items():
-            if r.get(metric) is None:
-                cells[(METHODS[m].label if m in METHODS else m, g)] = "n/a"
-                continue
-            ci = r.get(f"{metric}_ci")
-            cells[(METHODS[m].label if m in METHODS else m, g)] = (
-                f"{r[metric]:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+    def cell(r: dict) -> str:
+        if r.get(metric) is None:
+            return "n/a"
+        ci = r.get(f"{metric}_ci")
+        return (f"{r[metric]:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
                 + (f" (seeds ± {r[f'{metric}_seed_std']:.3f})" if r.get(f"{metric}_seed_std") else ""))
-    return _registry_order(cells)
+    return _registry_order(summary_main, cell)
 
 
-def _registry_order(cells: dict) -> pd.DataFrame:
-    """(method label, group) -> text cells as a table, methods in registry order."""
-    s = pd.Series(cells, dtype=object)
+def paired_table(summary_main: dict, metric: str = "spearman", ref: str = "no_alignment") -> pd.DataFrame:
+    """Method x group table of the paired difference to ``ref`` as 'diff [95 % ci]' strings."""
+    def cell(r: dict) -> str | None:
+        d, ci = r.get(f"{metric}_diff_{ref}"), r.get(f"{metric}_diff_{ref}_ci")
+        return None if d is None else f"{d:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "")
+    return _registry_order(summary_main, cell)
+
+
+def _registry_order(summary_main: dict, cell) -> pd.DataFrame:
+    """The cells (None: left out) of every method and group as a table, methods in registry order."""
+    cells = {(method_label(m), g): cell(r) for g, ms in summary_main.items() for m, r in ms.items()}
+    s = pd.Series({k: v for k, v in cells.items() if v is not None}, dtype=object)
     if not len(s):
         return pd.DataFrame()
     df = s.unstack()
     order = [spec.label for spec in METHODS.values() if spec.label in df.index]
     return df.reindex(order + [m for m in df.index if m not in order])
-
-
-def paired_table(summary_main: dict, metric: str = "spearman", ref: str = "no_alignment") -> pd.DataFrame:
-    """Method x group table of the paired difference to ``ref`` as 'diff [95 % ci]' strings."""
-    cells = {}
-    for g, methods in summary_main.items():
-        for m, r in methods.items():
-            d, ci = r.get(f"{metric}_diff_{ref}"), r.get(f"{metric}_diff_{ref}_ci")
-            if d is not None:
-                cells[(METHODS[m].label if m in METHODS else m, g)] = (
-                    f"{d:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""))
-    return _registry_order(cells)
 
 
 def weights_by_benchmark(data: ItemData, weights: list[np.ndarray]) -> pd.DataFrame:
@@ -207,7 +200,7 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
 
     notes = list(split.notes)
     fittable = bool(split.groups) and len(split.source) >= 2
-    n_units = (len(METHODS) + (len(losses) + needs_jobs(split, source_counts, item_counts, items.X.shape[1])
+    n_units = (len(METHODS) + (len(losses) + len(needs_jobs(split, source_counts, item_counts, items.X.shape[1]))
                                + len(subset_fractions) + len(WITHIN_GROUPS) * within
                                if fittable else 0) + (cross_paper_store is not None))
     memo = Memo.for_report(resume, items, split, cfg, seeds, n_boot)

@@ -17,7 +17,7 @@ from matplotlib.patches import Patch
 from .. import plots
 from ..outputs import est
 from .experiments import METHODS, SELECTIONS
-from .methods import PAPER_RHO
+from .methods import PAPER_RHO, method_label
 
 METRIC_LABELS = {"spearman": "Spearman ρ", "pair_acc": "pairwise accuracy"}
 SELECTION_LABELS = {"source_random": "random", "source_kcenter": "k-center (label-free)",
@@ -46,10 +46,6 @@ def _group_style(k: int) -> dict:
             "mfc": color if fill == "full" else "white"}
 
 
-def _label(method: str) -> str:
-    return METHODS[method].label if method in METHODS else method
-
-
 def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_alignment"):
     """Rows: metrics; left column: each method's value on each test group (mean over seeds, whiskers
     = 95 % bootstrap interval over test models); right column: its paired difference to ``ref``
@@ -61,7 +57,7 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
                              sharey=True, squeeze=False, layout="constrained")
     height = 0.8 / max(len(groups), 1)
     ticks = np.arange(n) + height * (len(groups) - 1) / 2
-    ref_label = _label(ref).split(" (")[0].lower()
+    ref_label = method_label(ref).split(" (")[0].lower()
     for row, metric in enumerate(metrics):
         for col, key in enumerate((metric, f"{metric}_diff_{ref}")):
             ax = axes[row][col]
@@ -86,13 +82,13 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
                           else f"Δ {METRIC_LABELS.get(metric, metric)} vs {ref_label}")
             if row == 0:
                 ax.set_title("value on the test models" if col == 0 else "paired difference (same resamples)")
-        axes[row][0].set_yticks(ticks, [_label(m) for m in methods])
+        axes[row][0].set_yticks(ticks, [method_label(m) for m in methods])
         axes[row][0].set_ylabel("method")
         for ax in axes[row]:                     # BenchAlign's rows set off: the method the figure is about
             for i in (i for i, m in enumerate(methods) if m == "benchalign"):
                 ax.axhspan(i - 0.4, i + height * (len(groups) - 1) + 0.4, color="0.9", lw=0, zorder=0)
     for label in (t for row in axes for t in row[0].get_yticklabels()):
-        label.set_fontweight("bold" if label.get_text() == _label("benchalign") else "normal")
+        label.set_fontweight("bold" if label.get_text() == method_label("benchalign") else "normal")
     axes[0][0].set_ylim(n - 0.5 + height * (len(groups) - 1), -0.5)      # shared y: registry order from the top
     handles = [Line2D([], [], ms=4, lw=0.9, **_group_style(k)) for k in range(len(groups))]
     labels = [f"{g} ({main[g][methods[0]]['n_models']} models)" if methods else g for g in groups]
