@@ -59,11 +59,10 @@ class Items:
     files: list[Path] = field(default_factory=list)
 
     @classmethod
-    def from_data(cls, data: ItemData, rows=None) -> Items:
+    def from_data(cls, data: ItemData) -> Items:
         """The items of an :class:`ItemData` (ids ``<benchmark>/<index>``, as the npz reader names them)."""
-        rows = np.arange(len(data.models)) if rows is None else np.asarray(rows, dtype=int)
         ids = [f"{b}/{i}" for b, i in zip(data.item_benchmark, data.item_id)]
-        return cls(np.asarray(data.X, dtype=np.float64)[rows], [data.models[r] for r in rows], ids)
+        return cls(np.asarray(data.X, dtype=np.float64), list(data.models), ids)
 
     def select(self, models) -> np.ndarray:
         index = {m: i for i, m in enumerate(self.models)}
@@ -96,10 +95,6 @@ def _read_npz(path: Path) -> tuple[np.ndarray, list[str], list[str]]:
 NAME_COLUMNS = ("model", "winner", "loser", "item")     # always text: a model named 025, NA or null is a name
 
 
-def _read_frame(path: Path) -> pd.DataFrame:
-    return pd.concat(list(_read_chunks(path, None)), ignore_index=True)
-
-
 CHUNK_ROWS = 500_000    # rows of a preferences file read at once (a few tens of MB)
 
 
@@ -129,7 +124,7 @@ def _read_chunks(path: Path, rows: int | None):
 
 
 def _read_table(path: Path) -> tuple[np.ndarray, list[str], list[str]]:
-    df = _read_frame(path)
+    df = pd.concat(list(_read_chunks(path, None)), ignore_index=True)
     if "model" not in df.columns:
         raise _parse_error(path, f"an items table needs a 'model' column; found {list(df.columns)[:5]}")
     if {"item", "correct"} <= set(df.columns) and len(df.columns) == 3:            # long
@@ -227,10 +222,7 @@ def read_items(paths, metric: str | None = None) -> Items:
                 raise AlignError(f"model {lost[0]!r} is in {paths[k]} but not in {paths[other]} ({len(lost)} such "
                                  "models): every items file must hold the same models; give its items or drop it")
     common = list(parts[0][1])
-    blocks = []
-    for X, models, _ in parts:
-        index = {m: i for i, m in enumerate(models)}
-        blocks.append(X[[index[m] for m in common]])
+    blocks = [Items(X, models, part_ids).select(common) for X, models, part_ids in parts]
     return Items(np.concatenate(blocks, axis=1), common, ids, paths)
 
 

@@ -46,15 +46,6 @@ def key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.split("/")[-1].lower())
 
 
-def rule_matches(arena: list[str], models: list[str]) -> dict:
-    """Arena name -> the one leaderboard name with the same key."""
-    by_key: dict[str, list[str]] = {}
-    for m in dict.fromkeys(models):          # a name listed twice is one model
-        by_key.setdefault(key(m), []).append(m)
-    return {a: by_key[key(a)][0] for a in arena
-            if len(by_key.get(key(a), [])) == 1}
-
-
 def read_member(wheel: Path, member: str):
     """The JSON file ``member`` of a wheel (gunzipped where it ends in .gz)."""
     note_read(wheel)
@@ -138,10 +129,8 @@ def arena_report(data: ItemData, cfg: Config, *, seeds: int = 5,
                  n_boot: int = 1000, source_max_b: float = 30.0,
                  test_groups=None, min_test: int = 8, folds: int = 5) -> dict:
     """:data:`METHODS` on a size hold-out (source below ``source_max_b``; test
-    groups with at least ``min_test`` models) and cross-validated over all models:
-    ``{"models", "counts", "best_single", "notes", "hold_out", "cv"}``, records
-    as in :func:`lib.benchalign.studies.summarise` (n models, intervals, paired
-    differences to every baseline)."""
+    groups with at least ``min_test`` models) and cross-validated over all models,
+    records as in :func:`lib.benchalign.studies.summarise`."""
     split = split_by_size(data, source_max_b, test_groups or {"30B+": 30.0},
                           min_test=min_test)
     hold = compare(data, split, METHODS, seeds, cfg)

@@ -182,20 +182,12 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
                       cross_paper_store=None, cross_source_max_b: float = 3.5,
                       cross_test_min_b: float = 6.0, relative_sizes: bool = False, progress: bool = True,
                       resume=None) -> dict:
-    """Everything notebook 07 shows: the method comparison on the test groups (``comparison``,
-    ``main``), how the protocol chose (``protocol``), learned weights by benchmark (``by_bench``),
-    the loss ablation (``ablation``, a comparison of losses), the instruction-tuned / base groups
-    (``within``), the subsets at ``subset_fractions`` of the items (``subsets``), the data needs
-    and source selections (``needs``), the
-    benchmark-level experiment (``cross``, one weight per benchmark of ``cross_paper_store``'s direct
-    evaluation: across the two papers on the published store; with ``relative_sizes`` its size
-    thresholds are quantiles, as for the tiny models of the mini world),
-    ``tables`` (name -> DataFrame to save), ``notes`` and ``summary`` (the plain numbers of
-    summary.json). With ``progress``, a console line reports the units of work done (one unit: a
-    method with all its seeds, a loss, a data-needs count, the cross-paper experiment). With
-    ``resume`` (a folder, :func:`lib.layout.benchalign_dir`), each finished unit is kept there
-    (:class:`lib.benchalign.memo.Memo`), so a run that was stopped resumes at the next unit and ends
-    with the numbers of one that was not."""
+    """Everything notebook 07 shows, as the studies of :mod:`lib.benchalign.studies` (the
+    benchmark-level ``cross`` on ``cross_paper_store``'s direct evaluation), ``tables`` (name ->
+    DataFrame to save), ``notes`` and ``summary`` (the plain numbers of summary.json). With
+    ``progress``, a console line counts the units of work done (:mod:`lib.benchalign.memo`); with
+    ``resume`` (a folder, :func:`lib.layout.benchalign_dir`), each finished unit is kept there, so
+    a stopped run resumes at the next unit and ends with the numbers of one that was not."""
     from ..progress import Progress
 
     notes = list(split.notes)

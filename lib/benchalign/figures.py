@@ -1,10 +1,5 @@
-"""Figures of notebook 07 (shared style from :mod:`lib.plots`; the notebook saves them).
-
-Every figure fits a two-column paper: ``plots.WIDTH_DOUBLE`` (full width) or ``plots.WIDTH_SINGLE``
-(one column) wide, text at least 7 pt, legends outside the data, methods named by their registry
-labels, benchmarks and losses as the papers name them (:func:`lib.plots.display`), a title saying what
-is shown and a caption (:func:`lib.plots.set_caption`).
-"""
+"""Figures of notebook 07 in the shared style of :mod:`lib.plots` (the notebook saves them), methods
+named by their registry labels, benchmarks and losses as the papers name them."""
 
 from __future__ import annotations
 

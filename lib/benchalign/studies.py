@@ -315,14 +315,9 @@ CROSS_METHODS = tuple(m for m, spec in METHODS.items() if spec.headline)
 def cross_paper(data: ItemData, source_max_b: float, test_min_b: float, seeds: int = 5,
                 cfg: Config | None = None, n_boot: int = 1000, relative: bool = False) -> dict:
     """Can direct-evaluation scores predict the train-before-test ranking of larger models?
-
-    ``data`` comes from :func:`lib.benchalign.data.load_cross_paper` (one feature per benchmark, so
-    no alignment is the plain mean of the benchmark scores). Returns the split counts, the
-    comparison of :data:`CROSS_METHODS` on the test models (same protocol and summary as the main
-    comparison, with paired differences to the plain mean), the chosen steps, the learned weight per
-    benchmark (seed mean and std) and the source and test models. With ``relative`` the size
-    thresholds are quantiles of the models' sizes (:func:`lib.benchalign.methods.split_by_size`).
-    """
+    :data:`CROSS_METHODS` compared as in the main comparison on ``data`` of
+    :func:`lib.benchalign.data.load_cross_paper` (one feature per benchmark, so no alignment is the
+    plain mean of the benchmark scores), with the learned weight per benchmark."""
     cfg = cfg or Config()
     group = f"size quantile {test_min_b:g}+" if relative else f"{test_min_b:g}B+"
     split = split_by_size(data, source_max_b, {group: test_min_b}, relative=relative)
@@ -401,12 +396,8 @@ def noise_study(data: ItemData, split, cfg, *, flips=(0.0, 0.1, 0.2, 0.3, 0.4), 
                 seeds: int = 3, beta: float = 4.0, n_boot: int = 1000) -> dict:
     """BenchAlign fitted on Bradley-Terry pairs among the source models, drawn from the target of
     ``data`` as the known latent (:func:`bt_pairs`), for every share of flipped pairs x pairs per model
-    (``0`` = all pairs) and seed, in one run of :func:`lib.benchalign.rank.fit_pairs_many`; and the
-    methods of the registry that learn nothing from the target (plain accuracy, random weights, ...).
-    All are scored on the test groups against the latent, summarised with seeds, bootstrap intervals
-    and paired differences to plain accuracy (:func:`lib.benchalign.studies.summarise`).
-    Returns ``{"summary", "conditions", "baselines", "beta", "seeds", "rows"}`` (or ``{"skipped": why}``
-    with fewer than :data:`MIN_MODELS` source models or no test group)."""
+    (``0`` = all pairs) and seed, in one run of :func:`lib.benchalign.rank.fit_pairs_many`, beside the
+    methods of the registry that learn nothing from the target; summarised as :func:`summarise` does."""
     source = np.asarray(split.source, dtype=int)
     if len(source) < MIN_MODELS or not split.groups:
         return {"skipped": f"{len(source)} source model(s) and {len(split.groups)} test group(s): need at least "
