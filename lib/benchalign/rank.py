@@ -479,9 +479,9 @@ def fit_many(X, y, tasks: Sequence[Task], *, folds: int = 5, loss: str = "rankne
     dtype = dtype or (torch.float64 if loss in RANK_WEIGHTED else torch.float32)
     columns = _Columns(*X.shape)             # every fold's fit and every refit: one column of one run
     plans = [_plan(t, y, columns, folds) for t in tasks]
-    train, val, items, init = columns.arrays()
-    run = descend(X, y, train, val, item_mask=items, init=init, loss=loss, lr=lr, floor=floor,
-                  eval_every=eval_every, dtype=dtype)
+    items, init = columns.arrays()
+    run = descend(X, y, np.array(columns.train).T, np.array(columns.val).T, item_mask=items, init=init, loss=loss,
+                  lr=lr, floor=floor, eval_every=eval_every, dtype=dtype)
     steps_run = _follow(run, plans, max_steps, patience)
     return [p.fit(loss, steps_run) for p in plans]
 
@@ -514,7 +514,7 @@ def fit_pairs_many(X, tasks: Sequence[PairTask], *, folds: int = 5, lr: float = 
     columns = _Columns(*X.shape)
     plans = [_plan_pairs(t, columns, folds) for t in tasks]
     K, C = X.shape[0], len(columns.train)
-    _, _, items, init = columns.arrays(masks=False)
+    items, init = columns.arrays()
     run = _descend(X, _pair_list(columns.train, K, dtype), _pair_list(columns.val, K, dtype), C, items, init,
                    "ranknet", lr, floor, eval_every, dtype)
     steps_run = _follow(run, plans, max_steps, patience)
@@ -589,11 +589,9 @@ class _Columns:
             self.train.append(train), self.val.append(val), self.items.append(items), self.init.append(init)
         return self.index[key]
 
-    def arrays(self, masks: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """K x C training and validation masks (None unless ``masks``: the pair path keeps a list of
-        pairs per column), C x M item masks and starting weights."""
-        train, val = (np.array(self.train).T, np.array(self.val).T) if masks else (None, None)
-        return train, val, np.array(self.items), np.array(self.init)
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """C x M item masks and starting weights."""
+        return np.array(self.items), np.array(self.init)
 
 
 @dataclass
@@ -671,9 +669,7 @@ def _task_folds(t: Task, rows: np.ndarray, y: np.ndarray, folds: int) -> tuple[n
 
 
 def _follow(run: Iterator[Checkpoint], plans: list[_Plan], max_steps: int, patience: int) -> int:
-    """Follow the run's checkpoints: each plan keeps the refit's weights at its lowest mean
-    validation loss and stops ``patience`` steps after it; the run stops when every plan has (or at
-    ``max_steps``). Returns the steps run."""
+    """Follow the run's checkpoints as the protocol does (module doc); returns the steps run."""
     step = 0
     for cp in run:
         step = cp.step
