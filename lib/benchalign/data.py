@@ -199,12 +199,6 @@ def dedupe(X: np.ndarray, models: Sequence[str], policy: str = "first",
 
 
 # --------------------------------------------------------------------------- leaderboard items
-def oll_available(data: str | Path | None = None) -> list[str]:
-    """Names of the leaderboard item files present in the published data."""
-    base = Path(data) if data else paths.data_dir(OLL_DIR)
-    return sorted(p.stem for p in (base / OLL_DIR).glob("*.npz"))
-
-
 def read_oll(name: str, data: str | Path | None = None, duplicates: str = "first"
              ) -> tuple[np.ndarray, list[str], dict[str, int]]:
     """One leaderboard file: (0/1 matrix, unique model names, duplicated names with counts)."""
@@ -212,7 +206,7 @@ def read_oll(name: str, data: str | Path | None = None, duplicates: str = "first
     path = base / OLL_DIR / f"{name}.npz"
     note_read(path)
     if not path.exists():
-        known = oll_available(base)
+        known = sorted(p.stem for p in (base / OLL_DIR).glob("*.npz"))
         raise ItemDataError(f"no leaderboard item file {path}{did_you_mean(name, known)}; present: {known}")
     try:
         with np.load(path, allow_pickle=False) as npz:

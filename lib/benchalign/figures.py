@@ -10,7 +10,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from .. import plots
-from ..outputs import est
+from ..outputs import est, f
 from .experiments import METHODS, SELECTIONS
 from .methods import PAPER_RHO, method_label
 
@@ -152,12 +152,12 @@ def weight_hist(item_benchmark, weights: list[np.ndarray]):
                    medianprops={"color": "0.1", "lw": 1.2}, whiskerprops={"color": "0.1", "lw": 0.9},
                    capprops={"color": "0.1", "lw": 0.9})
     ax.axvline(0.0, color="0.6", lw=0.6)
-    ax.set_yticks(range(len(names)), [f"{plots.display(b)}\nΣ = {_sum(W[item_benchmark == b].sum())}" for b in names])
+    ax.set_yticks(range(len(names)), [f"{plots.display(b)}\nΣ = {f(W[item_benchmark == b].sum())}" for b in names])
     ax.set_ylim(len(names) - 0.5, -0.5)
     ax.xaxis.set_major_locator(plt.MaxNLocator(5))
     ax.set_xlabel(f"learned item weight w / d (seed mean)\nuniform weight: 1 / {len(W):,}")
     ax.set_ylabel("benchmark (Σ its weights)")
-    plots.title(fig, f"BenchAlign item weights by benchmark (all items: Σ = {_sum(W.sum())}, "
+    plots.title(fig, f"BenchAlign item weights by benchmark (all items: Σ = {f(W.sum())}, "
                         f"Σ|w| = {np.abs(W).sum():.1f})")
     return plots.set_caption(fig, (
         "The weight BenchAlign learns for each item (mean over seeds), one row per benchmark: every item a dot, the "
@@ -165,11 +165,6 @@ def weight_hist(item_benchmark, weights: list[np.ndarray]):
         "0.005 either way); plain accuracy's uniform weight, 1 / items, is in the axis label (at this scale it lies "
         "on zero). Weights are divided by d = √(((Σw)² + 0.01 (Σ|w|)²) / 1.01), which is Σw "
         "for non-negative weights but not in general: these do not sum to 1 (the title gives their sums)."))
-
-
-def _sum(value: float) -> str:
-    """A sum of weights to two decimals, without the minus of a negative that rounds to zero."""
-    return f"{value:.2f}".replace("-0.00", "0.00")
 
 
 def ablation_bars(ablation: dict):

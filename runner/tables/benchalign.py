@@ -21,11 +21,6 @@ def _rho(rec: dict | None) -> str:
     return f((rec or {}).get("spearman"))
 
 
-def _paper(group: str, method: str) -> str:
-    v = PAPER_RHO.get(group, {}).get(method)
-    return "" if v is None else f(v)
-
-
 @table("benchalign")
 def benchalign_table(s: Summaries) -> list[str]:
     """07's comparison of every method on every test group (largest first), with paired differences
@@ -43,7 +38,8 @@ def benchalign_table(s: Summaries) -> list[str]:
         cells = [_method(m, b), _rho(r), f(r["spearman_seed_std"], 3), f(r["pair_acc"]), _diff(r)]
         for g in groups[1:]:
             cells += [f(main[g][m]["spearman"]), _diff(main[g][m])]
-        out.append(row(*cells, _paper(big, m)))
+        paper = PAPER_RHO.get(big, {}).get(m)
+        out.append(row(*cells, "" if paper is None else f(paper)))
     return out
 
 
