@@ -473,7 +473,12 @@ def fit_many(X, y, tasks: Sequence[Task], *, folds: int = 5, loss: str = "rankne
     """
     X = np.asarray(X)
     y = np.asarray(y, dtype=np.float64)
-    _check_data(X, y, loss)
+    if loss not in LOSSES:
+        raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+    if len(y) != X.shape[0]:
+        raise RankError(f"{X.shape[0]} models but {len(y)} target scores")
+    if not np.isfinite(X).all():
+        raise RankError("features contain NaN or infinite values")
     if not tasks:
         return []
     dtype = dtype or (torch.float64 if loss in RANK_WEIGHTED else torch.float32)
@@ -562,15 +567,6 @@ def _plan_pairs(t: PairTask, columns: _Columns, folds: int) -> _Plan:
         fold_cols.append(columns.add(pairs[:, ~touch], pairs[:, touch], items, init))
     refit = columns.add(pairs, pairs[:, :0], items, init)
     return _Plan(t, fold_cols, refit, k, done=not k, fold_ids=fold_ids, n_models=len(rows))
-
-
-def _check_data(X: np.ndarray, y: np.ndarray, loss: str) -> None:
-    if loss not in LOSSES:
-        raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
-    if len(y) != X.shape[0]:
-        raise RankError(f"{X.shape[0]} models but {len(y)} target scores")
-    if not np.isfinite(X).all():
-        raise RankError("features contain NaN or infinite values")
 
 
 class _Columns:
