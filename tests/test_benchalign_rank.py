@@ -39,19 +39,30 @@ def _ranknet_loss_grad(X, w, y, floor=rank.FLOOR) -> tuple[float, np.ndarray]:
     return float(loss), g / d - (g @ w) / d**2 * dd
 
 
-def _pair_loss(s: torch.Tensor, target: rank.Target, loss: str) -> torch.Tensor:
-    """The ranking loss of one score vector ``s`` over all its models (:func:`rank.batch_loss`)."""
-    return rank.batch_loss(s[:, None], rank.Pairs(target, torch.ones(len(s), 1, dtype=torch.bool), s.dtype),
-                           loss)[0]
+def _step(S: torch.Tensor, pairs: rank.Pairs, loss: str) -> torch.Tensor:
+    """The loss of each column of ``S`` as the fits compute it (:meth:`rank.Pairs.step`), its gradient
+    w.r.t. ``S`` accumulated into ``S.grad``."""
+    value, grad = pairs.step(S, loss, value=True)
+    if grad is None:                           # the pointwise loss: an autograd graph
+        value.sum().backward()
+    else:
+        S.backward(grad)
+    return value.detach()
+
+
+def _pair_loss(s: torch.Tensor, target: rank.Target, loss: str) -> float:
+    """The ranking loss of one score vector ``s`` over all its models."""
+    return float(rank.Pairs(target, torch.ones(len(s), 1, dtype=torch.bool), s.dtype).value(s[:, None], loss)[0])
 
 
 def _loss_and_grad(X, w, y, loss: str = "ranknet", floor=rank.FLOOR) -> tuple[float, np.ndarray]:
-    """Loss and gradient w.r.t. ``w`` exactly as the fits compute them (torch autograd on s)."""
+    """Loss and gradient w.r.t. ``w`` exactly as the fits compute them (:func:`_step`, then autograd
+    through the normalisation)."""
     Xt = torch.as_tensor(np.asarray(X), dtype=torch.float64)
     wt = torch.tensor(np.asarray(w, dtype=np.float64), requires_grad=True)
-    value = _pair_loss(Xt @ rank.normalise(wt, floor), rank.Target(y), loss)
-    value.backward()
-    return float(value.detach()), wt.grad.numpy().copy()
+    pairs = rank.Pairs(rank.Target(y), torch.ones(len(y), 1, dtype=torch.bool), torch.float64)
+    value = _step((Xt @ rank.normalise(wt, floor))[:, None], pairs, loss)
+    return float(value[0]), wt.grad.numpy().copy()
 
 
 def _naive_ranknet(X, w, y, floor=rank.FLOOR):
@@ -117,9 +128,7 @@ def test_blockwise_pairwise_losses_do_not_depend_on_the_block_size(small, monkey
         monkeypatch.setattr(rank, "_KEEP_ELEMENTS", keep)                 # pair indicators rebuilt / kept
         pairs = rank.Pairs(target, mask, torch.float64)
         S.grad = None
-        value = rank.batch_loss(S, pairs, loss)
-        value.sum().backward()
-        values.append(value.detach().numpy())
+        values.append(_step(S, pairs, loss).numpy())
         grads.append(S.grad.numpy().copy())
     m = mask.numpy()
     P = y[:, None] > y[None, :]

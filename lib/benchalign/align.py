@@ -3,29 +3,11 @@
     python -m lib.benchalign.align align --items A.npz [B.npz ...] --prefs prefs.csv --out bench.json
     python -m lib.benchalign.align score --bench bench.json --items C.npz [...] [--out scores.csv]
 
-(``make align`` / ``make score``; docs/align.md). ``align`` learns one weight per item with BenchAlign's
-linear RankNet and its cross-validated protocol (:func:`lib.benchalign.rank.fit_pairs` for pairs,
-:func:`lib.benchalign.rank.fit` for a score per model: one optimiser, one step choice) on the models
-the preferences name, and writes the aligned benchmark: item ids, weights, the normaliser, the source
-models, the settings, the cross-validated rho and pair accuracy with 95 % bootstrap intervals (beside
-plain accuracy's), and the sha256 of every input file. ``score`` applies it to new models.
-
-Inputs (:func:`read_items`, :func:`read_preferences`):
-
-- items, per-model item correctness in [0, 1]: an ``.npz`` with ``scores`` (models x items) and
-  ``models`` (and optionally ``items``, the ids; else ``<file stem>/<column>``, e.g. ``musr/17`` for the
-  published leaderboard files); a ``.csv`` / ``.parquet`` table, wide (a ``model`` column, one column per
-  item id) or long (columns ``model``, ``item``, ``correct``); or a folder of lm-eval ``--log_samples``
-  outputs (one sub-folder per model, as lm-eval writes them, ``__`` read as ``/`` in its name; item id
-  ``<task>/<doc_id>``; the first numeric metric of each record unless ``--metric``; the newest file of a
-  task). Several files are joined by model name; duplicated names keep their first row.
-- preferences, a ``.csv`` / ``.parquet`` / ``.jsonl`` table: pairs (``winner``, ``loser``, optional
-  ``weight``; repeated and contradicting pairs are fine) or a score per model (``model``, ``score``).
-
-Every bad input stops with one ``error:`` line and exit status 2 (:class:`AlignError`): a file that does
-not parse, a model in the preferences without items, preferences too few (fewer than
-:data:`MIN_PAIRS` pairs or :data:`MIN_MODELS` models) or too disconnected (no connected component of the
-comparison graph holds half of the models), and item ids that do not match the aligned benchmark's.
+(``make align`` / ``make score``; docs/align.md gives the input formats, the output and every error).
+``align`` learns one weight per item with BenchAlign's linear RankNet and its cross-validated protocol
+(:func:`lib.benchalign.rank.fit_pairs` for pairs, :func:`lib.benchalign.rank.fit` for a score per
+model) on the models the preferences name; ``score`` applies the aligned benchmark to new models.
+Every bad input stops with one ``error:`` line and exit status 2 (:class:`AlignError`).
 
 Notebook 07's worked example of this command line and its study of noisy, sparse preferences are
 :func:`lib.benchalign.studies.example` and :func:`lib.benchalign.studies.noise_study`.
@@ -77,11 +59,10 @@ class Items:
     files: list[Path] = field(default_factory=list)
 
     @classmethod
-    def from_data(cls, data: ItemData, rows=None) -> Items:
+    def from_data(cls, data: ItemData) -> Items:
         """The items of an :class:`ItemData` (ids ``<benchmark>/<index>``, as the npz reader names them)."""
-        rows = np.arange(len(data.models)) if rows is None else np.asarray(rows, dtype=int)
         ids = [f"{b}/{i}" for b, i in zip(data.item_benchmark, data.item_id)]
-        return cls(np.asarray(data.X, dtype=np.float64)[rows], [data.models[r] for r in rows], ids)
+        return cls(np.asarray(data.X, dtype=np.float64), list(data.models), ids)
 
     def select(self, models) -> np.ndarray:
         index = {m: i for i, m in enumerate(self.models)}
@@ -114,10 +95,6 @@ def _read_npz(path: Path) -> tuple[np.ndarray, list[str], list[str]]:
 NAME_COLUMNS = ("model", "winner", "loser", "item")     # always text: a model named 025, NA or null is a name
 
 
-def _read_frame(path: Path) -> pd.DataFrame:
-    return pd.concat(list(_read_chunks(path, None)), ignore_index=True)
-
-
 CHUNK_ROWS = 500_000    # rows of a preferences file read at once (a few tens of MB)
 
 
@@ -147,7 +124,7 @@ def _read_chunks(path: Path, rows: int | None):
 
 
 def _read_table(path: Path) -> tuple[np.ndarray, list[str], list[str]]:
-    df = _read_frame(path)
+    df = pd.concat(list(_read_chunks(path, None)), ignore_index=True)
     if "model" not in df.columns:
         raise _parse_error(path, f"an items table needs a 'model' column; found {list(df.columns)[:5]}")
     if {"item", "correct"} <= set(df.columns) and len(df.columns) == 3:            # long
@@ -245,10 +222,7 @@ def read_items(paths, metric: str | None = None) -> Items:
                 raise AlignError(f"model {lost[0]!r} is in {paths[k]} but not in {paths[other]} ({len(lost)} such "
                                  "models): every items file must hold the same models; give its items or drop it")
     common = list(parts[0][1])
-    blocks = []
-    for X, models, _ in parts:
-        index = {m: i for i, m in enumerate(models)}
-        blocks.append(X[[index[m] for m in common]])
+    blocks = [Items(X, models, part_ids).select(common) for X, models, part_ids in parts]
     return Items(np.concatenate(blocks, axis=1), common, ids, paths)
 
 

@@ -32,7 +32,7 @@ from ..data import corrupt
 from ..util import did_you_mean, note_read
 from .data import ItemData, ItemDataError, load_oll, parse_size_b
 from .methods import BASELINES, Config, Split, best_single_choice, run_method, split_by_size
-from .studies import Comparison, compare, evaluate, summarise
+from .studies import Comparison, compare, comparison, summarise
 
 NAMES = Path(__file__).with_name("arena_names.csv")
 _WHEEL = {r.repo: r.dest for r in PINNED_WHEELS}     # where `make data` puts each pinned wheel
@@ -44,15 +44,6 @@ METHODS = (*BASELINES, "benchalign")
 def key(name: str) -> str:
     """The rule: lower-case, without the organisation, a-z and 0-9 only."""
     return re.sub(r"[^a-z0-9]", "", name.split("/")[-1].lower())
-
-
-def rule_matches(arena: list[str], models: list[str]) -> dict:
-    """Arena name -> the one leaderboard name with the same key."""
-    by_key: dict[str, list[str]] = {}
-    for m in dict.fromkeys(models):          # a name listed twice is one model
-        by_key.setdefault(key(m), []).append(m)
-    return {a: by_key[key(a)][0] for a in arena
-            if len(by_key.get(key(a), [])) == 1}
 
 
 def read_member(wheel: Path, member: str):
@@ -131,21 +122,15 @@ def cross_validated(data: ItemData, methods, seeds: int, folds: int,
         for m in methods:
             for s, out in enumerate(run_method(m, data, train, range(seeds), cfg)):
                 preds[m][s, test] = out.scores[test]
-    split = Split(everyone, {f"all ({folds}-fold)": everyone})
-    rows = [{"method": m, "seed": s, "group": g, **r} for m, P in preds.items()
-            for s, p in enumerate(P)
-            for g, r in evaluate(p, data.target, split.groups).items()]
-    return Comparison(pd.DataFrame(rows), preds, {}, split)
+    return comparison(preds, data.target, Split(everyone, {f"all ({folds}-fold)": everyone}))
 
 
 def arena_report(data: ItemData, cfg: Config, *, seeds: int = 5,
                  n_boot: int = 1000, source_max_b: float = 30.0,
                  test_groups=None, min_test: int = 8, folds: int = 5) -> dict:
     """:data:`METHODS` on a size hold-out (source below ``source_max_b``; test
-    groups with at least ``min_test`` models) and cross-validated over all models:
-    ``{"models", "counts", "best_single", "notes", "hold_out", "cv"}``, records
-    as in :func:`lib.benchalign.studies.summarise` (n models, intervals, paired
-    differences to every baseline)."""
+    groups with at least ``min_test`` models) and cross-validated over all models,
+    records as in :func:`lib.benchalign.studies.summarise`."""
     split = split_by_size(data, source_max_b, test_groups or {"30B+": 30.0},
                           min_test=min_test)
     hold = compare(data, split, METHODS, seeds, cfg)

@@ -1,19 +1,9 @@
 """Baselines for BenchAlign: ways to weight or subset items without learning from preferences.
 
-Every baseline returns an :class:`ItemWeighting`: which items it uses, the weights it gives them,
-and a ``score`` function of a models x items matrix. All are fitted on source models only.
-
-- :func:`no_alignment` -- uniform weights over all items (plain accuracy over the pooled items);
-- :func:`random_weights` -- i.i.d. standard-normal item weights (the space BenchAlign searches,
-  without learning; normalised like BenchAlign's);
-- :func:`best_single` -- the feature benchmark whose accuracy ranks the source models closest to
-  the target (Spearman), uniform over its items;
-- :func:`metabench_like` -- MetaBench-style: a 2PL IRT model fitted to the source models'
-  responses, the ``k`` items with the largest Fisher information averaged over the source
-  abilities, and a model's score = its ability estimate (MAP, standard-normal prior) on them;
-- :func:`tinybenchmarks_like` -- anchor points in the style of tinyBenchmarks: items clustered by
-  their response pattern over the source models (k-means, ``k`` clusters), the item nearest each
-  centroid is the anchor, weighted by its cluster's size.
+Every baseline returns an :class:`ItemWeighting` (the items it uses, their weights, a ``score`` of a
+models x items matrix), fitted on source models only. The MetaBench- and tinyBenchmarks-like subsets
+follow those papers' ideas (a 2PL IRT model's most informative items; k-means anchor points), not
+their code.
 """
 
 from __future__ import annotations
@@ -53,6 +43,7 @@ def no_alignment(M: int) -> ItemWeighting:
 
 
 def random_weights(M: int, seed: int) -> ItemWeighting:
+    """i.i.d. standard-normal item weights normalised like BenchAlign's: the space it searches, unlearned."""
     w = np.random.default_rng(seed).standard_normal(M)
     return ItemWeighting("random", np.arange(M), rank.normalise(w))
 

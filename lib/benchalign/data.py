@@ -1,28 +1,15 @@
 """Item matrices for BenchAlign: models x items correctness, a target score per model, model sizes.
 
-Three sources feed the same :class:`ItemData`:
+Three sources feed the same :class:`ItemData`: :func:`load_oll` (the Open LLM Leaderboard v2 item
+files of the published data, joined **by model name**, never by row: the model lists differ between
+files), :func:`load_pipeline` (our own direct-evaluation items, the train-before-test score as the
+target) and :func:`load_cross_paper` (the published direct-evaluation scores as features).
 
-- :func:`load_oll` -- the Open LLM Leaderboard v2 item-level 0/1 matrices of the published data
-  (``oll-v2-items/<benchmark>.npz``: ``scores`` uint8 models x items, ``models`` str). Benchmarks
-  are joined **by model name**, never by row (the model lists differ between files).
-- :func:`load_pipeline` -- our own pipeline (smoke / mini profiles): per-item correctness logged by
-  direct evaluation under ``work/items/direct_eval/<benchmark>/<model slug>.json`` as features,
-  the mean train-before-test score from the results store as target.
-- :func:`load_cross_paper` -- the published train-before-test results: the direct-evaluation
-  scores of the benchmarks are the features, the mean train-before-test score the target.
-
-Duplicated model names (19 in the leaderboard files: the leaderboard had several entries for
-them) follow :data:`DUPLICATES` = ``"first"`` by default: the first row of a name is kept. In the
-published files every duplicated name has identical rows, so the rule changes nothing there;
-``"mean"`` averages the rows (entries become fractions) and ``"error"`` refuses duplicates whose
-rows differ. Entries must be finite and, for leaderboard files, exactly 0 or 1; anything else is
-rejected with an error naming the file, the model and the item.
-
-Model sizes come from the model id (:func:`parse_size_b`) for leaderboard models and from
-:func:`lib.metadata.model_info` for models of our own store. Whether a model is instruction-tuned
-(``ItemData.instruct``, the one-bit baseline BenchAlign must beat) comes from its name
-(:func:`instruct_mark`, the one rule) for leaderboard and published-store models, and from
-:func:`lib.metadata.model_info` for the models of our own pipeline.
+Duplicated model names (19 in the leaderboard files) keep their first row by default
+(:func:`dedupe`); in the published files every duplicated name has identical rows, so the rule
+changes nothing there. Sizes come from the model id (:func:`parse_size_b`) or
+:func:`lib.metadata.model_info`; the instruction-tuned flag (the one-bit baseline BenchAlign must
+beat) from the name (:func:`instruct_mark`) or, for our own models, their metadata.
 """
 
 from __future__ import annotations
@@ -84,24 +71,17 @@ def parse_size_b(model_id: str) -> float | None:
     return max(sizes) if sizes else None
 
 
-# "instruct", "chat" anywhere in the name part; "it" as a whole token (gemma-2b-it); the others
-# (preference or supervised fine-tuning steps) anywhere. Case-insensitive.
 INSTRUCT_SUBSTRINGS = ("instruct", "chat", "dpo", "sft", "rlhf", "orpo")
 INSTRUCT_TOKENS = ("it",)
 
 
 def instruct_mark(model_id: str) -> str | None:
     """The mark in a model id that flags it as instruction-tuned, or None (a base model, as far as
-    its name says).
-
-    The one rule, used for every model whose metadata we do not hold (the leaderboard's 428 and the
-    published store's 61): the name part (after ``/``), lower-cased, contains one of
-    :data:`INSTRUCT_SUBSTRINGS` (``-Instruct``, ``-Chat``, ``openchat``, ``-DPO``, ``-SFT``, ``RLHF``,
-    ``ORPO``) or has :data:`INSTRUCT_TOKENS` as a token between ``-``, ``_``, ``.`` or spaces
-    (``gemma-2b-it``). Fine-tunes named otherwise (``zephyr``, ``Hermes``, ``dolphin``, ``vicuna``)
-    count as base models: the rule reads names, not model cards, and stage 07 writes the list it
-    produced (``instruct_flag.csv``) for review.
-    """
+    its name says): the name part, lower-cased, contains one of :data:`INSTRUCT_SUBSTRINGS` or has
+    one of :data:`INSTRUCT_TOKENS` as a token (``gemma-2b-it``). The one rule for every model whose
+    metadata we do not hold (the leaderboard's 428, the published store's 61); fine-tunes named
+    otherwise (``zephyr``, ``Hermes``) count as base models, so stage 07 writes the list it produced
+    (``instruct_flag.csv``) for review."""
     name = model_id.split("/")[-1].lower()
     for mark in INSTRUCT_SUBSTRINGS:
         if mark in name:
@@ -219,12 +199,6 @@ def dedupe(X: np.ndarray, models: Sequence[str], policy: str = "first",
 
 
 # --------------------------------------------------------------------------- leaderboard items
-def oll_available(data: str | Path | None = None) -> list[str]:
-    """Names of the leaderboard item files present in the published data."""
-    base = Path(data) if data else paths.data_dir(OLL_DIR)
-    return sorted(p.stem for p in (base / OLL_DIR).glob("*.npz"))
-
-
 def read_oll(name: str, data: str | Path | None = None, duplicates: str = "first"
              ) -> tuple[np.ndarray, list[str], dict[str, int]]:
     """One leaderboard file: (0/1 matrix, unique model names, duplicated names with counts)."""
@@ -232,7 +206,7 @@ def read_oll(name: str, data: str | Path | None = None, duplicates: str = "first
     path = base / OLL_DIR / f"{name}.npz"
     note_read(path)
     if not path.exists():
-        known = oll_available(base)
+        known = sorted(p.stem for p in (base / OLL_DIR).glob("*.npz"))
         raise ItemDataError(f"no leaderboard item file {path}{did_you_mean(name, known)}; present: {known}")
     try:
         with np.load(path, allow_pickle=False) as npz:
@@ -358,7 +332,7 @@ def load_pipeline(store: str | Path, work: str | Path, benchmarks: Sequence[str]
 
 
 # --------------------------------------------------------------------------- across the two papers
-def load_cross_paper(store: str | Path, benchmarks: Sequence[str] = ()) -> ItemData:
+def load_cross_paper(store: str | Path) -> ItemData:
     """Published results: features = direct-evaluation scores (one per benchmark), target = mean
     train-before-test score over the same benchmarks; models need both protocols on all of them.
 
@@ -369,11 +343,8 @@ def load_cross_paper(store: str | Path, benchmarks: Sequence[str] = ()) -> ItemD
 
     df = load(store)
     direct, tbt = matrix(df, "direct_eval"), matrix(df, "train_before_test")
-    names = list(benchmarks) or sorted(set(direct.columns) & set(tbt.columns))
-    names = [b for b in names if not metadata.benchmark_info(b, store=store).is_perplexity]
-    for b in names:
-        if b not in direct.columns or b not in tbt.columns:
-            raise ItemDataError(f"benchmark {b!r} lacks direct_eval or train_before_test results in {store}")
+    names = [b for b in sorted(set(direct.columns) & set(tbt.columns))
+             if not metadata.benchmark_info(b, store=store).is_perplexity]
     both = direct[names].dropna().index.intersection(tbt[names].dropna().index)
     models = sorted(both)
     if not models:

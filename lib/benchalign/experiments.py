@@ -15,7 +15,7 @@ import pandas as pd
 from . import rank
 from .data import ItemData, instruct_mark
 from .memo import Memo, data_key
-from .methods import METHODS, Config, Split, best_single_choice, clean
+from .methods import METHODS, Config, Split, best_single_choice, clean, method_label
 from .studies import (
     SELECTIONS,
     WITHIN_GROUPS,
@@ -33,39 +33,32 @@ from .studies import (
 
 def table(summary_main: dict, metric: str = "spearman") -> pd.DataFrame:
     """Method x group table of ``metric`` as 'mean [95 % ci] (seed std)' strings (for display)."""
-    cells = {}
-    for g, methods in summary_main.items():
-        for m, r in methods.items():
-            if r.get(metric) is None:
-                cells[(METHODS[m].label if m in METHODS else m, g)] = "n/a"
-                continue
-            ci = r.get(f"{metric}_ci")
-            cells[(METHODS[m].label if m in METHODS else m, g)] = (
-                f"{r[metric]:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+    def cell(r: dict) -> str:
+        if r.get(metric) is None:
+            return "n/a"
+        ci = r.get(f"{metric}_ci")
+        return (f"{r[metric]:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
                 + (f" (seeds ± {r[f'{metric}_seed_std']:.3f})" if r.get(f"{metric}_seed_std") else ""))
-    return _registry_order(cells)
+    return _registry_order(summary_main, cell)
 
 
-def _registry_order(cells: dict) -> pd.DataFrame:
-    """(method label, group) -> text cells as a table, methods in registry order."""
-    s = pd.Series(cells, dtype=object)
+def paired_table(summary_main: dict, metric: str = "spearman", ref: str = "no_alignment") -> pd.DataFrame:
+    """Method x group table of the paired difference to ``ref`` as 'diff [95 % ci]' strings."""
+    def cell(r: dict) -> str | None:
+        d, ci = r.get(f"{metric}_diff_{ref}"), r.get(f"{metric}_diff_{ref}_ci")
+        return None if d is None else f"{d:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "")
+    return _registry_order(summary_main, cell)
+
+
+def _registry_order(summary_main: dict, cell) -> pd.DataFrame:
+    """The cells (None: left out) of every method and group as a table, methods in registry order."""
+    cells = {(method_label(m), g): cell(r) for g, ms in summary_main.items() for m, r in ms.items()}
+    s = pd.Series({k: v for k, v in cells.items() if v is not None}, dtype=object)
     if not len(s):
         return pd.DataFrame()
     df = s.unstack()
     order = [spec.label for spec in METHODS.values() if spec.label in df.index]
     return df.reindex(order + [m for m in df.index if m not in order])
-
-
-def paired_table(summary_main: dict, metric: str = "spearman", ref: str = "no_alignment") -> pd.DataFrame:
-    """Method x group table of the paired difference to ``ref`` as 'diff [95 % ci]' strings."""
-    cells = {}
-    for g, methods in summary_main.items():
-        for m, r in methods.items():
-            d, ci = r.get(f"{metric}_diff_{ref}"), r.get(f"{metric}_diff_{ref}_ci")
-            if d is not None:
-                cells[(METHODS[m].label if m in METHODS else m, g)] = (
-                    f"{d:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""))
-    return _registry_order(cells)
 
 
 def weights_by_benchmark(data: ItemData, weights: list[np.ndarray]) -> pd.DataFrame:
@@ -189,25 +182,17 @@ def benchalign_report(items: ItemData, split: Split, cfg: Config, *, seeds: int 
                       cross_paper_store=None, cross_source_max_b: float = 3.5,
                       cross_test_min_b: float = 6.0, relative_sizes: bool = False, progress: bool = True,
                       resume=None) -> dict:
-    """Everything notebook 07 shows: the method comparison on the test groups (``comparison``,
-    ``main``), how the protocol chose (``protocol``), learned weights by benchmark (``by_bench``),
-    the loss ablation (``ablation``, a comparison of losses), the instruction-tuned / base groups
-    (``within``), the subsets at ``subset_fractions`` of the items (``subsets``), the data needs
-    and source selections (``needs``), the
-    benchmark-level experiment (``cross``, one weight per benchmark of ``cross_paper_store``'s direct
-    evaluation: across the two papers on the published store; with ``relative_sizes`` its size
-    thresholds are quantiles, as for the tiny models of the mini world),
-    ``tables`` (name -> DataFrame to save), ``notes`` and ``summary`` (the plain numbers of
-    summary.json). With ``progress``, a console line reports the units of work done (one unit: a
-    method with all its seeds, a loss, a data-needs count, the cross-paper experiment). With
-    ``resume`` (a folder, :func:`lib.layout.benchalign_dir`), each finished unit is kept there
-    (:class:`lib.benchalign.memo.Memo`), so a run that was stopped resumes at the next unit and ends
-    with the numbers of one that was not."""
+    """Everything notebook 07 shows, as the studies of :mod:`lib.benchalign.studies` (the
+    benchmark-level ``cross`` on ``cross_paper_store``'s direct evaluation), ``tables`` (name ->
+    DataFrame to save), ``notes`` and ``summary`` (the plain numbers of summary.json). With
+    ``progress``, a console line counts the units of work done (:mod:`lib.benchalign.memo`); with
+    ``resume`` (a folder, :func:`lib.layout.benchalign_dir`), each finished unit is kept there, so
+    a stopped run resumes at the next unit and ends with the numbers of one that was not."""
     from ..progress import Progress
 
     notes = list(split.notes)
     fittable = bool(split.groups) and len(split.source) >= 2
-    n_units = (len(METHODS) + (len(losses) + needs_jobs(split, source_counts, item_counts, items.X.shape[1])
+    n_units = (len(METHODS) + (len(losses) + len(needs_jobs(split, source_counts, item_counts, items.X.shape[1]))
                                + len(subset_fractions) + len(WITHIN_GROUPS) * within
                                if fittable else 0) + (cross_paper_store is not None))
     memo = Memo.for_report(resume, items, split, cfg, seeds, n_boot)

@@ -1,10 +1,5 @@
-"""Figures of notebook 07 (shared style from :mod:`lib.plots`; the notebook saves them).
-
-Every figure fits a two-column paper: ``plots.WIDTH_DOUBLE`` (full width) or ``plots.WIDTH_SINGLE``
-(one column) wide, text at least 7 pt, legends outside the data, methods named by their registry
-labels, benchmarks and losses as the papers name them (:func:`lib.plots.display`), a title saying what
-is shown and a caption (:func:`lib.plots.set_caption`).
-"""
+"""Figures of notebook 07 in the shared style of :mod:`lib.plots` (the notebook saves them), methods
+named by their registry labels, benchmarks and losses as the papers name them."""
 
 from __future__ import annotations
 
@@ -15,9 +10,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from .. import plots
-from ..outputs import est
+from ..outputs import est, f
 from .experiments import METHODS, SELECTIONS
-from .methods import PAPER_RHO
+from .methods import PAPER_RHO, method_label
 
 METRIC_LABELS = {"spearman": "Spearman ρ", "pair_acc": "pairwise accuracy"}
 SELECTION_LABELS = {"source_random": "random", "source_kcenter": "k-center (label-free)",
@@ -46,10 +41,6 @@ def _group_style(k: int) -> dict:
             "mfc": color if fill == "full" else "white"}
 
 
-def _label(method: str) -> str:
-    return METHODS[method].label if method in METHODS else method
-
-
 def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_alignment"):
     """Rows: metrics; left column: each method's value on each test group (mean over seeds, whiskers
     = 95 % bootstrap interval over test models); right column: its paired difference to ``ref``
@@ -61,7 +52,7 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
                              sharey=True, squeeze=False, layout="constrained")
     height = 0.8 / max(len(groups), 1)
     ticks = np.arange(n) + height * (len(groups) - 1) / 2
-    ref_label = _label(ref).split(" (")[0].lower()
+    ref_label = method_label(ref).split(" (")[0].lower()
     for row, metric in enumerate(metrics):
         for col, key in enumerate((metric, f"{metric}_diff_{ref}")):
             ax = axes[row][col]
@@ -86,13 +77,13 @@ def method_bars(main: dict, metrics=("spearman", "pair_acc"), ref: str = "no_ali
                           else f"Δ {METRIC_LABELS.get(metric, metric)} vs {ref_label}")
             if row == 0:
                 ax.set_title("value on the test models" if col == 0 else "paired difference (same resamples)")
-        axes[row][0].set_yticks(ticks, [_label(m) for m in methods])
+        axes[row][0].set_yticks(ticks, [method_label(m) for m in methods])
         axes[row][0].set_ylabel("method")
         for ax in axes[row]:                     # BenchAlign's rows set off: the method the figure is about
             for i in (i for i, m in enumerate(methods) if m == "benchalign"):
                 ax.axhspan(i - 0.4, i + height * (len(groups) - 1) + 0.4, color="0.9", lw=0, zorder=0)
     for label in (t for row in axes for t in row[0].get_yticklabels()):
-        label.set_fontweight("bold" if label.get_text() == _label("benchalign") else "normal")
+        label.set_fontweight("bold" if label.get_text() == method_label("benchalign") else "normal")
     axes[0][0].set_ylim(n - 0.5 + height * (len(groups) - 1), -0.5)      # shared y: registry order from the top
     handles = [Line2D([], [], ms=4, lw=0.9, **_group_style(k)) for k in range(len(groups))]
     labels = [f"{g} ({main[g][methods[0]]['n_models']} models)" if methods else g for g in groups]
@@ -161,12 +152,12 @@ def weight_hist(item_benchmark, weights: list[np.ndarray]):
                    medianprops={"color": "0.1", "lw": 1.2}, whiskerprops={"color": "0.1", "lw": 0.9},
                    capprops={"color": "0.1", "lw": 0.9})
     ax.axvline(0.0, color="0.6", lw=0.6)
-    ax.set_yticks(range(len(names)), [f"{plots.display(b)}\nΣ = {_sum(W[item_benchmark == b].sum())}" for b in names])
+    ax.set_yticks(range(len(names)), [f"{plots.display(b)}\nΣ = {f(W[item_benchmark == b].sum())}" for b in names])
     ax.set_ylim(len(names) - 0.5, -0.5)
     ax.xaxis.set_major_locator(plt.MaxNLocator(5))
     ax.set_xlabel(f"learned item weight w / d (seed mean)\nuniform weight: 1 / {len(W):,}")
     ax.set_ylabel("benchmark (Σ its weights)")
-    plots.title(fig, f"BenchAlign item weights by benchmark (all items: Σ = {_sum(W.sum())}, "
+    plots.title(fig, f"BenchAlign item weights by benchmark (all items: Σ = {f(W.sum())}, "
                         f"Σ|w| = {np.abs(W).sum():.1f})")
     return plots.set_caption(fig, (
         "The weight BenchAlign learns for each item (mean over seeds), one row per benchmark: every item a dot, the "
@@ -174,11 +165,6 @@ def weight_hist(item_benchmark, weights: list[np.ndarray]):
         "0.005 either way); plain accuracy's uniform weight, 1 / items, is in the axis label (at this scale it lies "
         "on zero). Weights are divided by d = √(((Σw)² + 0.01 (Σ|w|)²) / 1.01), which is Σw "
         "for non-negative weights but not in general: these do not sum to 1 (the title gives their sums)."))
-
-
-def _sum(value: float) -> str:
-    """A sum of weights to two decimals, without the minus of a negative that rounds to zero."""
-    return f"{value:.2f}".replace("-0.00", "0.00")
 
 
 def ablation_bars(ablation: dict):

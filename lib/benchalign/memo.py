@@ -44,11 +44,6 @@ def data_key(data) -> str:
     return h.hexdigest()
 
 
-def split_key(split) -> dict:
-    return {"source": np.asarray(split.source).tolist(),
-            "groups": {g: np.asarray(v).tolist() for g, v in split.groups.items()}}
-
-
 def code_key() -> dict:
     """The ``lib`` source files 07's computations run (by what they do: :func:`lib.util.code_digest`,
     so a comment or docstring redoes nothing) and the versions, threads and
@@ -78,8 +73,10 @@ class Memo:
     def for_report(cls, folder, data, split, cfg, seeds: int, n_boot: int) -> Memo:
         if folder is None:
             return cls(None)
-        return cls(folder, data=data_key(data), split=split_key(split), cfg=asdict(cfg), seeds=seeds,
-                   n_boot=n_boot, code=code_key())
+        split = {"source": np.asarray(split.source).tolist(),
+                 "groups": {g: np.asarray(v).tolist() for g, v in split.groups.items()}}
+        return cls(folder, data=data_key(data), split=split, cfg=asdict(cfg), seeds=seeds, n_boot=n_boot,
+                   code=code_key())
 
     def __call__(self, name: str, compute: Callable[[], T], **args: Any) -> T:
         if self.folder is None:

@@ -1,23 +1,11 @@
 """BenchAlign's methods and the protocol they share: train on small models, test on unseen large ones.
 
-- :func:`split_by_size` -- source models (smaller than ``source_max_b``) and test groups (at least
-  ``min_b`` each, e.g. ``{"30B+": 30, "70B+": 70}``); models without a known size are left out.
-- :data:`METHODS` -- the registry of methods: name -> :class:`Method` (a label and one function
-  ``fit(data, source, seeds, cfg, loss) -> [Outcome per seed]``: the scores of every model, the item
-  weights, the cross-validated fit). Adding a method is one function and one :func:`register` line;
-  the notebook's tables, figure order and ``numbers.tex`` follow the registry.
-- The protocol of every method that learns weights (BenchAlign, the subset + BenchAlign
-  combinations, and the studies of :mod:`lib.benchalign.studies`) is :func:`cv_fits`, through
-  :func:`lib.benchalign.rank.fit_many`: k-fold cross-validation over the source models chooses the
-  number of Adam steps (step 0, plain accuracy, is a candidate) by mean validation loss, then one
-  refit on all source models with that choice. A seed fixes the folds (and the random draws of the
-  random and subset methods); the seeds of one method run as one batch.
-- :func:`evaluate` -- the metrics on the test groups: the one place that reads the test models' targets.
-- The model-metadata baselines that could explain a gain without any item weights: the
-  instruction-tuned flag (:func:`lib.benchalign.data.instruct_mark`), the parameter count, the flag
-  with plain accuracy breaking its ties, and BenchAlign given the flag as one more feature;
-  :func:`restrict` keeps the source and test models of one flag value (the within-group study,
-  where the flag carries nothing).
+:func:`split_by_size` makes the source and test models; :data:`METHODS` is the registry (adding a
+method is one function and one :func:`register` line: the tables, figure order and ``numbers.tex``
+follow it); :func:`cv_fits` is the cross-validated protocol of every method that learns weights;
+:func:`evaluate` scores the test groups. Beside them stand the model-metadata baselines that could
+explain a gain without any item weights (the instruction-tuned flag, the parameter count, the flag
+with plain accuracy breaking its ties, BenchAlign given the flag as a feature).
 
 Training never sees a test model: every fit receives only the rows of source models
 (:func:`cv_fits` passes them and nothing else), and the test groups are disjoint from the source
@@ -170,7 +158,6 @@ class Method:
     label: str                     # for tables and figures
     fit: Callable
     learns: bool = True            # fitted on source models (skipped with fewer than 2)
-    items: bool = False            # needs item-level 0/1 features (the cross-paper data has scores)
     headline: bool = False         # its numbers go to numbers.tex and the cross-paper comparison
     flag: bool = False             # needs the instruction-tuned flag (``ItemData.instruct``)
     baseline: bool = False         # BenchAlign's tables compare against it (paired differences)
@@ -258,10 +245,6 @@ def _flag(data: ItemData) -> np.ndarray:
     return data.instruct.astype(np.float64)
 
 
-def _plain(data: ItemData) -> np.ndarray:
-    return np.asarray(data.X, dtype=np.float64).mean(axis=1)
-
-
 @register("instruct_flag", "Instruction-tuned flag (model name)", learns=False, headline=True, flag=True, baseline=True)
 def _instruct_flag(data, source, seeds, cfg, loss=None):
     return [Outcome(_flag(data), None) for _ in seeds]
@@ -269,7 +252,7 @@ def _instruct_flag(data, source, seeds, cfg, loss=None):
 
 @register("flag_accuracy", "Flag, ties broken by plain accuracy", learns=False, headline=True, flag=True, baseline=True)
 def _flag_accuracy(data, source, seeds, cfg, loss=None):
-    acc = _plain(data)
+    acc = np.asarray(data.X, dtype=np.float64).mean(axis=1)
     span = float(np.ptp(acc)) + 1.0 if len(acc) else 1.0      # every flagged model above every other
     return [Outcome(_flag(data) * span + acc, None) for _ in seeds]
 
@@ -312,8 +295,8 @@ def restrict(split: Split, keep: np.ndarray, min_test: int = 3) -> Split:
 
 
 register("best_single", "Best single benchmark", headline=True, baseline=True)(_subset_method("best_single"))
-register("metabench_like", "MetaBench-like (IRT subset)", items=True)(_subset_method("metabench_like"))
-register("tinybenchmarks_like", "TinyBenchmarks-like (anchors)", items=True)(_subset_method("tinybenchmarks_like"))
+register("metabench_like", "MetaBench-like (IRT subset)")(_subset_method("metabench_like"))
+register("tinybenchmarks_like", "TinyBenchmarks-like (anchors)")(_subset_method("tinybenchmarks_like"))
 
 
 @register("benchalign", "BenchAlign", headline=True)
@@ -322,11 +305,15 @@ def _benchalign(data, source, seeds, cfg, loss=None):
 
 
 for _name in SUBSETS:
-    register(f"{_name}+benchalign", f"{METHODS[_name].label} + BenchAlign",
-             items=METHODS[_name].items)(_subset_plus_benchalign(_name))
+    register(f"{_name}+benchalign", f"{METHODS[_name].label} + BenchAlign")(_subset_plus_benchalign(_name))
 
 
 BASELINES = tuple(m for m, spec in METHODS.items() if spec.baseline)     # registry order
+
+
+def method_label(name: str) -> str:
+    """The registry's label of a method (its name where the registry has none)."""
+    return METHODS[name].label if name in METHODS else name
 
 
 def run_method(method: str, data: ItemData, source, seeds: Sequence[int], cfg: Config,
@@ -352,9 +339,6 @@ def evaluate(scores: np.ndarray, y: np.ndarray, groups: dict[str, np.ndarray]) -
     reads the test models' targets)."""
     return {g: {"spearman": rank.spearman(scores[idx], y[idx]),
                 "pair_acc": rank.pair_accuracy(scores[idx], y[idx])} for g, idx in groups.items()}
-
-
-
 
 
 def set_threads(n: int) -> None:

@@ -171,15 +171,18 @@ class Pairs:
         """For a pairwise ``loss`` (ranknet, lambdarank, ndcg_loss2): per column the weighted sum of
         ``softplus(-(s_i - s_j))`` over the preferred pairs (zeros unless ``value``), its gradient
         ``c`` w.r.t. the scores (K x C; pair weights held constant; zeros unless ``grad``) and the sum
-        of the pair weights (the normaliser), all in descending target order, without autograd."""
+        of the pair weights (the normaliser), all in descending target order, without autograd.
+        LambdaRank weights a pair by |ΔNDCG| of swapping it in the current ranking (held constant,
+        Burges 2010; gains ``2^rel - 1``, rel = target min-max scaled, discount ``1/log2(1 + rank)``),
+        NDCG-Loss2 by LambdaLoss's ``|1/D(k) - 1/D(k+1)| |G_i - G_j|`` (Wang et al. 2018)."""
         K, C = S_sorted.shape
-        total = S_sorted.new_zeros(C)
-        norm = self.n_pairs.to(S_sorted.dtype) if loss == "ranknet" else S_sorted.new_zeros(C)
-        c = torch.zeros_like(S_sorted)
         if self._buffer is None or self._buffer.dtype != S_sorted.dtype:
             self._buffer = torch.empty(self.block * K * C, dtype=S_sorted.dtype)
         if loss == "ranknet":
-            return self._ranknet(S_sorted, value, grad) + (norm,)
+            return self._ranknet(S_sorted, value, grad) + (self.n_pairs.to(S_sorted.dtype),)
+        total = S_sorted.new_zeros(C)
+        norm = S_sorted.new_zeros(C)
+        c = torch.zeros_like(S_sorted)
         G = self.gains.to(S_sorted.dtype)
         r = self.ranks(S_sorted)
         disc = 1.0 / torch.log2(1.0 + r)
@@ -210,7 +213,7 @@ class Pairs:
         zeros for the pairwise losses unless ``value``) and, for the pairwise losses, its gradient
         w.r.t. ``S`` without autograd (else None: the loss carries an autograd graph)."""
         if loss not in PAIRWISE:
-            return batch_loss(S, self, loss), None
+            return _pointwise(S, self), None
         order = self.target.order
         with torch.no_grad():
             total, c_sorted, norm = self.pairwise(S[order], loss, value=value)
@@ -222,7 +225,7 @@ class Pairs:
     def value(self, S: torch.Tensor, loss: str) -> np.ndarray:
         """Loss of each column (NaN without pairs), without the gradient pass of the pairwise losses."""
         if loss not in PAIRWISE:
-            return batch_loss(S, self, loss).double().numpy()
+            return _pointwise(S, self).double().numpy()
         total, _, norm = self.pairwise(S[self.target.order], loss, value=True, grad=False)
         return torch.where(self.n_pairs > 0, total / norm.clamp_min(_EPS), torch.nan).double().numpy()
 
@@ -275,9 +278,7 @@ class PairList:
         return torch.where(self.n_pairs > 0, total / self.n_pairs.clamp_min(_EPS), torch.nan)
 
     def step(self, S: torch.Tensor, loss: str, value: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        if loss != "ranknet":
-            raise RankError(f"explicit preference pairs are fitted with the ranknet loss, not {loss!r}")
-        with torch.no_grad():
+        with torch.no_grad():              # always the linear RankNet (fit_pairs_many passes no other)
             A = self._terms(S)
             per_column = self._mean(F.softplus(A) * self.weight) if value else S.new_zeros(self.C)
             g = A.sigmoid_() * self.weight / self.n_pairs.clamp_min(_EPS)[self.column]   # -dL/dD
@@ -290,48 +291,11 @@ class PairList:
             return self._mean(F.softplus(self._terms(S)) * self.weight).double().numpy()
 
 
-class _Pairwise(torch.autograd.Function):
-    """Per column, the weighted mean of ``softplus(-(s_i - s_j))`` over its preferred pairs
-    (:meth:`Pairs.pairwise`): O(K^2 C) time and O(block K C) extra memory, no K^2 x M tensor."""
-
-    @staticmethod
-    def forward(ctx, S, pairs, loss):
-        order = pairs.target.order
-        total, c_sorted, norm = pairs.pairwise(S[order], loss)
-        norm = norm.clamp_min(_EPS)
-        c = torch.empty_like(c_sorted)
-        c[order] = c_sorted / norm
-        ctx.save_for_backward(c)
-        return total / norm
-
-    @staticmethod
-    def backward(ctx, g):
-        (c,) = ctx.saved_tensors
-        return c * g[None, :], None, None
-
-
-def batch_loss(S: torch.Tensor, pairs: Pairs, loss: str) -> torch.Tensor:
-    """The ranking loss ``loss`` of each column of scores ``S`` (K x C) over the column's rows
-    (:class:`Pairs`); a column without a preferred pair gets NaN.
-
-    - ``ranknet``: mean over preferred pairs of ``log(1 + exp(-(s_i - s_j)))``;
-    - ``lambdarank``: the same pairs weighted by |ΔNDCG| of swapping i and j in the current
-      ranking (weights held constant, Burges 2010), gains ``2^rel - 1`` with rel = target min-max
-      scaled, discount ``1/log2(1 + rank)``;
-    - ``ndcg_loss2``: LambdaLoss's NDCG-Loss2 (Wang et al. 2018): pairs weighted by
-      ``|1/D(|r_i-r_j|) - 1/D(|r_i-r_j|+1)| · |G_i - G_j|``, ``D(k) = log2(1+k)``, log base 2;
-    - ``pointwise``: least-squares regression of the standardised target on the standardised
-      score (free intercept and slope; equals ``2 (1 - Pearson r)``).
-
-    The pairwise losses are weighted means over the preferred pairs, computed blockwise
-    (:class:`_Pairwise`); none forms a K^2 x M tensor.
-    """
+def _pointwise(S: torch.Tensor, pairs: Pairs) -> torch.Tensor:
+    """Per column, least-squares regression of the standardised target on the standardised score
+    (free intercept and slope; equals ``2 (1 - Pearson r)``), NaN without a preferred pair."""
     n_pairs = pairs.n_pairs.to(S.dtype)
     nan = torch.full_like(n_pairs, torch.nan)
-    if loss in ("ranknet", "lambdarank", "ndcg_loss2"):
-        return torch.where(n_pairs > 0, _Pairwise.apply(S, pairs, loss), nan)
-    if loss != "pointwise":
-        raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
     s, mf = S.T, pairs.mask.T.to(S.dtype)                                  # C x K
     y = pairs.target.y.to(S.dtype).expand_as(s)
     n = mf.sum(1, keepdim=True).clamp_min(1.0)
@@ -509,15 +473,20 @@ def fit_many(X, y, tasks: Sequence[Task], *, folds: int = 5, loss: str = "rankne
     """
     X = np.asarray(X)
     y = np.asarray(y, dtype=np.float64)
-    _check_data(X, y, loss)
+    if loss not in LOSSES:
+        raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+    if len(y) != X.shape[0]:
+        raise RankError(f"{X.shape[0]} models but {len(y)} target scores")
+    if not np.isfinite(X).all():
+        raise RankError("features contain NaN or infinite values")
     if not tasks:
         return []
     dtype = dtype or (torch.float64 if loss in RANK_WEIGHTED else torch.float32)
     columns = _Columns(*X.shape)             # every fold's fit and every refit: one column of one run
     plans = [_plan(t, y, columns, folds) for t in tasks]
-    train, val, items, init = columns.arrays()
-    run = descend(X, y, train, val, item_mask=items, init=init, loss=loss, lr=lr, floor=floor,
-                  eval_every=eval_every, dtype=dtype)
+    items, init = columns.arrays()
+    run = descend(X, y, np.array(columns.train).T, np.array(columns.val).T, item_mask=items, init=init, loss=loss,
+                  lr=lr, floor=floor, eval_every=eval_every, dtype=dtype)
     steps_run = _follow(run, plans, max_steps, patience)
     return [p.fit(loss, steps_run) for p in plans]
 
@@ -550,7 +519,7 @@ def fit_pairs_many(X, tasks: Sequence[PairTask], *, folds: int = 5, lr: float = 
     columns = _Columns(*X.shape)
     plans = [_plan_pairs(t, columns, folds) for t in tasks]
     K, C = X.shape[0], len(columns.train)
-    _, _, items, init = columns.arrays(masks=False)
+    items, init = columns.arrays()
     run = _descend(X, _pair_list(columns.train, K, dtype), _pair_list(columns.val, K, dtype), C, items, init,
                    "ranknet", lr, floor, eval_every, dtype)
     steps_run = _follow(run, plans, max_steps, patience)
@@ -600,15 +569,6 @@ def _plan_pairs(t: PairTask, columns: _Columns, folds: int) -> _Plan:
     return _Plan(t, fold_cols, refit, k, done=not k, fold_ids=fold_ids, n_models=len(rows))
 
 
-def _check_data(X: np.ndarray, y: np.ndarray, loss: str) -> None:
-    if loss not in LOSSES:
-        raise RankError(f"unknown loss {loss!r}; expected one of {LOSSES}")
-    if len(y) != X.shape[0]:
-        raise RankError(f"{X.shape[0]} models but {len(y)} target scores")
-    if not np.isfinite(X).all():
-        raise RankError("features contain NaN or infinite values")
-
-
 class _Columns:
     """The columns of one :func:`descend` run (training rows, validation rows, items, start);
     identical columns (e.g. the refit of several seeds) run once."""
@@ -625,11 +585,9 @@ class _Columns:
             self.train.append(train), self.val.append(val), self.items.append(items), self.init.append(init)
         return self.index[key]
 
-    def arrays(self, masks: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """K x C training and validation masks (None unless ``masks``: the pair path keeps a list of
-        pairs per column), C x M item masks and starting weights."""
-        train, val = (np.array(self.train).T, np.array(self.val).T) if masks else (None, None)
-        return train, val, np.array(self.items), np.array(self.init)
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """C x M item masks and starting weights."""
+        return np.array(self.items), np.array(self.init)
 
 
 @dataclass
@@ -707,9 +665,7 @@ def _task_folds(t: Task, rows: np.ndarray, y: np.ndarray, folds: int) -> tuple[n
 
 
 def _follow(run: Iterator[Checkpoint], plans: list[_Plan], max_steps: int, patience: int) -> int:
-    """Follow the run's checkpoints: each plan keeps the refit's weights at its lowest mean
-    validation loss and stops ``patience`` steps after it; the run stops when every plan has (or at
-    ``max_steps``). Returns the steps run."""
+    """Follow the run's checkpoints as the protocol does (module doc); returns the steps run."""
     step = 0
     for cp in run:
         step = cp.step

@@ -1,18 +1,7 @@
-"""The studies of notebook 07, on the methods of :mod:`lib.benchalign.methods`.
-
-- :func:`compare` -- every method for several seeds; :func:`summarise` turns the predictions into
-  the ``{group: {method: {...}}}`` comparison: seed means, the spread over seeds, 95 % bootstrap
-  intervals over the test models, and paired differences to no alignment and to the best single
-  benchmark on the same bootstrap draws (:func:`bootstrap`: the draws and the statistics over them
-  are :mod:`lib.analysis.uncertainty`'s).
-- :func:`within_groups` -- source and test models restricted to one value of the instruction-tuned
-  flag (where the flag says nothing), BenchAlign paired with no alignment and the parameter count.
-- :func:`subset_sizes` -- the MetaBench- and TinyBenchmarks-like subsets (alone and + BenchAlign)
-  at given fractions of the items (the paper's are about 7 % and 25 %), paired with BenchAlign on
-  all items.
-- :func:`ablation` (ranking losses, each test group with bootstrap intervals), :func:`data_needs`
-  (source models chosen at random, spread over the target, or by label-free k-center selection;
-  items) and :func:`cross_paper` (direct-evaluation scores -> train-before-test ranking).
+"""The studies of notebook 07, on the methods of :mod:`lib.benchalign.methods`: the method
+comparison with seeds and paired bootstrap intervals (:func:`compare`, :func:`summarise`), the loss
+ablation, the instruction-tuned / base groups, the subset sizes, the data needs, the cross-paper
+experiment, and the ``align`` command line's worked example and noise / sparsity study.
 """
 
 from __future__ import annotations
@@ -30,6 +19,7 @@ from ..util import atomic_write_text
 from . import rank
 from .align import MIN_MODELS, AlignError, Items, align, read_preferences, score
 from .data import ItemData
+from .memo import Memo
 from .methods import (
     BASELINES,
     METHODS,
@@ -65,10 +55,10 @@ def compare(data: ItemData, split: Split, methods=tuple(METHODS), seeds: int = 5
     advances by one per method; ``memo`` (a :class:`lib.benchalign.memo.Memo`) keeps each method's
     outcomes, so an interrupted run resumes at the next method."""
     cfg = cfg or Config()
-    memo = memo or _compute
+    memo = memo or Memo(None)
     if data.target is None:
         raise ExperimentError("the item data carries no target scores")
-    rows, preds, weights, fits = [], {}, {}, {}
+    preds, weights, fits = {}, {}, {}
     for method in methods:
         if (len(split.source) < 2 and METHODS[method].learns) or (METHODS[method].flag and data.instruct is None):
             advance(progress)
@@ -82,17 +72,16 @@ def compare(data: ItemData, split: Split, methods=tuple(METHODS), seeds: int = 5
             weights[method] = [o.weights for o in outcomes]
         if outcomes[0].fit is not None:
             fits[method] = [o.fit for o in outcomes]
-        for seed, o in enumerate(outcomes):
-            for g, res in evaluate(o.scores, data.target, split.groups).items():
-                rows.append({"method": method, "seed": seed, "group": g, **res})
         advance(progress)
+    return comparison(preds, data.target, split, weights, fits)
+
+
+def comparison(preds: dict[str, np.ndarray], y: np.ndarray, split: Split, weights=None, fits=None) -> Comparison:
+    """The :class:`Comparison` of the predictions (method -> seeds x models), evaluated on the test groups."""
+    rows = [{"method": m, "seed": s, "group": g, **r} for m, P in preds.items() for s, p in enumerate(P)
+            for g, r in evaluate(p, y, split.groups).items()]
     df = pd.DataFrame(rows, columns=["method", "seed", "group", "spearman", "pair_acc"])
-    return Comparison(df, preds, weights, split, fits)
-
-
-def _compute(name: str, compute, **args):
-    """No memo: every unit is computed."""
-    return compute()
+    return Comparison(df, preds, weights or {}, split, fits or {})
 
 
 def advance(progress, note: str = "") -> None:
@@ -114,7 +103,6 @@ def _interval(draws: np.ndarray) -> list | None:
     """The 2.5 and 97.5 percentiles of the finite draws, rounded (None with fewer than 2)."""
     draws = draws[np.isfinite(draws)]
     return [clean(v) for v in np.percentile(draws, [2.5, 97.5])] if len(draws) > 1 else None
-
 
 
 def summarise(comp: Comparison, y: np.ndarray, n_boot: int = 1000, seed: int = 0,
@@ -167,18 +155,17 @@ def ablation(data: ItemData, split: Split, losses=rank.LOSSES, seeds: int = 5, c
     :func:`summarise`'s bootstrap). ``done`` holds fits already made (e.g. the comparison's
     BenchAlign for ``cfg.loss``), reused instead of refitted; ``memo`` keeps each loss's fits."""
     cfg = cfg or Config()
-    memo = memo or _compute
-    rows, preds = [], {}
+    memo = memo or Memo(None)
+    preds, steps = {}, {}
     for loss in losses:
         fits = (done or {}).get(loss) or memo(
             f"ablation-{loss}", partial(cv_fits, data, [rank.Task(split.source, s) for s in range(seeds)], cfg, loss))
         preds[loss] = np.array([f.scores(data.X) for f in fits])
-        for seed, f in enumerate(fits):
-            for g, res in evaluate(preds[loss][seed], data.target, split.groups).items():
-                rows.append({"method": loss, "seed": seed, "group": g, "step": f.step, **res})
+        steps[loss] = [f.step for f in fits]
         advance(progress, f"ablation {loss}")
-    df = pd.DataFrame(rows, columns=["method", "seed", "group", "step", "spearman", "pair_acc"])
-    return Comparison(df, preds, {}, split)
+    comp = comparison(preds, data.target, split)
+    comp.rows.insert(3, "step", [steps[m][s] for m, s in zip(comp.rows.method, comp.rows.seed)])
+    return comp
 
 
 # --------------------------------------------------------------------------- within groups of the flag
@@ -193,7 +180,7 @@ def within_groups(data: ItemData, split: Split, seeds: int = 5, cfg: Config | No
     differences (same test models, same bootstrap resamples) to no alignment and the parameter
     count. ``{label: {"counts", "notes", "main": {group: {method: record}}}}``; a label without a
     flag or without enough models holds ``skipped``."""
-    memo = memo or _compute
+    memo = memo or Memo(None)
     out = {}
     for label, value in WITHIN_GROUPS.items():
         if data.instruct is None:
@@ -266,11 +253,11 @@ def kcenter_selection(data: ItemData, source: np.ndarray, k: int, seed: int) -> 
     return np.sort(source[chosen])
 
 
-# kind of data-needs row -> how its source models are chosen (the ones marked label-free need no target)
-SELECTIONS: dict[str, tuple[Callable, bool]] = {
-    "source_random": (random_selection, True),
-    "source_kcenter": (kcenter_selection, True),
-    "source_spread": (spread_selection, False),
+# kind of data-needs row -> how its source models are chosen
+SELECTIONS: dict[str, Callable] = {
+    "source_random": random_selection,
+    "source_kcenter": kcenter_selection,
+    "source_spread": spread_selection,
 }
 
 
@@ -284,12 +271,10 @@ def data_needs(data: ItemData, split: Split, source_counts=(10, 20, 40, 80), ite
     of one (kind, count) run as one batch (``memo`` keeps its rows). Rows: kind, n, seed, group,
     method, metrics, step."""
     cfg = cfg or Config()
-    memo = memo or _compute
+    memo = memo or Memo(None)
     frames = []
-    n_src, M = len(split.source), data.X.shape[1]
-    jobs = [(kind, n) for kind in kinds for n in source_counts if 2 <= n <= n_src]
-    jobs += [("items", n) for n in item_counts if 1 <= n <= M]
-    for kind, n in jobs:
+    M = data.X.shape[1]
+    for kind, n in needs_jobs(split, source_counts, item_counts, M, kinds):
         frames.append(memo(f"needs-{kind}-{n}", partial(_needs_rows, data, split, kind, n, seeds, cfg, M)))
         advance(progress, f"data needs {kind} {n}")
     return pd.DataFrame([r for rows in frames for r in rows], columns=NEEDS_COLUMNS)
@@ -306,7 +291,7 @@ def _needs_rows(data: ItemData, split: Split, kind: str, n: int, seeds: int, cfg
             rng = np.random.default_rng(10_000 + seed)
             tasks.append(rank.Task(split.source, seed, np.sort(rng.choice(M, size=n, replace=False))))
         else:
-            tasks.append(rank.Task(SELECTIONS[kind][0](data, split.source, n, seed), seed))
+            tasks.append(rank.Task(SELECTIONS[kind](data, split.source, n, seed), seed))
     rows = []
     for seed, (t, f) in enumerate(zip(tasks, cv_fits(data, tasks, cfg))):
         plain = data.X.mean(axis=1) if t.items is None else data.X[:, t.items].mean(axis=1)
@@ -317,11 +302,10 @@ def _needs_rows(data: ItemData, split: Split, kind: str, n: int, seeds: int, cfg
     return rows
 
 
-def needs_jobs(split: Split, source_counts, item_counts, n_items: int, kinds=tuple(SELECTIONS)) -> int:
-    """Number of (kind, count) runs :func:`data_needs` makes (for progress reports)."""
-    n_src = len(split.source)
-    return (len(kinds) * sum(2 <= n <= n_src for n in source_counts)
-            + sum(1 <= n <= n_items for n in item_counts))
+def needs_jobs(split: Split, source_counts, item_counts, n_items: int, kinds=tuple(SELECTIONS)) -> list:
+    """The (kind, count) runs of :func:`data_needs`: the counts the data has models and items for."""
+    jobs = [(kind, n) for kind in kinds for n in source_counts if 2 <= n <= len(split.source)]
+    return jobs + [("items", n) for n in item_counts if 1 <= n <= n_items]
 
 
 # --------------------------------------------------------------------------- across the two papers
@@ -331,14 +315,9 @@ CROSS_METHODS = tuple(m for m, spec in METHODS.items() if spec.headline)
 def cross_paper(data: ItemData, source_max_b: float, test_min_b: float, seeds: int = 5,
                 cfg: Config | None = None, n_boot: int = 1000, relative: bool = False) -> dict:
     """Can direct-evaluation scores predict the train-before-test ranking of larger models?
-
-    ``data`` comes from :func:`lib.benchalign.data.load_cross_paper` (one feature per benchmark, so
-    no alignment is the plain mean of the benchmark scores). Returns the split counts, the
-    comparison of :data:`CROSS_METHODS` on the test models (same protocol and summary as the main
-    comparison, with paired differences to the plain mean), the chosen steps, the learned weight per
-    benchmark (seed mean and std) and the source and test models. With ``relative`` the size
-    thresholds are quantiles of the models' sizes (:func:`lib.benchalign.methods.split_by_size`).
-    """
+    :data:`CROSS_METHODS` compared as in the main comparison on ``data`` of
+    :func:`lib.benchalign.data.load_cross_paper` (one feature per benchmark, so no alignment is the
+    plain mean of the benchmark scores), with the learned weight per benchmark."""
     cfg = cfg or Config()
     group = f"size quantile {test_min_b:g}+" if relative else f"{test_min_b:g}B+"
     split = split_by_size(data, source_max_b, {group: test_min_b}, relative=relative)
@@ -417,12 +396,8 @@ def noise_study(data: ItemData, split, cfg, *, flips=(0.0, 0.1, 0.2, 0.3, 0.4), 
                 seeds: int = 3, beta: float = 4.0, n_boot: int = 1000) -> dict:
     """BenchAlign fitted on Bradley-Terry pairs among the source models, drawn from the target of
     ``data`` as the known latent (:func:`bt_pairs`), for every share of flipped pairs x pairs per model
-    (``0`` = all pairs) and seed, in one run of :func:`lib.benchalign.rank.fit_pairs_many`; and the
-    methods of the registry that learn nothing from the target (plain accuracy, random weights, ...).
-    All are scored on the test groups against the latent, summarised with seeds, bootstrap intervals
-    and paired differences to plain accuracy (:func:`lib.benchalign.studies.summarise`).
-    Returns ``{"summary", "conditions", "baselines", "beta", "seeds", "rows"}`` (or ``{"skipped": why}``
-    with fewer than :data:`MIN_MODELS` source models or no test group)."""
+    (``0`` = all pairs) and seed, in one run of :func:`lib.benchalign.rank.fit_pairs_many`, beside the
+    methods of the registry that learn nothing from the target; summarised as :func:`summarise` does."""
     source = np.asarray(split.source, dtype=int)
     if len(source) < MIN_MODELS or not split.groups:
         return {"skipped": f"{len(source)} source model(s) and {len(split.groups)} test group(s): need at least "
@@ -442,9 +417,7 @@ def noise_study(data: ItemData, split, cfg, *, flips=(0.0, 0.1, 0.2, 0.3, 0.4), 
     for c, (fl, ppm) in enumerate(conds):
         preds[_cond(fl, ppm)] = np.array([fi.scores(data.X) for fi in fits[c * seeds:(c + 1) * seeds]])
         info[_cond(fl, ppm)]["chosen_steps"] = [int(fi.step) for fi in fits[c * seeds:(c + 1) * seeds]]
-    rows = [{"method": m, "seed": s, "group": g, **r} for m, P in preds.items() for s, p in enumerate(P)
-            for g, r in evaluate(p, data.target, split.groups).items()]
-    comp = Comparison(pd.DataFrame(rows, columns=["method", "seed", "group", "spearman", "pair_acc"]), preds, {}, split)
+    comp = comparison(preds, data.target, split)
     for v in info.values():
         v["wrong"] = clean(float(np.mean(v["wrong"])))
     return {"summary": summarise(comp, data.target, n_boot), "conditions": info, "beta": beta, "seeds": seeds,
@@ -458,11 +431,6 @@ def _cond(flip: float, ppm: int) -> str:
 def ordered_conditions(conditions: dict) -> list[str]:
     """Condition names by pairs per model (all last), then share flipped (summary.json sorts its keys)."""
     return sorted(conditions, key=lambda n: (conditions[n]["pairs_per_model"] or np.inf, conditions[n]["flip"]))
-
-
-def method_label(name: str) -> str:
-    """The registry's label of a baseline (its name where the registry has none)."""
-    return METHODS[name].label if name in METHODS else name
 
 
 def noise_table(study: dict) -> pd.DataFrame:

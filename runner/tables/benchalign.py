@@ -5,8 +5,8 @@ first, the paper's values (:data:`lib.benchalign.methods.PAPER_RHO`) beside ours
 
 from __future__ import annotations
 
-from lib.benchalign.methods import BASELINES, METHODS, PAPER_RHO, SUBSETS
-from lib.benchalign.studies import SUBSET_STUDY, WITHIN_METHODS, method_label, ordered_conditions
+from lib.benchalign.methods import BASELINES, METHODS, PAPER_RHO, SUBSETS, method_label
+from lib.benchalign.studies import SUBSET_STUDY, WITHIN_METHODS, ordered_conditions
 from lib.plots import display
 from runner.doctables import Missing, Summaries, est, f, header, row, table
 
@@ -19,11 +19,6 @@ def _rho(rec: dict | None) -> str:
     if rec and rec.get("spearman_ci"):
         return est(rec["spearman"], rec["spearman_ci"])
     return f((rec or {}).get("spearman"))
-
-
-def _paper(group: str, method: str) -> str:
-    v = PAPER_RHO.get(group, {}).get(method)
-    return "" if v is None else f(v)
 
 
 @table("benchalign")
@@ -43,7 +38,8 @@ def benchalign_table(s: Summaries) -> list[str]:
         cells = [_method(m, b), _rho(r), f(r["spearman_seed_std"], 3), f(r["pair_acc"]), _diff(r)]
         for g in groups[1:]:
             cells += [f(main[g][m]["spearman"]), _diff(main[g][m])]
-        out.append(row(*cells, _paper(big, m)))
+        paper = PAPER_RHO.get(big, {}).get(m)
+        out.append(row(*cells, "" if paper is None else f(paper)))
     return out
 
 
@@ -80,7 +76,7 @@ def _methods(rows: dict) -> list[str]:
 
 def _method(m: str, b: dict, items: int | None = None) -> str:
     """The method's registry label; the best single benchmark names its choice, a subset its size."""
-    label = METHODS[m].label if m in METHODS else m
+    label = method_label(m)
     n = items if items is not None else b.get("config", {}).get("subset_items")
     if m == "best_single" and b.get("best_single", {}).get("benchmark"):
         label += f" ({display(b['best_single']['benchmark'])}, chosen on source models)"
