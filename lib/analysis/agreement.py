@@ -30,15 +30,21 @@ from . import uncertainty
 MIN_MODELS = 3   # below this a tau is reported as NaN
 
 
-def tau_arrays(x, y, min_models: int = MIN_MODELS) -> tuple[float, int]:
-    """Kendall tau-b of two aligned arrays on the positions where both are finite; returns (tau, n)."""
+def tau_arrays(x, y, min_models: int = MIN_MODELS, variant: str = "b") -> tuple[float, int]:
+    """Kendall tau of two aligned arrays on the positions where both are finite; returns (tau, n).
+
+    ``variant``: ``"b"`` (the one used everywhere), ``"c"`` (Stuart's) or ``"a"`` (concordant minus
+    discordant model pairs over all pairs: a tie counts as neither)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     keep = np.isfinite(x) & np.isfinite(y)
     x, y = x[keep], y[keep]
     n = int(keep.sum())
     if n < max(2, min_models) or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan"), n
-    return float(stats.kendalltau(x, y, variant="b").statistic), n
+    if variant == "a":
+        i, j = np.triu_indices(n, 1)
+        return float(np.mean(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j]))), n
+    return float(stats.kendalltau(x, y, variant=variant).statistic), n
 
 
 def kendall_tau(a: pd.Series, b: pd.Series, min_models: int = MIN_MODELS) -> tuple[float, int]:
@@ -163,21 +169,6 @@ def category_cells(mats: Mapping[str, pd.DataFrame], counts: pd.DataFrame) -> di
             "tau": {p: [float(m.loc[a, b]) for a, b in cells] for p, m in mats.items()}}
 
 
-def tau_variant(x, y, variant: str = "b", min_models: int = MIN_MODELS) -> float:
-    """Kendall tau of two aligned arrays (finite positions only) in another variant: ``"b"`` (the one
-    used everywhere, :func:`tau_arrays`), ``"c"`` (Stuart's) or ``"a"`` (concordant minus discordant
-    model pairs over all pairs: a tie counts as neither)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    keep = np.isfinite(x) & np.isfinite(y)
-    x, y = x[keep], y[keep]
-    if len(x) < max(2, min_models) or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return float("nan")
-    if variant == "a":
-        i, j = np.triu_indices(len(x), 1)
-        return float(np.mean(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j])))
-    return float(stats.kendalltau(x, y, variant=variant).statistic)
-
-
 WITHIN_MIN_BENCHMARKS = 3    # a category needs this many benchmarks for :func:`within_checks` (one left out: a pair)
 
 
@@ -200,7 +191,7 @@ def within_checks(matrices: Mapping[str, pd.DataFrame], categories: Mapping[str,
         for p in protocols:
             mat = matrices[p].reindex(columns=names)
             mat = mat if models is None else mat.reindex(models)
-            taus = [tau_variant(mat[a], mat[b], variant, min_models) for a, b in itertools.combinations(names, 2)]
+            taus = [tau_arrays(mat[a], mat[b], min_models, variant)[0] for a, b in itertools.combinations(names, 2)]
             vals[p] = float(agg(taus)) if np.isfinite(taus).any() else float("nan")
         return vals
 
@@ -404,7 +395,7 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     and marked models :func:`choose_rank_pair` makes of ``rank_plot_pair`` and ``rank_plot_highlight``,
     by default the paper's Figure 1), ``quality`` (:func:`lib.analysis.noise.quality_table`),
     ``ceiling`` ({pairs, per_benchmark, summary, missing}: :mod:`lib.analysis.noise`), ``robustness``
-    (:func:`lib.analysis.robustness.tau_gain`), ``budget`` (:func:`lib.analysis.budget.budget_table`,
+    (:func:`lib.analysis.robustness.gain`), ``budget`` (:func:`lib.analysis.budget.budget_table`,
     ``None`` without validation curves under ``work``), ``mean_ranks`` (each model's mean rank over the
     benchmarks per protocol and its shift, with intervals over benchmarks: :func:`mean_ranks`; how
     they were drawn under ``summary["mean_ranks"]``), ``summary`` (plain numbers; every interval
@@ -415,7 +406,7 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     else the store's standard errors) and validation curves; ``halvings`` random half-splits per
     benchmark estimate its reliability.
     """
-    from . import noise, robustness
+    from . import noise
 
     halvings = noise.HALVINGS if halvings is None else halvings
     boot_cfg = _Boot(n_boot, seed, level, min_models, protocols)
@@ -429,15 +420,15 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     # intervals: one bootstrap over models, the same draws for both protocols
     dirs = store.directions(df)
     oriented = {p: store.orient(store.matrix(df, p), dirs) for p in protocols}
+    down = {p: oriented[p][benchmarks] for p in protocols}
     models = sorted(set().union(*(oriented[p].index for p in protocols)))
     pair, marked = choose_rank_pair(rank_plot_pair, points["pairs"], benchmarks, rank_plot_highlight, models)
-    boot = bootstrap_agreement({p: oriented[p][benchmarks] for p in protocols}, benchmarks, points["categories"],
-                               n_boot, seed, level, min_models, protocols, rank_pair=pair,
-                               cells=summary["category_cells"]["cells"])
+    boot = bootstrap_agreement(down, benchmarks, points["categories"], n_boot, seed, level, min_models, protocols,
+                               rank_pair=pair, cells=summary["category_cells"]["cells"])
     _add_intervals(summary, boot, len(models), boot_cfg, notes)
     plot = _rank_plot(oriented, pair, marked, boot, min_models, summary)
     # each model's mean rank over the benchmarks (the leaderboard's), intervals over benchmarks
-    ranks_table = mean_ranks({p: oriented[p][benchmarks] for p in protocols}, n_boot, seed, level, protocols[0])
+    ranks_table = mean_ranks(down, n_boot, seed, level, protocols[0])
     summary["mean_ranks"] = {"unit": "benchmarks", "n_boot": n_boot, "seed": seed, "level": level,
                              "baseline": protocols[0], "n_benchmarks": len(benchmarks)}
     per_benchmark_ci = {p: pd.DataFrame({b: boot["benchmark_mean_tau_ci"][b][p] for b in benchmarks},
@@ -448,12 +439,8 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     quality, ceiling = _noise_section(df, benchmarks, models, points, work, halvings, boot_cfg, summary, notes)
 
     # robustness: the gain on subsets of models, and the within-category tau computed other ways
-    robust = _robustness_section(df, oriented, benchmarks, models, store_root, boot_cfg, summary, notes)
-    subsets = robustness.model_subsets(metadata.models_frame(models, store_root),
-                                       robustness.complete_models(df, protocols), min_models)[0]
-    subsets.pop(robustness.ALL, None)
-    summary["within_checks"] = within_checks({p: oriented[p][benchmarks] for p in protocols}, points["categories"],
-                                             subsets, min_models, protocols)
+    robust, subsets = _robustness_section(df, down, models, store_root, boot_cfg, summary, notes)
+    summary["within_checks"] = within_checks(down, points["categories"], subsets, min_models, protocols)
 
     # fine-tuning budget: agreement along the validation curves
     budget_tab = _budget_section(work, models, benchmarks, boot_cfg, summary, notes)
@@ -611,10 +598,10 @@ def _noise_section(df: pd.DataFrame, benchmarks: list[str], models: list[str], p
     return quality, ceiling
 
 
-def _robustness_section(df: pd.DataFrame, oriented: dict[str, pd.DataFrame], benchmarks: list[str],
-                        models: list[str], store_root, cfg: _Boot, summary: dict, notes: list[str]) -> pd.DataFrame:
-    """The gain in mean tau on subsets of models (:mod:`lib.analysis.robustness`); the first row is
-    the full sample, whose interval is the main bootstrap's."""
+def _robustness_section(df: pd.DataFrame, down: dict[str, pd.DataFrame], models: list[str], store_root,
+                        cfg: _Boot, summary: dict, notes: list[str]) -> tuple[pd.DataFrame, dict]:
+    """The gain in mean tau on subsets of models (:mod:`lib.analysis.robustness`) and the subsets;
+    the table's first row is the full sample, whose interval is the main bootstrap's."""
     from . import robustness
 
     protocols = cfg.protocols
@@ -623,14 +610,13 @@ def _robustness_section(df: pd.DataFrame, oriented: dict[str, pd.DataFrame], ben
                                                   cfg.min_models)
     notes += sub_notes
     subsets.pop(robustness.ALL, None)             # the full sample's row is the bootstrap above
-    robust = robustness.tau_gain({p: oriented[p][benchmarks] for p in protocols}, subsets, cfg.n_boot, cfg.seed,
-                                 cfg.level, cfg.min_models, protocols)
+    robust = robustness.gain(down, subsets, "tau", cfg.n_boot, cfg.seed, cfg.level, cfg.min_models, protocols)
     lo, hi = summary["mean_tau_gain_ci"]
     full = {"subset": robustness.ALL, "n_models": len(models), **summary["mean_tau"],
             "gain": summary["mean_tau_gain"], "gain_lo": lo, "gain_hi": hi}
     robust = pd.concat([pd.DataFrame([full]), robust], ignore_index=True)
     summary["robustness"] = robustness.summary(robust)
-    return robust
+    return robust, subsets
 
 
 def _budget_section(work, models: list[str], benchmarks: list[str], cfg: _Boot, summary: dict,
