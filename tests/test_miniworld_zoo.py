@@ -75,7 +75,7 @@ def test_models_saw_their_doses(tiny_zoo):
     recipes = zoo.default_zoo(**{k: v for k, v in ZOO.items() if k != "workers"})
     mixes = {}
     for recipe in recipes:
-        rec = zoo.built_recipe(mdir, recipe, key)
+        rec = zoo.built(mdir, recipe, key)
         assert rec is not None, recipe.name
         texts, prompts, mix = zoo.last_phase_mix(wdir, recipe)
         mixes[recipe.name] = texts
