@@ -318,10 +318,8 @@ def bootstrap_agreement(matrices: Mapping[str, pd.DataFrame], benchmarks: list[s
                         min_models: int = MIN_MODELS, protocols: tuple[str, str] = store.PROTOCOLS,
                         rank_pair: tuple[str, str] | None = None, cells: list | None = None) -> dict:
     """Bootstrap over models (the same draws for both protocols) of the numbers of
-    :func:`agreement_report`'s summary; returns their intervals under the summary's names + ``_ci``:
-    ``mean_tau_ci`` {protocol}, ``mean_tau_gain_ci``, ``pairs_improved_ci``, ``benchmark_mean_tau_ci``
-    {benchmark: {protocol}}, ``category_within_mean_tau_ci`` {protocol}, ``rank_plot_tau_ci`` {protocol},
-    ``category_cells_ci`` {protocol: [[lo, hi] per cell of ``cells``, (category, category) pairs]} and
+    :func:`agreement_report`'s summary; returns their intervals under the summary's names + ``_ci``
+    (``category_cells_ci``: per cell of ``cells``; ``rank_plot_tau_ci``: of ``rank_pair``) and
     ``defined`` (share of draws in which each mean tau is defined).
 
     ``matrices``: {protocol: oriented model x benchmark matrix}. Models are the union over protocols.
@@ -384,22 +382,12 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
                      rank_plot_pair: list[str] | tuple[str, str] = (), rank_plot_highlight: list[str] | tuple = (),
                      protocols: tuple[str, str] = store.PROTOCOLS, n_boot: int = uncertainty.N_BOOT,
                      seed: int = 0, level: float = uncertainty.LEVEL, work=None, halvings: int | None = None) -> dict:
-    """Everything notebook 04 shows, from a tidy store frame (downstream benchmarks only).
-
-    Returns a dict with ``benchmarks`` (list), ``pairs`` (:func:`compare_protocols`),
-    ``per_benchmark`` (benchmark x protocol mean tau), ``per_benchmark_ci`` ({protocol: benchmark x
-    [lo, hi]}), ``tau`` ({protocol: square matrix}), ``categories`` ({benchmark: category}),
-    ``category`` ({protocol: category matrix}), ``category_counts`` (the benchmark pairs behind each
-    cell, :func:`category_counts`), ``rank_plot`` (``None`` or {a, b, data: {protocol:
-    ranks}, tau: {protocol}, ci: {protocol}, highlight: [models]}: the two-ranking figure for the pair
-    and marked models :func:`choose_rank_pair` makes of ``rank_plot_pair`` and ``rank_plot_highlight``,
-    by default the paper's Figure 1), ``quality`` (:func:`lib.analysis.noise.quality_table`),
-    ``ceiling`` ({pairs, per_benchmark, summary, missing}: :mod:`lib.analysis.noise`), ``robustness``
-    (:func:`lib.analysis.robustness.gain`), ``budget`` (:func:`lib.analysis.budget.budget_table`,
-    ``None`` without validation curves under ``work``), ``mean_ranks`` (each model's mean rank over the
-    benchmarks per protocol and its shift, with intervals over benchmarks: :func:`mean_ranks`; how
-    they were drawn under ``summary["mean_ranks"]``), ``summary`` (plain numbers; every interval
-    under its number's name + ``_ci``) and ``notes`` (why some numbers are NaN).
+    """Everything notebook 04 shows, from a tidy store frame (downstream benchmarks only): the tables
+    and figure data under the keys of the returned dict (each built by the function its section
+    names), ``summary`` (plain numbers; every interval under its number's name + ``_ci``) and
+    ``notes`` (why some numbers are NaN). ``rank_plot`` is the two-ranking figure of the pair and
+    models :func:`choose_rank_pair` makes of ``rank_plot_pair`` and ``rank_plot_highlight``, by default
+    the paper's Figure 1; ``budget`` is None without validation curves under ``work``.
 
     ``n_boot`` draws of models with ``seed`` give the ``level`` percentile intervals; ``work`` (the
     profile's work folder) holds per-item results (the noise estimates use them when present,

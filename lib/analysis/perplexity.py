@@ -150,12 +150,10 @@ def bootstrap_settings(df: pd.DataFrame, store_root=None, min_models: int = MIN_
 def perplexity_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS,
                       n_boot: int = uncertainty.N_BOOT, seed: int = 0, level: float = uncertainty.LEVEL,
                       work=None) -> dict:
-    """Everything notebook 05 shows: ``table`` (:func:`agreement_table`), ``settings``
-    (:func:`summarise` plus ``tau_average_lo/hi`` and ``mean_tau_pairs_lo/hi``), ``frames`` ({setting:
-    :func:`scatter_frame`}), ``mats`` ({setting: corpus x benchmark tau}), ``corpora``, ``notes`` and
-    ``summary`` (plain numbers: ``corpora``, ``tau_average`` / ``mean_tau_pairs`` / ``n_models``
-    {setting: {group}}, their intervals ``tau_average_ci`` / ``mean_tau_pairs_ci`` {setting: {group:
-    [lo, hi]}}, ``bootstrap``, ``min_models``, ``notes``).
+    """Everything notebook 05 shows: ``table`` (:func:`agreement_table`), ``settings`` (:func:`summarise`
+    with the intervals' ``_lo``/``_hi``), ``frames`` ({setting: :func:`scatter_frame`}), ``mats``
+    ({setting: corpus x benchmark tau}), ``corpora``, ``notes`` and ``summary`` (plain numbers; every
+    interval under its number's name + ``_ci``).
 
     ``n_boot`` draws of models with ``seed`` give the ``level`` intervals; ``work`` (the profile's
     work folder) is where per-item results would be: corpora have none, and a line says whether
