@@ -355,7 +355,7 @@ def bootstrap_agreement(matrices: Mapping[str, pd.DataFrame], benchmarks: list[s
     out = {"mean_tau_ci": {p: ci(means[p]) for p in protocols},
            "mean_tau_gain_ci": ci(means[second] - means[first]),
            "pairs_improved_ci": ci(improved),
-           "defined": {p: uncertainty.defined_share(means[p]) for p in protocols}}
+           "defined": {p: float(np.isfinite(means[p]).mean()) for p in protocols}}
     bench = {p: group_mean(per[p], member) for p in protocols}
     out["benchmark_mean_tau_ci"] = {b: {p: ci(bench[p][:, j]) for p in protocols} for j, b in enumerate(benchmarks)}
     cat = {p: uncertainty.nanmean_rows(group_mean(per[p], within)) if cats else np.full(n_boot, np.nan)
@@ -556,7 +556,7 @@ def _noise_section(df: pd.DataFrame, benchmarks: list[str], models: list[str], p
     meas = {p: noise.load_measurements(df, p, benchmarks, work, models) for p in protocols}
     rel = {p: noise.reliabilities(meas[p], halvings, seed, min_models) for p in protocols}
     chance = points["bench_meta"]["chance"]
-    quality = noise.quality_table(meas, chance.where(chance.notna(), None).to_dict(), rel=rel)
+    quality = noise.quality_table(meas, chance.where(chance.notna(), None).to_dict(), rel)
     ceiling_pairs = noise.ceiling_pairs(points["pairs"], {p: rel[p]["reliability"] for p in protocols}, protocols)
     missing = noise.missing_line(meas)
     if missing:
@@ -627,26 +627,22 @@ def _budget_section(work, models: list[str], benchmarks: list[str], cfg: _Boot, 
     return budget_tab
 
 
-def _lo_hi(ci) -> tuple[float, float]:
-    return (float(ci[0]), float(ci[1])) if ci is not None else (float("nan"), float("nan"))
-
-
 def headline_table(summary: dict, protocols: tuple[str, str] = store.PROTOCOLS) -> pd.DataFrame:
     """The headline numbers of a 04 summary with their intervals: rows (number, protocol), columns
     estimate, lo, hi."""
     rows = []
     for p in protocols:
         for key in ("mean_tau", "category_within_mean_tau"):
-            rows.append((key, p, summary[key][p], *_lo_hi(summary[f"{key}_ci"][p])))
+            rows.append((key, p, summary[key][p], *summary[f"{key}_ci"][p]))
     rows.append(("mean_tau_gain", f"{protocols[1]} - {protocols[0]}", summary["mean_tau_gain"],
-                 *_lo_hi(summary["mean_tau_gain_ci"])))
+                 *summary["mean_tau_gain_ci"]))
     rows.append(("pairs_improved", f"of {summary['n_pairs_compared']}", summary["pairs_improved"],
-                 *_lo_hi(summary["pairs_improved_ci"])))
+                 *summary["pairs_improved_ci"]))
     for p in protocols:
         low = summary["lowest_benchmark"][protocols[0]]
         if low is not None:
             rows.append((f"benchmark_mean_tau[{low}]", p, summary["benchmark_mean_tau"][low][p],
-                         *_lo_hi(summary["benchmark_mean_tau_ci"][low][p])))
+                         *summary["benchmark_mean_tau_ci"][low][p]))
     return pd.DataFrame(rows, columns=["number", "protocol", "estimate", "lo", "hi"]).set_index(["number", "protocol"])
 
 

@@ -361,11 +361,12 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
         ax.plot(g["epoch"], g["mean_tau"], marker="o", ms=3, lw=3.5 if best else 1, color="0.7" if best else color,
                 zorder=1.5 if best else 2, label=f"{curve.replace('lr=', 'lr = ')} (validation)")   # best: under
         ax.fill_between(g["epoch"], g["lo"], g["hi"], color=color, alpha=0.1 if best else 0.06, lw=0)
+    label_colors = {PROTOCOL_LABELS.get(p): color for p, color in PROTOCOL_COLORS.items()}
     for label, (value, ci) in (references or {}).items():
         if not np.isfinite(value):
             continue
         is_direct = label.lower().startswith("direct")
-        color = PROTOCOL_COLORS.get(store_protocol(label), "0.4")
+        color = label_colors.get(label, "0.4")
         if is_direct:
             err = None if not np.isfinite(ci).all() else [[value - ci[0]], [ci[1] - value]]
             ax.errorbar([0], [value], yerr=err, fmt="s", ms=4, color=color, capsize=2, label=f"{label} (test)")
@@ -386,11 +387,6 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
         "rank models by validation scores (the "
         "test split is scored once, at the selected checkpoint); direct evaluation (epoch 0) and the final "
         "train-before-test value are from the test split. Bands: 95 % bootstrap intervals over models."))
-
-
-def store_protocol(label: str) -> str | None:
-    """The protocol whose label (:data:`lib.plots.PROTOCOL_LABELS`) is ``label``, if any."""
-    return next((p for p, text in PROTOCOL_LABELS.items() if text == label), None)
 
 
 def _family_styles(models, store):
