@@ -152,10 +152,6 @@ class Recipe:
     seed: int = 0
     base: str | None = None          # the base model a twin or sham is compared with
 
-    @property
-    def family(self) -> str:
-        return self.trunk.family
-
     def validate(self) -> Recipe:
         self.trunk.validate()
         if self.kind not in KINDS:
