@@ -606,12 +606,6 @@ def _zoo_args(options: dict) -> dict:
             for k, v in options.items() if k in ZOO_OPTIONS and k != "workers"}
 
 
-def _record_models(profile: str, builds: dict[str, dict]) -> None:
-    root = paths.store_dir(profile)              # each model's path relative to the store: it moves with outputs/
-    store.write_meta(root, "models", {name: {**rec, "path": store.relative_meta_path(root, rec["path"])}
-                                      for name, rec in model_meta(builds).items()})
-
-
 def prepare(profile: str, seed: int = 0, workers: int | None = None, share: str | None = None, **options) -> dict:
     """Prepare hook of the mini profile: build the world and the zoo, record their metadata.
 
@@ -638,8 +632,10 @@ def prepare(profile: str, seed: int = 0, workers: int | None = None, share: str 
         manifest = mw.build(world_dir(share or profile), cfg)
         recipes = default_zoo(**_zoo_args(options))
         builds = build_zoo(world_dir(profile), models_dir(profile), recipes, workers=workers)
-    _record_models(profile, builds)
-    store.write_meta(paths.store_dir(profile), "benchmarks", mw.benchmark_meta())
+    root = paths.store_dir(profile)
+    store.write_meta(root, "models", {name: {**rec, "path": store.relative_meta_path(root, rec["path"])}  # moves with
+                                      for name, rec in model_meta(builds).items()})               # outputs/
+    store.write_meta(root, "benchmarks", mw.benchmark_meta())
     summary = {"world_key": manifest["key"], "task_dir": manifest["task_dir"], "models": list(builds),
                "seconds": time.time() - t0}
     atomic_write_json(layout.zoo_summary_path(paths.work_dir(profile)), summary)
@@ -681,5 +677,7 @@ def prepare_new(profile: str, reference: str, models: list, workers: int | None 
         if tokenizer.exists() and not _tokenizer_dir(mine, trunk.family, world_key).exists():
             shutil.copytree(tokenizer, _tokenizer_dir(mine, trunk.family, world_key))
     builds = build_zoo(world, mine, new, workers=workers, elsewhere=theirs)
-    _record_models(profile, builds)
+    root = paths.store_dir(profile)
+    store.write_meta(root, "models", {name: {**rec, "path": store.relative_meta_path(root, rec["path"])}
+                                      for name, rec in model_meta(builds).items()})
     return {"models": list(builds), "reference": reference}
