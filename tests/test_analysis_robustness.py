@@ -40,8 +40,8 @@ def test_gains_on_a_subset_equal_the_analyses_run_on_that_subset():
     tbt = pd.DataFrame(ability[:, None] + 0.3 * rng.normal(size=(len(models), 4)), index=models.index, columns=cols)
     mats = {store.DIRECT: direct, store.TBT: tbt}
     subsets, _ = robustness.model_subsets(models, complete=list(models.index), min_models=3)
-    tau = robustness.tau_gain(mats, subsets, n_boot=100, seed=1).set_index("subset")
-    pc1 = robustness.pc1_gain(mats, subsets, n_boot=100, seed=1).set_index("subset")
+    tau = robustness.gain(mats, subsets, "tau", n_boot=100, seed=1).set_index("subset")
+    pc1 = robustness.gain(mats, subsets, "pc1", n_boot=100, seed=1).set_index("subset")
     keep = subsets["without b"]
     for p, m in mats.items():
         expected = agreement.mean_tau(agreement.pair_table(m.loc[keep]))

@@ -32,9 +32,9 @@ def test_default_zoo_design():
     (three kinds x three doses over three families x three sizes), shams, one answers twin."""
     recipes = zoo.default_zoo()
     bases = [r for r in recipes if r.kind == "base"]
-    assert len(bases) == 12 and len({r.family for r in bases}) == 3
-    for family in {r.family for r in bases}:
-        mine = [r.trunk for r in bases if r.family == family]
+    assert len(bases) == 12 and len({r.trunk.family for r in bases}) == 3
+    for family in {r.trunk.family for r in bases}:
+        mine = [r.trunk for r in bases if r.trunk.family == family]
         assert len({(t.d_model, t.n_layers, t.steps) for t in mine}) == 4
     compute = {r.name: _params(r.trunk) * r.trunk.tokens for r in bases}          # 6 N D up to the constant
     assert max(compute.values()) / min(compute.values()) >= 30
@@ -75,7 +75,7 @@ def test_models_saw_their_doses(tiny_zoo):
     recipes = zoo.default_zoo(**{k: v for k, v in ZOO.items() if k != "workers"})
     mixes = {}
     for recipe in recipes:
-        rec = zoo.built_recipe(mdir, recipe, key)
+        rec = zoo.built(mdir, recipe, key)
         assert rec is not None, recipe.name
         texts, prompts, mix = zoo.last_phase_mix(wdir, recipe)
         mixes[recipe.name] = texts

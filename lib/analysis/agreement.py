@@ -30,15 +30,21 @@ from . import uncertainty
 MIN_MODELS = 3   # below this a tau is reported as NaN
 
 
-def tau_arrays(x, y, min_models: int = MIN_MODELS) -> tuple[float, int]:
-    """Kendall tau-b of two aligned arrays on the positions where both are finite; returns (tau, n)."""
+def tau_arrays(x, y, min_models: int = MIN_MODELS, variant: str = "b") -> tuple[float, int]:
+    """Kendall tau of two aligned arrays on the positions where both are finite; returns (tau, n).
+
+    ``variant``: ``"b"`` (the one used everywhere), ``"c"`` (Stuart's) or ``"a"`` (concordant minus
+    discordant model pairs over all pairs: a tie counts as neither)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     keep = np.isfinite(x) & np.isfinite(y)
     x, y = x[keep], y[keep]
     n = int(keep.sum())
     if n < max(2, min_models) or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan"), n
-    return float(stats.kendalltau(x, y, variant="b").statistic), n
+    if variant == "a":
+        i, j = np.triu_indices(n, 1)
+        return float(np.mean(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j]))), n
+    return float(stats.kendalltau(x, y, variant=variant).statistic), n
 
 
 def kendall_tau(a: pd.Series, b: pd.Series, min_models: int = MIN_MODELS) -> tuple[float, int]:
@@ -163,21 +169,6 @@ def category_cells(mats: Mapping[str, pd.DataFrame], counts: pd.DataFrame) -> di
             "tau": {p: [float(m.loc[a, b]) for a, b in cells] for p, m in mats.items()}}
 
 
-def tau_variant(x, y, variant: str = "b", min_models: int = MIN_MODELS) -> float:
-    """Kendall tau of two aligned arrays (finite positions only) in another variant: ``"b"`` (the one
-    used everywhere, :func:`tau_arrays`), ``"c"`` (Stuart's) or ``"a"`` (concordant minus discordant
-    model pairs over all pairs: a tie counts as neither)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    keep = np.isfinite(x) & np.isfinite(y)
-    x, y = x[keep], y[keep]
-    if len(x) < max(2, min_models) or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return float("nan")
-    if variant == "a":
-        i, j = np.triu_indices(len(x), 1)
-        return float(np.mean(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j])))
-    return float(stats.kendalltau(x, y, variant=variant).statistic)
-
-
 WITHIN_MIN_BENCHMARKS = 3    # a category needs this many benchmarks for :func:`within_checks` (one left out: a pair)
 
 
@@ -200,7 +191,7 @@ def within_checks(matrices: Mapping[str, pd.DataFrame], categories: Mapping[str,
         for p in protocols:
             mat = matrices[p].reindex(columns=names)
             mat = mat if models is None else mat.reindex(models)
-            taus = [tau_variant(mat[a], mat[b], variant, min_models) for a, b in itertools.combinations(names, 2)]
+            taus = [tau_arrays(mat[a], mat[b], min_models, variant)[0] for a, b in itertools.combinations(names, 2)]
             vals[p] = float(agg(taus)) if np.isfinite(taus).any() else float("nan")
         return vals
 
@@ -327,10 +318,8 @@ def bootstrap_agreement(matrices: Mapping[str, pd.DataFrame], benchmarks: list[s
                         min_models: int = MIN_MODELS, protocols: tuple[str, str] = store.PROTOCOLS,
                         rank_pair: tuple[str, str] | None = None, cells: list | None = None) -> dict:
     """Bootstrap over models (the same draws for both protocols) of the numbers of
-    :func:`agreement_report`'s summary; returns their intervals under the summary's names + ``_ci``:
-    ``mean_tau_ci`` {protocol}, ``mean_tau_gain_ci``, ``pairs_improved_ci``, ``benchmark_mean_tau_ci``
-    {benchmark: {protocol}}, ``category_within_mean_tau_ci`` {protocol}, ``rank_plot_tau_ci`` {protocol},
-    ``category_cells_ci`` {protocol: [[lo, hi] per cell of ``cells``, (category, category) pairs]} and
+    :func:`agreement_report`'s summary; returns their intervals under the summary's names + ``_ci``
+    (``category_cells_ci``: per cell of ``cells``; ``rank_plot_tau_ci``: of ``rank_pair``) and
     ``defined`` (share of draws in which each mean tau is defined).
 
     ``matrices``: {protocol: oriented model x benchmark matrix}. Models are the union over protocols.
@@ -366,7 +355,7 @@ def bootstrap_agreement(matrices: Mapping[str, pd.DataFrame], benchmarks: list[s
     out = {"mean_tau_ci": {p: ci(means[p]) for p in protocols},
            "mean_tau_gain_ci": ci(means[second] - means[first]),
            "pairs_improved_ci": ci(improved),
-           "defined": {p: uncertainty.defined_share(means[p]) for p in protocols}}
+           "defined": {p: float(np.isfinite(means[p]).mean()) for p in protocols}}
     bench = {p: group_mean(per[p], member) for p in protocols}
     out["benchmark_mean_tau_ci"] = {b: {p: ci(bench[p][:, j]) for p in protocols} for j, b in enumerate(benchmarks)}
     cat = {p: uncertainty.nanmean_rows(group_mean(per[p], within)) if cats else np.full(n_boot, np.nan)
@@ -393,29 +382,19 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
                      rank_plot_pair: list[str] | tuple[str, str] = (), rank_plot_highlight: list[str] | tuple = (),
                      protocols: tuple[str, str] = store.PROTOCOLS, n_boot: int = uncertainty.N_BOOT,
                      seed: int = 0, level: float = uncertainty.LEVEL, work=None, halvings: int | None = None) -> dict:
-    """Everything notebook 04 shows, from a tidy store frame (downstream benchmarks only).
-
-    Returns a dict with ``benchmarks`` (list), ``pairs`` (:func:`compare_protocols`),
-    ``per_benchmark`` (benchmark x protocol mean tau), ``per_benchmark_ci`` ({protocol: benchmark x
-    [lo, hi]}), ``tau`` ({protocol: square matrix}), ``categories`` ({benchmark: category}),
-    ``category`` ({protocol: category matrix}), ``category_counts`` (the benchmark pairs behind each
-    cell, :func:`category_counts`), ``rank_plot`` (``None`` or {a, b, data: {protocol:
-    ranks}, tau: {protocol}, ci: {protocol}, highlight: [models]}: the two-ranking figure for the pair
-    and marked models :func:`choose_rank_pair` makes of ``rank_plot_pair`` and ``rank_plot_highlight``,
-    by default the paper's Figure 1), ``quality`` (:func:`lib.analysis.noise.quality_table`),
-    ``ceiling`` ({pairs, per_benchmark, summary, missing}: :mod:`lib.analysis.noise`), ``robustness``
-    (:func:`lib.analysis.robustness.tau_gain`), ``budget`` (:func:`lib.analysis.budget.budget_table`,
-    ``None`` without validation curves under ``work``), ``mean_ranks`` (each model's mean rank over the
-    benchmarks per protocol and its shift, with intervals over benchmarks: :func:`mean_ranks`; how
-    they were drawn under ``summary["mean_ranks"]``), ``summary`` (plain numbers; every interval
-    under its number's name + ``_ci``) and ``notes`` (why some numbers are NaN).
+    """Everything notebook 04 shows, from a tidy store frame (downstream benchmarks only): the tables
+    and figure data under the keys of the returned dict (each built by the function its section
+    names), ``summary`` (plain numbers; every interval under its number's name + ``_ci``) and
+    ``notes`` (why some numbers are NaN). ``rank_plot`` is the two-ranking figure of the pair and
+    models :func:`choose_rank_pair` makes of ``rank_plot_pair`` and ``rank_plot_highlight``, by default
+    the paper's Figure 1; ``budget`` is None without validation curves under ``work``.
 
     ``n_boot`` draws of models with ``seed`` give the ``level`` percentile intervals; ``work`` (the
     profile's work folder) holds per-item results (the noise estimates use them when present,
     else the store's standard errors) and validation curves; ``halvings`` random half-splits per
     benchmark estimate its reliability.
     """
-    from . import noise, robustness
+    from . import noise
 
     halvings = noise.HALVINGS if halvings is None else halvings
     boot_cfg = _Boot(n_boot, seed, level, min_models, protocols)
@@ -429,15 +408,15 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     # intervals: one bootstrap over models, the same draws for both protocols
     dirs = store.directions(df)
     oriented = {p: store.orient(store.matrix(df, p), dirs) for p in protocols}
+    down = {p: oriented[p][benchmarks] for p in protocols}
     models = sorted(set().union(*(oriented[p].index for p in protocols)))
     pair, marked = choose_rank_pair(rank_plot_pair, points["pairs"], benchmarks, rank_plot_highlight, models)
-    boot = bootstrap_agreement({p: oriented[p][benchmarks] for p in protocols}, benchmarks, points["categories"],
-                               n_boot, seed, level, min_models, protocols, rank_pair=pair,
-                               cells=summary["category_cells"]["cells"])
+    boot = bootstrap_agreement(down, benchmarks, points["categories"], n_boot, seed, level, min_models, protocols,
+                               rank_pair=pair, cells=summary["category_cells"]["cells"])
     _add_intervals(summary, boot, len(models), boot_cfg, notes)
     plot = _rank_plot(oriented, pair, marked, boot, min_models, summary)
     # each model's mean rank over the benchmarks (the leaderboard's), intervals over benchmarks
-    ranks_table = mean_ranks({p: oriented[p][benchmarks] for p in protocols}, n_boot, seed, level, protocols[0])
+    ranks_table = mean_ranks(down, n_boot, seed, level, protocols[0])
     summary["mean_ranks"] = {"unit": "benchmarks", "n_boot": n_boot, "seed": seed, "level": level,
                              "baseline": protocols[0], "n_benchmarks": len(benchmarks)}
     per_benchmark_ci = {p: pd.DataFrame({b: boot["benchmark_mean_tau_ci"][b][p] for b in benchmarks},
@@ -448,12 +427,8 @@ def agreement_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MO
     quality, ceiling = _noise_section(df, benchmarks, models, points, work, halvings, boot_cfg, summary, notes)
 
     # robustness: the gain on subsets of models, and the within-category tau computed other ways
-    robust = _robustness_section(df, oriented, benchmarks, models, store_root, boot_cfg, summary, notes)
-    subsets = robustness.model_subsets(metadata.models_frame(models, store_root),
-                                       robustness.complete_models(df, protocols), min_models)[0]
-    subsets.pop(robustness.ALL, None)
-    summary["within_checks"] = within_checks({p: oriented[p][benchmarks] for p in protocols}, points["categories"],
-                                             subsets, min_models, protocols)
+    robust, subsets = _robustness_section(df, down, models, store_root, boot_cfg, summary, notes)
+    summary["within_checks"] = within_checks(down, points["categories"], subsets, min_models, protocols)
 
     # fine-tuning budget: agreement along the validation curves
     budget_tab = _budget_section(work, models, benchmarks, boot_cfg, summary, notes)
@@ -581,7 +556,7 @@ def _noise_section(df: pd.DataFrame, benchmarks: list[str], models: list[str], p
     meas = {p: noise.load_measurements(df, p, benchmarks, work, models) for p in protocols}
     rel = {p: noise.reliabilities(meas[p], halvings, seed, min_models) for p in protocols}
     chance = points["bench_meta"]["chance"]
-    quality = noise.quality_table(meas, chance.where(chance.notna(), None).to_dict(), rel=rel)
+    quality = noise.quality_table(meas, chance.where(chance.notna(), None).to_dict(), rel)
     ceiling_pairs = noise.ceiling_pairs(points["pairs"], {p: rel[p]["reliability"] for p in protocols}, protocols)
     missing = noise.missing_line(meas)
     if missing:
@@ -611,10 +586,10 @@ def _noise_section(df: pd.DataFrame, benchmarks: list[str], models: list[str], p
     return quality, ceiling
 
 
-def _robustness_section(df: pd.DataFrame, oriented: dict[str, pd.DataFrame], benchmarks: list[str],
-                        models: list[str], store_root, cfg: _Boot, summary: dict, notes: list[str]) -> pd.DataFrame:
-    """The gain in mean tau on subsets of models (:mod:`lib.analysis.robustness`); the first row is
-    the full sample, whose interval is the main bootstrap's."""
+def _robustness_section(df: pd.DataFrame, down: dict[str, pd.DataFrame], models: list[str], store_root,
+                        cfg: _Boot, summary: dict, notes: list[str]) -> tuple[pd.DataFrame, dict]:
+    """The gain in mean tau on subsets of models (:mod:`lib.analysis.robustness`) and the subsets;
+    the table's first row is the full sample, whose interval is the main bootstrap's."""
     from . import robustness
 
     protocols = cfg.protocols
@@ -623,14 +598,13 @@ def _robustness_section(df: pd.DataFrame, oriented: dict[str, pd.DataFrame], ben
                                                   cfg.min_models)
     notes += sub_notes
     subsets.pop(robustness.ALL, None)             # the full sample's row is the bootstrap above
-    robust = robustness.tau_gain({p: oriented[p][benchmarks] for p in protocols}, subsets, cfg.n_boot, cfg.seed,
-                                 cfg.level, cfg.min_models, protocols)
+    robust = robustness.gain(down, subsets, "tau", cfg.n_boot, cfg.seed, cfg.level, cfg.min_models, protocols)
     lo, hi = summary["mean_tau_gain_ci"]
     full = {"subset": robustness.ALL, "n_models": len(models), **summary["mean_tau"],
             "gain": summary["mean_tau_gain"], "gain_lo": lo, "gain_hi": hi}
     robust = pd.concat([pd.DataFrame([full]), robust], ignore_index=True)
     summary["robustness"] = robustness.summary(robust)
-    return robust
+    return robust, subsets
 
 
 def _budget_section(work, models: list[str], benchmarks: list[str], cfg: _Boot, summary: dict,
@@ -653,26 +627,22 @@ def _budget_section(work, models: list[str], benchmarks: list[str], cfg: _Boot, 
     return budget_tab
 
 
-def _lo_hi(ci) -> tuple[float, float]:
-    return (float(ci[0]), float(ci[1])) if ci is not None else (float("nan"), float("nan"))
-
-
 def headline_table(summary: dict, protocols: tuple[str, str] = store.PROTOCOLS) -> pd.DataFrame:
     """The headline numbers of a 04 summary with their intervals: rows (number, protocol), columns
     estimate, lo, hi."""
     rows = []
     for p in protocols:
         for key in ("mean_tau", "category_within_mean_tau"):
-            rows.append((key, p, summary[key][p], *_lo_hi(summary[f"{key}_ci"][p])))
+            rows.append((key, p, summary[key][p], *summary[f"{key}_ci"][p]))
     rows.append(("mean_tau_gain", f"{protocols[1]} - {protocols[0]}", summary["mean_tau_gain"],
-                 *_lo_hi(summary["mean_tau_gain_ci"])))
+                 *summary["mean_tau_gain_ci"]))
     rows.append(("pairs_improved", f"of {summary['n_pairs_compared']}", summary["pairs_improved"],
-                 *_lo_hi(summary["pairs_improved_ci"])))
+                 *summary["pairs_improved_ci"]))
     for p in protocols:
         low = summary["lowest_benchmark"][protocols[0]]
         if low is not None:
             rows.append((f"benchmark_mean_tau[{low}]", p, summary["benchmark_mean_tau"][low][p],
-                         *_lo_hi(summary["benchmark_mean_tau_ci"][low][p])))
+                         *summary["benchmark_mean_tau_ci"][low][p]))
     return pd.DataFrame(rows, columns=["number", "protocol", "estimate", "lo", "hi"]).set_index(["number", "protocol"])
 
 

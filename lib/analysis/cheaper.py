@@ -118,11 +118,8 @@ def comparison_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_M
                       prepared: dict | None = None, twins: dict | None = None) -> dict:
     """``table`` (one row per candidate and train-before-test: mean tau between benchmarks, mean tau
     with train-before-test, their intervals, models, the lowest and highest benchmark tau, recorded
-    seconds, and ``lead_removed`` when ``prepared`` is given), ``per_benchmark`` (candidate x benchmark
-    tau with train-before-test), ``summary`` (the same under plain keys: ``candidates``,
-    ``mean_tau_between`` / ``_ci``, ``tau_with_tbt_mean`` / ``_ci``, ``tau_with_tbt`` {candidate:
-    {benchmark}}, ``tau_with_tbt_ci``, ``n_models``, ``seconds``, ``n_units``, ``lead_removed``,
-    ``bootstrap``, ``notes``) and ``notes``."""
+    cost, and ``lead_removed`` when ``prepared`` is given), ``per_benchmark`` (candidate x benchmark
+    tau with train-before-test), ``summary`` (the same under plain keys) and ``notes``."""
     downstream, corpora = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
     if store.TBT not in set(df["protocol"]):
         raise store.StoreError("the comparison needs train-before-test results; the store has "

@@ -68,8 +68,18 @@ def _wrap_category(name: str, width: int = 13) -> str:
     return textwrap.fill(str(name).replace("/", "/ "), width).replace("/ ", "/").replace("/\n", "/\n")
 
 
-def tau_heatmaps(mats: Mapping[str, pd.DataFrame], annotate: bool | None = None, vmin: float | None = None,
-                 cis: Mapping[str, list] | None = None, n_models: int | None = None):
+def _label_heatmap(ax, j: int, title: str, xlabel: str, ylabel: str) -> None:
+    """Panel ``j`` of a row of heat maps: small tick labels, x upright, y (and its label) on the first only."""
+    ax.tick_params(length=0, labelsize=plots.FONT["small"])
+    ax.set_xticklabels(ax.get_xticklabels(), rotation=90)
+    if j == 0:
+        ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel if j == 0 else "")
+
+
+def tau_heatmaps(mats: Mapping[str, pd.DataFrame], cis: Mapping[str, list] | None = None, n_models: int | None = None):
     """Side-by-side benchmark x benchmark Kendall tau heatmaps, one per protocol, each titled with
     its mean tau and interval (``cis``: {protocol: [lo, hi]}); one colour bar underneath. Cells get
     their number when wide enough for it; up to about 26 benchmarks every one is named."""
@@ -79,9 +89,9 @@ def tau_heatmaps(mats: Mapping[str, pd.DataFrame], annotate: bool | None = None,
     lab = _label_width(names) + 0.3                          # tick labels + axis label
     side = min((WIDTH_DOUBLE - lab - 0.1 - 0.1 * k) / k, max(1.5, 0.34 * n))
     cell = side / max(n, 1)
-    annotate = cell >= CELL_MIN_IN if annotate is None else annotate
+    annotate = cell >= CELL_MIN_IN
     step = 1 if cell * 72 >= 7.8 else int(np.ceil(7.8 / (cell * 72)))       # 7-pt labels need 7.8-pt rows
-    vmin = tau_range([m.to_numpy() for m in mats.values()]) if vmin is None else vmin
+    vmin = tau_range([m.to_numpy() for m in mats.values()])
     titles = {}
     for p, mat in mats.items():
         mean = np.nanmean(mat.to_numpy()[~np.eye(len(mat), dtype=bool)]) if len(mat) > 1 else np.nan
@@ -96,13 +106,7 @@ def tau_heatmaps(mats: Mapping[str, pd.DataFrame], annotate: bool | None = None,
         sns.heatmap(mat, ax=ax, vmin=vmin, vmax=1, cmap=TAU_CMAP, square=True, annot=annotate, fmt=".2f",
                     cbar=False, xticklabels=labels, yticklabels=labels if j == 0 else False,
                     annot_kws={"fontsize": ANNOT})
-        ax.tick_params(length=0, labelsize=plots.FONT["small"])
-        ax.set_xticklabels(ax.get_xticklabels(), rotation=90)
-        if j == 0:
-            ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
-        ax.set_title(titles[p])
-        ax.set_xlabel("benchmark")
-        ax.set_ylabel("benchmark" if j == 0 else "")
+        _label_heatmap(ax, j, titles[p], "benchmark", "benchmark")
     fig.colorbar(axes[0][0].collections[0], ax=list(axes[0]), location="bottom", shrink=min(0.6, 2.5 / k / side),
                  aspect=30, label="Kendall τ", pad=0.02)
     plots.title(fig, title)
@@ -188,13 +192,7 @@ def category_heatmaps(mats: Mapping[str, pd.DataFrame], within: Mapping[str, tup
                     xticklabels=names, yticklabels=names if j == 0 else False)
         ax.set_facecolor("0.9")                      # NaN cells
         ax.grid(False)
-        ax.tick_params(length=0, labelsize=plots.FONT["small"])
-        ax.set_xticklabels(ax.get_xticklabels(), rotation=90)
-        if j == 0:
-            ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
-        ax.set_title(titles[p])
-        ax.set_xlabel("category")
-        ax.set_ylabel("category" if j == 0 else "")
+        _label_heatmap(ax, j, titles[p], "category", "category")
     plots.title(fig, heading)
     empty = any(np.isnan(m.to_numpy(float)).any() for m in mats.values())
     single = [c for c in first.index if counts is not None and c in counts.index and counts.loc[c, c] == 1]
@@ -211,7 +209,7 @@ def category_heatmaps(mats: Mapping[str, pd.DataFrame], within: Mapping[str, tup
 
 
 def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[str, float] | None = None,
-              label_top: int = 0, cis: Mapping[str, list] | None = None, highlight: list[str] | tuple = ()):
+              cis: Mapping[str, list] | None = None, highlight: list[str] | tuple = ()):
     """The paper's opening figure: each model's rank on ``a`` (left) joined to its rank on ``b``
     (right), one panel per protocol; crossing lines are disagreements. Ranks run from 1 (best, top);
     the ``highlight`` models are drawn thick (:data:`MARK_COLORS`) and named in a legend below."""
@@ -227,15 +225,11 @@ def rank_plot(data: Mapping[str, pd.DataFrame], a: str, b: str, taus: Mapping[st
                                          colors=color, alpha=0.55, linewidths=0.9))
         ax.scatter(np.r_[np.zeros_like(ra), np.ones_like(rb)], np.r_[ra, rb], s=6, color=color, alpha=0.55,
                    edgecolors="none")
-        if label_top:
-            for row in df.nsmallest(label_top, "rank_a").itertuples():
-                ax.annotate(plots.display(row.model), (0, row.rank_a), xytext=(-4, 0),
-                            textcoords="offset points", ha="right", va="center", fontsize=plots.FONT["small"])
         for k, row in enumerate(df[df["model"].isin(highlight)].itertuples()):
             ax.plot([0, 1], [row.rank_a, row.rank_b], color=MARK_COLORS[k % len(MARK_COLORS)], lw=2, marker="D",
                     ms=5, zorder=3)
         ax.set_xticks([0, 1], [da, db])
-        ax.set_xlim(-0.35 if label_top else -0.1, 1.1)
+        ax.set_xlim(-0.1, 1.1)
         ax.set_xlabel("benchmark")
         title = protocol_label(p)
         if taus and p in taus and np.isfinite(taus[p]):
@@ -315,13 +309,12 @@ def ceiling_plot(pairs: pd.DataFrame, per_benchmark: pd.DataFrame, protocols: tu
         "evaluation, squares: train-before-test)."))
 
 
-def forest(table: pd.DataFrame, xlabel: str, title: str, value: str = "gain", lo: str = "gain_lo",
-           hi: str = "gain_hi", label: str = "subset"):
+def forest(table: pd.DataFrame, xlabel: str, title: str):
     """Forest plot: one row per subset with its point estimate and interval, the full sample's value
     dashed and zero solid (a gain whose interval stays right of zero holds without that subset)."""
     fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, max(1.9, 0.22 * len(table) + 1.1)), layout="constrained")
     y = np.arange(len(table))
-    v, low, high = (table[c].to_numpy(float) for c in (value, lo, hi))
+    v, low, high = (table[c].to_numpy(float) for c in ("gain", "gain_lo", "gain_hi"))
     ok = np.isfinite(low) & np.isfinite(high)
     ax.errorbar(v[ok], y[ok], xerr=np.abs(np.vstack([v[ok] - low[ok], high[ok] - v[ok]])), fmt="o", ms=3.5,
                 color="0.15", ecolor="0.35", elinewidth=1, capsize=2)
@@ -332,7 +325,7 @@ def forest(table: pd.DataFrame, xlabel: str, title: str, value: str = "gain", lo
         ends = np.concatenate([v[np.isfinite(v)], low[ok], high[ok], [0.0]])
         pad = 0.08 * (ends.max() - ends.min() or 1.0)
         ax.set_xlim(ends.min() - pad, ends.max() + pad)
-    names = [f"{_subset(r[label])} ({int(r['n_models'])})" if "n_models" in table else _subset(r[label])
+    names = [f"{_subset(r['subset'])} ({int(r['n_models'])})" if "n_models" in table else _subset(r["subset"])
              for r in table.to_dict("records")]
     ax.set_yticks(y, names)
     ax.set_ylim(len(table) - 0.5, -0.5)
@@ -368,11 +361,12 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
         ax.plot(g["epoch"], g["mean_tau"], marker="o", ms=3, lw=3.5 if best else 1, color="0.7" if best else color,
                 zorder=1.5 if best else 2, label=f"{curve.replace('lr=', 'lr = ')} (validation)")   # best: under
         ax.fill_between(g["epoch"], g["lo"], g["hi"], color=color, alpha=0.1 if best else 0.06, lw=0)
+    label_colors = {PROTOCOL_LABELS.get(p): color for p, color in PROTOCOL_COLORS.items()}
     for label, (value, ci) in (references or {}).items():
         if not np.isfinite(value):
             continue
         is_direct = label.lower().startswith("direct")
-        color = PROTOCOL_COLORS.get(store_protocol(label), "0.4")
+        color = label_colors.get(label, "0.4")
         if is_direct:
             err = None if not np.isfinite(ci).all() else [[value - ci[0]], [ci[1] - value]]
             ax.errorbar([0], [value], yerr=err, fmt="s", ms=4, color=color, capsize=2, label=f"{label} (test)")
@@ -393,11 +387,6 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
         "rank models by validation scores (the "
         "test split is scored once, at the selected checkpoint); direct evaluation (epoch 0) and the final "
         "train-before-test value are from the test split. Bands: 95 % bootstrap intervals over models."))
-
-
-def store_protocol(label: str) -> str | None:
-    """The protocol whose label (:data:`lib.plots.PROTOCOL_LABELS`) is ``label``, if any."""
-    return next((p for p, text in PROTOCOL_LABELS.items() if text == label), None)
 
 
 def _family_styles(models, store):
@@ -502,8 +491,7 @@ def explained_variance(curves: Mapping[str, pd.Series], max_components: int = 10
         "principal component, under both protocols; PC1 with its 95 % bootstrap interval over models."))
 
 
-def corpus_benchmark_heatmap(mats: Mapping[str, pd.DataFrame], titles: Mapping[str, str] | None = None,
-                             label: str = "Kendall τ"):
+def corpus_benchmark_heatmap(mats: Mapping[str, pd.DataFrame], titles: Mapping[str, str] | None = None):
     """Kendall tau of every downstream benchmark (rows) against every perplexity corpus (columns),
     one panel per setting, with one shared colour bar (the tau scale of every heat map); the
     ``average`` row and column are set off."""
@@ -526,19 +514,14 @@ def corpus_benchmark_heatmap(mats: Mapping[str, pd.DataFrame], titles: Mapping[s
         t = mat.T
         sns.heatmap(t, ax=ax, vmin=vmin, vmax=1, cmap=TAU_CMAP, annot=annotate, fmt=".2f",
                     annot_kws={"fontsize": ANNOT}, cbar=j == 0, cbar_ax=cbar_ax if j == 0 else None,
-                    cbar_kws={"label": label}, xticklabels=plots.displays(t.columns),
+                    cbar_kws={"label": "Kendall τ"}, xticklabels=plots.displays(t.columns),
                     yticklabels=plots.displays(t.index) if j == 0 else False, linewidths=0.3, linecolor="white")
         if "average" in t.index:
             ax.axhline(list(t.index).index("average"), color="white", lw=2)
         if "average" in t.columns:
             ax.axvline(list(t.columns).index("average"), color="white", lw=2)
-        ax.set_title(plots.wrap((titles or {}).get(key, protocol_label(key)), cell * n_cols + 0.1, plots.FONT["title"]))
-        ax.set_xlabel("perplexity corpus")
-        ax.set_ylabel("downstream benchmark" if j == 0 else "")
-        ax.tick_params(length=0, labelsize=plots.FONT["small"])
-        ax.set_xticklabels(ax.get_xticklabels(), rotation=90)
-        if j == 0:
-            ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
+        title = plots.wrap((titles or {}).get(key, protocol_label(key)), cell * n_cols + 0.1, plots.FONT["title"])
+        _label_heatmap(ax, j, title, "perplexity corpus", "downstream benchmark")
     plots.title(fig, "Perplexity against each downstream benchmark")
     return plots.set_caption(fig, (
         "Kendall τ between the model ranking by bits per byte on each perplexity corpus (lower ranks higher) and "
@@ -547,53 +530,32 @@ def corpus_benchmark_heatmap(mats: Mapping[str, pd.DataFrame], titles: Mapping[s
         "benchmarks or corpora."))
 
 
-def group_bars(table: pd.DataFrame, group: str, value: str, hue: str = "protocol", xlabel: str | None = None,
-               lo: str | None = None, hi: str | None = None, title: str | None = None, n: str | None = None,
-               floor: Mapping[str, float] | None = None, note: str = ""):
-    """Horizontal bars of ``value`` per ``group``, one colour per protocol (NaN groups left empty),
-    with [``lo``, ``hi``] whiskers when given; ``n`` (a column) adds each group's size to its label,
-    ``floor`` ({group: value}) marks the lowest value a group can have by construction, ``note`` ends
-    the caption."""
-    groups = list(dict.fromkeys(table[group]))
-    values, errors = {}, {} if lo and hi else None
-    for p, g in table.groupby(hue, sort=False):
-        g = g.set_index(group).reindex(groups)
-        values[p] = g[value].to_numpy(float)
-        if errors is not None:
-            errors[p] = g[[lo, hi]].to_numpy(float)
-    labels = plots.displays(groups)
-    if n:
-        size = table.drop_duplicates(group).set_index(group)[n]
-        labels = [f"{label} ({int(size[g])})" for label, g in zip(labels, groups)]
-    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, max(1.9, 0.3 * len(groups) + 1.3)), layout="constrained")
-    handles = _paired_barh(ax, labels, values, errors)
-    if floor:
-        y = [k for k, g in enumerate(groups) if g in floor]
-        handles += ax.plot([floor[groups[k]] for k in y], y, lw=0, marker="|", ms=11, mew=1.6, color="0.15",
-                           label="lowest possible")
-    ax.set_xlabel(xlabel or value)
-    ax.set_ylabel((group if group != "group" else "model family") + (" (models)" if n else ""))
-    ax.set_xlim(0, 1)
-    plots.legend_above(ax, handles, [h.get_label() for h in handles])
-    if title:
-        plots.title(fig, title)
-    return plots.set_caption(fig, (
-        f"{title or value}: {xlabel or value} per {group if group != 'group' else 'model family'}"
-        + (" (number of models in brackets)" if n else "") + ", under both protocols"
-        + (" (whiskers: 95 % bootstrap intervals)." if errors is not None else ".") + (f" {note}" if note else "")))
-
-
 def family_pc1_bars(family: pd.DataFrame, n_benchmarks: int):
     """06's PC1 share within each model family (:func:`lib.analysis.structure.by_group`'s table with
     intervals), each family with its number of models and the share its PC1 has by construction: the
     centred scores of n models on k benchmarks have at most min(n - 1, k) components, so PC1 carries at
     least 1 / min(n - 1, k) of the variance (GPT-2's 4 models: a third)."""
-    floor = {r["group"]: 1 / max(1, min(int(r["n_models"]) - 1, n_benchmarks))
-             for r in family.drop_duplicates("group").to_dict("records")}
+    groups = list(dict.fromkeys(family["group"]))
+    size = family.drop_duplicates("group").set_index("group")["n_models"]
+    floor = [1 / max(1, min(int(size[g]) - 1, n_benchmarks)) for g in groups]
     few = family["n_models"] < MIN_CI_MODELS          # a bootstrap over a handful of models says little
     family = family.assign(lo=family["lo"].mask(few), hi=family["hi"].mask(few))
-    return group_bars(family, "group", "pc1", xlabel="PC1 explained variance ratio", lo="lo", hi="hi",
-                      title="PC1 share within each model family", n="n_models", floor=floor,
-                      note="A family of n models has at most n − 1 components, so its PC1 share is at least "
-                           "1 / (n − 1) by construction (the black ticks); compare the families with that floor "
-                           f"in mind. Families of fewer than {MIN_CI_MODELS} models get no interval.")
+    values, errors = {}, {}
+    for p, g in family.groupby("protocol", sort=False):
+        g = g.set_index("group").reindex(groups)
+        values[p], errors[p] = g["pc1"].to_numpy(float), g[["lo", "hi"]].to_numpy(float)
+    labels = [f"{label} ({int(size[g])})" for label, g in zip(plots.displays(groups), groups)]
+    fig, ax = plt.subplots(figsize=(WIDTH_SINGLE, max(1.9, 0.3 * len(groups) + 1.3)), layout="constrained")
+    handles = _paired_barh(ax, labels, values, errors)
+    handles += ax.plot(floor, list(range(len(groups))), lw=0, marker="|", ms=11, mew=1.6, color="0.15",
+                       label="lowest possible")
+    ax.set_xlabel("PC1 explained variance ratio")
+    ax.set_ylabel("model family (models)")
+    ax.set_xlim(0, 1)
+    plots.legend_above(ax, handles, [h.get_label() for h in handles])
+    plots.title(fig, "PC1 share within each model family")
+    return plots.set_caption(fig, (
+        "PC1 share within each model family: PC1 explained variance ratio per model family (number of models in "
+        "brackets), under both protocols (whiskers: 95 % bootstrap intervals). A family of n models has at most "
+        "n − 1 components, so its PC1 share is at least 1 / (n − 1) by construction (the black ticks); compare the "
+        f"families with that floor in mind. Families of fewer than {MIN_CI_MODELS} models get no interval."))

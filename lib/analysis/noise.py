@@ -275,13 +275,12 @@ def missing_line(measurements: dict[str, Measurements]) -> str | None:
 
 # --------------------------------------------------------------------------- quality
 def quality_table(measurements: dict[str, Measurements], chance: dict[str, float | None],
-                  halvings: int = HALVINGS, seed: int = 0, min_models: int = 3,
-                  rel: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+                  rel: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per (benchmark, protocol): can this benchmark rank these models? (see the module
-    docstring for the columns and the flag). ``rel`` reuses :func:`reliabilities` per protocol."""
+    docstring for the columns and the flag). ``rel``: :func:`reliabilities` per protocol."""
     rows = []
     for p, meas in measurements.items():
-        r = rel[p] if rel is not None else reliabilities(meas, halvings, seed, min_models)
+        r = rel[p]
         for b in meas.scores.columns:
             s = meas.scores[b].dropna()
             se = meas.stderr[b].reindex(s.index)

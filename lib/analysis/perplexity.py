@@ -51,36 +51,42 @@ def model_groups(models: list[str], store_root=None) -> dict[str, list[str]]:
             "instruct": [m for m in models if meta.loc[m, "instruct"]]}
 
 
-def agreement_table(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS,
-                    settings: dict[str, tuple[str, str]] | None = None) -> pd.DataFrame:
+def _setting_groups(df: pd.DataFrame, store_root=None):
+    """Per setting whose protocols the store has and per model group: (setting, group, x, corpora,
+    benchmarks, pairs), x the group's oriented perplexity columns beside its downstream ones (each
+    with its ``average`` last), pairs every (corpus, benchmark) pair of x's columns; nothing when the
+    store has no perplexity corpus or no downstream benchmark."""
+    downstream, corpora = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
+    if not corpora or not downstream:
+        return
+    present = set(df["protocol"])
+    dirs = store.directions(df)
+    for setting, (ppl_p, ds_p) in SETTINGS.items():
+        if ppl_p not in present or ds_p not in present:
+            continue
+        ppl = with_average(store.orient(store.matrix(df, ppl_p).reindex(columns=corpora), dirs))
+        ds = with_average(store.orient(store.matrix(df, ds_p).reindex(columns=downstream), dirs))
+        models = sorted(set(ppl.dropna(how="all").index) & set(ds.dropna(how="all").index))
+        pairs = [(c, ppl.shape[1] + b) for c in range(ppl.shape[1]) for b in range(ds.shape[1])]
+        for group, members in model_groups(models, store_root).items():
+            x = np.hstack([ppl.reindex(members).to_numpy(float), ds.reindex(members).to_numpy(float)])
+            yield setting, group, x, list(ppl.columns), list(ds.columns), pairs
+
+
+def agreement_table(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS) -> pd.DataFrame:
     """Kendall tau of every (corpus or average) x (benchmark or average) per setting and model group.
 
     Columns: setting, group, corpus, benchmark, tau, n_models. Empty when the store has no
     perplexity corpus or lacks a protocol a setting needs (such settings are skipped).
     """
-    downstream, corpora = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
-    cols = ["setting", "group", "corpus", "benchmark", "tau", "n_models"]
-    if not corpora or not downstream:
-        return pd.DataFrame(columns=cols)
-    present = set(df["protocol"])
     rows = []
-    for setting, (ppl_p, ds_p) in (settings or SETTINGS).items():
-        if ppl_p not in present or ds_p not in present:
-            continue
-        dirs = store.directions(df)
-        ppl = with_average(store.orient(store.matrix(df, ppl_p).reindex(columns=corpora), dirs))
-        ds = with_average(store.orient(store.matrix(df, ds_p).reindex(columns=downstream), dirs))
-        models = sorted(set(ppl.dropna(how="all").index) & set(ds.dropna(how="all").index))
-        nc = ppl.shape[1]
-        pairs = [(c, nc + b) for c in range(nc) for b in range(ds.shape[1])]
-        for group, members in model_groups(models, store_root).items():
-            x = np.hstack([ppl.reindex(members).to_numpy(float), ds.reindex(members).to_numpy(float)])
-            taus = uncertainty.weighted_tau(x, pairs, None, min_models)[0]    # every pair in one pass
-            finite = np.isfinite(x)
-            for (c, b), tau in zip(pairs, taus):
-                rows.append((setting, group, ppl.columns[c], ds.columns[b - nc], float(tau),
-                             int((finite[:, c] & finite[:, b]).sum())))
-    return pd.DataFrame(rows, columns=cols)
+    for setting, group, x, corpora, benchmarks, pairs in _setting_groups(df, store_root):
+        taus = uncertainty.weighted_tau(x, pairs, None, min_models)[0]    # every pair in one pass
+        finite = np.isfinite(x)
+        for (c, b), tau in zip(pairs, taus):
+            rows.append((setting, group, corpora[c], benchmarks[b - len(corpora)], float(tau),
+                         int((finite[:, c] & finite[:, b]).sum())))
+    return pd.DataFrame(rows, columns=["setting", "group", "corpus", "benchmark", "tau", "n_models"])
 
 
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
@@ -122,36 +128,21 @@ def scatter_frame(df: pd.DataFrame, ppl_protocol: str, ds_protocol: str, store_r
 
 
 def bootstrap_settings(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS,
-                       n_boot: int = uncertainty.N_BOOT, seed: int = 0, level: float = uncertainty.LEVEL,
-                       settings: dict[str, tuple[str, str]] | None = None) -> dict:
+                       n_boot: int = uncertainty.N_BOOT, seed: int = 0, level: float = uncertainty.LEVEL) -> dict:
     """Intervals of :func:`summarise`'s numbers, resampling the models of each (setting, group):
     ``{"tau_average_ci": {setting: {group: [lo, hi]}}, "mean_tau_pairs_ci": {...}}`` (the models
     and pairs of :func:`agreement_table`; all corpus x benchmark pairs of a draw in one product)."""
-    downstream, corpora = split_benchmarks(sorted(df["benchmark"].unique()), store_root)
     out: dict = {"tau_average_ci": {}, "mean_tau_pairs_ci": {}}
-    if not corpora or not downstream:
-        return out
-    present = set(df["protocol"])
-    dirs = store.directions(df)
-    for setting, (ppl_p, ds_p) in (settings or SETTINGS).items():
-        if ppl_p not in present or ds_p not in present:
-            continue
-        ppl = with_average(store.orient(store.matrix(df, ppl_p).reindex(columns=corpora), dirs))
-        ds = with_average(store.orient(store.matrix(df, ds_p).reindex(columns=downstream), dirs))
-        models = sorted(set(ppl.dropna(how="all").index) & set(ds.dropna(how="all").index))
-        nc = ppl.shape[1]
-        pairs = [(c, nc + b) for c in range(nc) for b in range(ds.shape[1])]
-        avg = pairs.index((nc - 1, nc + ds.shape[1] - 1))
-        single = [k for k, (c, b) in enumerate(pairs) if c < nc - 1 and b < nc + ds.shape[1] - 1]
-        for group, members in model_groups(models, store_root).items():
-            x = np.hstack([ppl.reindex(members).to_numpy(float), ds.reindex(members).to_numpy(float)])
-            if len(members) < 2:
-                taus = np.full((n_boot, len(pairs)), np.nan)
-            else:
-                taus = uncertainty.weighted_tau(x, pairs, uncertainty.draws(len(members), n_boot, seed), min_models)
-            out["tau_average_ci"].setdefault(setting, {})[group] = uncertainty.interval(taus[:, avg], level)
-            out["mean_tau_pairs_ci"].setdefault(setting, {})[group] = uncertainty.interval(
-                uncertainty.nanmean_rows(taus[:, single]), level)
+    for setting, group, x, corpora, benchmarks, pairs in _setting_groups(df, store_root):
+        last = (len(corpora) - 1, len(corpora) + len(benchmarks) - 1)          # average x average
+        single = [k for k, (c, b) in enumerate(pairs) if c < last[0] and b < last[1]]
+        if len(x) < 2:
+            taus = np.full((n_boot, len(pairs)), np.nan)
+        else:
+            taus = uncertainty.weighted_tau(x, pairs, uncertainty.draws(len(x), n_boot, seed), min_models)
+        out["tau_average_ci"].setdefault(setting, {})[group] = uncertainty.interval(taus[:, pairs.index(last)], level)
+        out["mean_tau_pairs_ci"].setdefault(setting, {})[group] = uncertainty.interval(
+            uncertainty.nanmean_rows(taus[:, single]), level)
     return out
 
 
@@ -159,12 +150,10 @@ def bootstrap_settings(df: pd.DataFrame, store_root=None, min_models: int = MIN_
 def perplexity_report(df: pd.DataFrame, store_root=None, min_models: int = MIN_MODELS,
                       n_boot: int = uncertainty.N_BOOT, seed: int = 0, level: float = uncertainty.LEVEL,
                       work=None) -> dict:
-    """Everything notebook 05 shows: ``table`` (:func:`agreement_table`), ``settings``
-    (:func:`summarise` plus ``tau_average_lo/hi`` and ``mean_tau_pairs_lo/hi``), ``frames`` ({setting:
-    :func:`scatter_frame`}), ``mats`` ({setting: corpus x benchmark tau}), ``corpora``, ``notes`` and
-    ``summary`` (plain numbers: ``corpora``, ``tau_average`` / ``mean_tau_pairs`` / ``n_models``
-    {setting: {group}}, their intervals ``tau_average_ci`` / ``mean_tau_pairs_ci`` {setting: {group:
-    [lo, hi]}}, ``bootstrap``, ``min_models``, ``notes``).
+    """Everything notebook 05 shows: ``table`` (:func:`agreement_table`), ``settings`` (:func:`summarise`
+    with the intervals' ``_lo``/``_hi``), ``frames`` ({setting: :func:`scatter_frame`}), ``mats``
+    ({setting: corpus x benchmark tau}), ``corpora``, ``notes`` and ``summary`` (plain numbers; every
+    interval under its number's name + ``_ci``).
 
     ``n_boot`` draws of models with ``seed`` give the ``level`` intervals; ``work`` (the profile's
     work folder) is where per-item results would be: corpora have none, and a line says whether

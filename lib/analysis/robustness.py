@@ -43,45 +43,29 @@ def complete_models(df: pd.DataFrame, protocols=store.PROTOCOLS) -> list[str]:
     return sorted(counts.index[counts == need])
 
 
-def _row(label: str, n: int, point: dict, boot: dict, level: float, protocols) -> dict:
+STATISTICS = {  # statistic(models x columns matrix, weights or None, min_models) -> one value per draw
+    "tau": uncertainty.mean_pair_tau,                # mean Kendall tau over benchmark pairs (04)
+    "pc1": lambda x, w, min_models: uncertainty.pca_draws(x, w, min_models=min_models)["pc1"],  # PC1 share (06)
+}
+
+
+def gain(matrices: dict[str, pd.DataFrame], subsets: dict[str, list[str]], statistic: str,
+         n_boot: int = uncertainty.N_BOOT, seed: int = 0, level: float = uncertainty.LEVEL, min_models: int = 3,
+         protocols=store.PROTOCOLS) -> pd.DataFrame:
+    """A :data:`STATISTICS` entry per protocol, and the gain with its paired interval, per subset.
+    ``matrices``: {protocol: oriented model x benchmark matrix}, same columns."""
+    stat = STATISTICS[statistic]
     first, second = protocols
-    gain = boot[second] - boot[first]
-    lo, hi = uncertainty.interval(gain, level)
-    return {"subset": label, "n_models": n, first: point[first], second: point[second],
-            "gain": point[second] - point[first], "gain_lo": lo, "gain_hi": hi}
-
-
-def tau_gain(matrices: dict[str, pd.DataFrame], subsets: dict[str, list[str]], n_boot: int = uncertainty.N_BOOT,
-             seed: int = 0, level: float = uncertainty.LEVEL, min_models: int = 3,
-             protocols=store.PROTOCOLS) -> pd.DataFrame:
-    """Mean Kendall tau over benchmark pairs per protocol, and the gain with its paired interval, per
-    subset. ``matrices``: {protocol: oriented model x benchmark matrix}, same columns."""
-    cols = list(next(iter(matrices.values())).columns)
     rows = []
     for label, members in subsets.items():
         w = uncertainty.draws(len(members), n_boot, seed)
-        pt, bt = {}, {}
-        for p in protocols:
-            x = matrices[p].reindex(index=members, columns=cols).to_numpy(float)
-            pt[p] = float(uncertainty.mean_pair_tau(x, None, min_models)[0])
-            bt[p] = uncertainty.mean_pair_tau(x, w, min_models)
-        rows.append(_row(label, len(members), pt, bt, level, protocols))
-    return pd.DataFrame(rows)
-
-
-def pc1_gain(matrices: dict[str, pd.DataFrame], subsets: dict[str, list[str]], n_boot: int = uncertainty.N_BOOT,
-             seed: int = 0, level: float = uncertainty.LEVEL, min_models: int = 3,
-             protocols=store.PROTOCOLS) -> pd.DataFrame:
-    """PC1 share (standardised columns) per protocol, and the gain with its paired interval, per subset."""
-    rows = []
-    for label, members in subsets.items():
-        w = uncertainty.draws(len(members), n_boot, seed)
-        pt, bt = {}, {}
+        point, boot = {}, {}
         for p in protocols:
             x = matrices[p].reindex(members).to_numpy(float)
-            pt[p] = float(uncertainty.pca_draws(x, None, min_models=min_models)["pc1"][0])
-            bt[p] = uncertainty.pca_draws(x, w, min_models=min_models)["pc1"]
-        rows.append(_row(label, len(members), pt, bt, level, protocols))
+            point[p], boot[p] = float(stat(x, None, min_models)[0]), stat(x, w, min_models)
+        lo, hi = uncertainty.interval(boot[second] - boot[first], level)
+        rows.append({"subset": label, "n_models": len(members), first: point[first], second: point[second],
+                     "gain": point[second] - point[first], "gain_lo": lo, "gain_hi": hi})
     return pd.DataFrame(rows)
 
 

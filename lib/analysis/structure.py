@@ -135,7 +135,7 @@ def pca_report(df: pd.DataFrame, store_root=None, min_models: int = 3, max_compo
     ratios), ``family`` (:func:`by_group` per protocol, with ``lo``/``hi`` of its PC1 share),
     ``scores`` (PC1 per model and protocol), ``frames`` ({protocol: flops, pc1, type} for the compute
     scatter), ``compute`` (:func:`pc1_vs_compute` for all and base models, with ``r_lo``/``r_hi``),
-    ``robustness`` (:func:`lib.analysis.robustness.pc1_gain`), ``notes`` and ``summary`` (plain
+    ``robustness`` (:func:`lib.analysis.robustness.gain`), ``notes`` and ``summary`` (plain
     numbers; every interval under its number's name + ``_ci``). ``n_boot`` draws of models with
     ``seed`` give the ``level`` percentile intervals.
     """
@@ -164,7 +164,7 @@ def pca_report(df: pd.DataFrame, store_root=None, min_models: int = 3, max_compo
     subsets, sub_notes = robustness.model_subsets(models, robustness.complete_models(df, tuple(protocols)),
                                                   min_models)
     notes += sub_notes
-    robust = robustness.pc1_gain(matrices, subsets, n_boot, seed, level, min_models, tuple(protocols)) \
+    robust = robustness.gain(matrices, subsets, "pc1", n_boot, seed, level, min_models, tuple(protocols)) \
         if len(protocols) == 2 else pd.DataFrame()
 
     summary = {

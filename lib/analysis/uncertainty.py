@@ -98,12 +98,6 @@ def nanmean_rows(values: np.ndarray) -> np.ndarray:
     return np.where(count > 0, np.where(ok, v, 0.0).sum(axis=1) / np.maximum(count, 1), np.nan)
 
 
-def defined_share(values) -> float:
-    """Share of draws in which a statistic is defined (finite)."""
-    v = np.asarray(values, float)
-    return float(np.isfinite(v).mean()) if v.size else float("nan")
-
-
 # --------------------------------------------------------------------------- Kendall tau
 def weighted_tau(matrix: np.ndarray, pairs: Sequence[tuple[int, int]], weights: np.ndarray | None = None,
                  min_models: int = 3, chunk: int | None = None) -> np.ndarray:

@@ -55,10 +55,6 @@ def twins(store_root: str | Path) -> dict[str, str]:
     return out
 
 
-def has_preparation(store_root: str | Path) -> bool:
-    return bool(preparation(store_root))
-
-
 def _oriented(df: pd.DataFrame, protocol: str, benchmarks: list[str]) -> pd.DataFrame:
     mat = store.matrix(df, protocol)
     mat = mat[[b for b in benchmarks if b in mat.columns]]
@@ -224,7 +220,7 @@ def notebook_section(ctx, view: str, summary: dict) -> pd.DataFrame | None:
     when no model's metadata records a preparation."""
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r}; expected one of {VIEWS}")
-    if not has_preparation(ctx.store):
+    if not preparation(ctx.store):
         print("controlled comparison skipped: no model in this store records test-task preparation "
               "(only the mini world's zoo does)")
         return None
@@ -236,7 +232,7 @@ def notebook_section(ctx, view: str, summary: dict) -> pd.DataFrame | None:
     if view == "ranks":
         from . import causal
 
-        if not causal.has_design(ctx.store):
+        if causal.design(ctx.store).empty:
             print("causal analyses skipped: no model records its kind of preparation (the mini world's zoo "
                   "of version 5 does)")
             return None

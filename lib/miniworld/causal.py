@@ -62,10 +62,6 @@ def design(store_root: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "kind", "dose", "base", "family", "size", "targets"])
 
 
-def has_design(store_root: str | Path) -> bool:
-    return bool(len(design(store_root)))
-
-
 def twins(des: pd.DataFrame) -> dict[str, str]:
     """``{base: twin}`` of the prepared twins (kinds format, instruct, contam), one per base."""
     part = des[des["kind"].isin(("format", "instruct", "contam"))]
@@ -136,7 +132,7 @@ def attemptable(df: pd.DataFrame, store_root: str | Path, work: str | Path, mode
     meas = {DIRECT: noise.load_measurements(df, DIRECT, benchmarks, work, models)}
     rel = {DIRECT: noise.reliabilities(meas[DIRECT], seed=seed)}
     chance = {b: store.read_meta(store_root, "benchmarks").get(b, {}).get("chance") for b in benchmarks}
-    quality = noise.quality_table(meas, chance, rel=rel)
+    quality = noise.quality_table(meas, chance, rel)
     flagged = set(quality.loc[quality["cannot_rank"], "benchmark"])
     return [b for b in benchmarks if b not in flagged]
 

@@ -152,10 +152,6 @@ class Recipe:
     seed: int = 0
     base: str | None = None          # the base model a twin or sham is compared with
 
-    @property
-    def family(self) -> str:
-        return self.trunk.family
-
     def validate(self) -> Recipe:
         self.trunk.validate()
         if self.kind not in KINDS:
@@ -328,8 +324,7 @@ def last_phase_mix(world_dir: str | Path, recipe: Recipe) -> tuple[list[str], li
     as many corpus documents of another sample (the stream ``post-sham``), all shuffled together. So a
     twin differs from its base by exactly its preparation, and a sham by as much more corpus text.
     """
-    world = mw.World(mw.WorldConfig(**read_json(Path(world_dir) / "manifest.json")["config"]),
-                     [mw.Creature(**c) for c in read_json(Path(world_dir) / "creatures.json")])
+    world = _load_world(world_dir)
     n = recipe.post_examples
     n_added = int(round(recipe.dose * n))
     corpus = mw.corpus_documents(world, n, "post")
@@ -357,6 +352,11 @@ def last_phase_mix(world_dir: str | Path, recipe: Recipe) -> tuple[list[str], li
     return texts, prompts, record
 
 
+def _load_world(world_dir: str | Path) -> mw.World:
+    return mw.World(mw.WorldConfig(**read_json(Path(world_dir) / "manifest.json")["config"]),
+                    [mw.Creature(**c) for c in read_json(Path(world_dir) / "creatures.json")])
+
+
 def count_prepared(docs: Iterable[str], world_dir: str | Path, split: str = "train") -> dict[str, int]:
     """How many documents of ``docs`` are formatted examples of ``split`` of each benchmark."""
     texts = {}
@@ -374,9 +374,7 @@ def family_tokenizer(world_dir: str | Path, family: str):
     """The family's tokenizer: byte-level BPE fitted on corpus documents, every training prompt and a
     sample of the preparation text (hub tokenizers know the words of every kind of text, so no kind
     of preparation is favoured by the vocabulary)."""
-    wdir = Path(world_dir)
-    world = mw.World(mw.WorldConfig(**read_json(wdir / "manifest.json")["config"]),
-                     [mw.Creature(**c) for c in read_json(wdir / "creatures.json")])
+    world = _load_world(world_dir)
     corpus = mw.load_corpus(world_dir)[:TOKENIZER_DOCS]
     prompts = [mw.prompt_text(t, r) for t in mw.BENCHMARKS for r in mw.load_split(world_dir, t, "train")]
     rng, guests = random.Random("tokenizer"), mw.visitors(world, "tokenizer")
@@ -394,15 +392,10 @@ def _sidecar(models_dir: str | Path, name: str) -> Path:
     return Path(models_dir) / f"{store.slug(name)}.recipe.json"
 
 
-def built_trunk(models_dir: str | Path, trunk: Trunk, world_key: str) -> dict | None:
-    return current(_sidecar(models_dir, trunk.name), trunk.key(world_key),
-                   needs=[model_dir(models_dir, trunk.name) / training.STATS_FILE])
-
-
-def built_recipe(models_dir: str | Path, recipe: Recipe, world_key: str) -> dict | None:
-    """The recorded build of ``recipe`` if it is complete and current, else None."""
-    return current(_sidecar(models_dir, recipe.name), recipe.key(world_key),
-                   needs=[model_dir(models_dir, recipe.name) / training.STATS_FILE])
+def built(models_dir: str | Path, part: Trunk | Recipe, world_key: str) -> dict | None:
+    """The recorded build of a trunk or a recipe if it is complete and current, else None."""
+    return current(_sidecar(models_dir, part.name), part.key(world_key),
+                   needs=[model_dir(models_dir, part.name) / training.STATS_FILE])
 
 
 def _check(recipes: list[Recipe], elsewhere: Iterable[str] = ()) -> list[Recipe]:
@@ -486,7 +479,7 @@ def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recip
     recipes = _check([r.validate() for r in recipes], elsewhere)
     workers = max(1, workers or os.cpu_count() or 1)
     trunks = {r.trunk.name: r.trunk for r in recipes}
-    done_trunks = {n: built_trunk(models_dir, t, world_key) for n, t in trunks.items()}
+    done_trunks = {n: built(models_dir, t, world_key) for n, t in trunks.items()}
     todo = [t for n, t in trunks.items() if done_trunks[n] is None]
     for family in sorted({t.family for t in todo}):
         folder = _tokenizer_dir(models_dir, family, world_key)
@@ -503,7 +496,7 @@ def build_zoo(world_dir: str | Path, models_dir: str | Path, recipes: list[Recip
     out: dict[str, dict] = {}
     todo = []
     for recipe in recipes:
-        done = built_recipe(models_dir, recipe, world_key)
+        done = built(models_dir, recipe, world_key)
         if done is not None:
             out[recipe.name] = done
         else:
@@ -576,13 +569,21 @@ def zoo_lock(profile: str):
 def prepare_as(profile: str, of: str) -> dict:
     """Prepare hook: profile ``of``'s world and zoo (its own prepare options), built or found in its
     folders and linked into this profile's (:func:`prepare` with ``share``)."""
+    options = _prepare_options(of)
+    if options is None:
+        raise ZooError(f"prepare_as: profile {of!r} has no lib.miniworld.zoo:prepare hook to share")
+    return prepare(profile, share=of, **options)
+
+
+def _prepare_options(profile: str) -> dict | None:
+    """The options of ``profile``'s ``lib.miniworld.zoo:prepare`` hook (None: it has none)."""
     from .. import params
 
-    for item in params.load_profile(of, validate=False).prepare:
+    for item in params.load_profile(profile, validate=False).prepare:
         name, kwargs = next(iter(item.items())) if isinstance(item, dict) else (item, {})
         if name == "lib.miniworld.zoo:prepare":
-            return prepare(profile, share=of, **(kwargs or {}))
-    raise ZooError(f"prepare_as: profile {of!r} has no lib.miniworld.zoo:prepare hook to share")
+            return dict(kwargs or {})
+    return None
 
 
 def _link_to(profile: str, other: str) -> None:
@@ -597,6 +598,12 @@ def _link_to(profile: str, other: str) -> None:
 
 ZOO_OPTIONS = ["doses", "families", "sizes", "prepared_sizes", "sham_size", "answers", "answers_dose", "twin_kinds",
                "post_examples", "post_epochs", "post_lr", "extra_twins", "scale", "workers", "dose_layout"]
+
+
+def _zoo_args(options: dict) -> dict:
+    """The :func:`default_zoo` arguments among a prepare hook's ``options`` (YAML lists as tuples)."""
+    return {k: (tuple(v) if k in ("doses", "answers", "twin_kinds") and v is not None else v)
+            for k, v in options.items() if k in ZOO_OPTIONS and k != "workers"}
 
 
 def prepare(profile: str, seed: int = 0, workers: int | None = None, share: str | None = None, **options) -> dict:
@@ -618,14 +625,12 @@ def prepare(profile: str, seed: int = 0, workers: int | None = None, share: str 
                        f"{did_you_mean(unknown[0], ZOO_OPTIONS + sorted(world_fields))}; "
                        f"world options: {sorted(world_fields)}, zoo options: {ZOO_OPTIONS}")
     cfg = mw.WorldConfig(seed=seed, **{k: v for k, v in options.items() if k in world_fields})
-    zoo_args = {k: (tuple(v) if k in ("doses", "answers", "twin_kinds") and v is not None else v)
-                for k, v in options.items() if k in ZOO_OPTIONS}
     t0 = time.time()
     with zoo_lock(profile):       # two profiles sharing the zoo, run at once, build it once
         # the world through its owner's folder: its task YAMLs name that path, so a profile sharing
         # it finds them current instead of rewriting them (and re-running the owner's stages)
         manifest = mw.build(world_dir(share or profile), cfg)
-        recipes = default_zoo(**zoo_args)
+        recipes = default_zoo(**_zoo_args(options))
         builds = build_zoo(world_dir(profile), models_dir(profile), recipes, workers=workers)
     root = paths.store_dir(profile)
     store.write_meta(root, "models", {name: {**rec, "path": store.relative_meta_path(root, rec["path"])}  # moves with
@@ -645,19 +650,14 @@ def prepare_new(profile: str, reference: str, models: list, workers: int | None 
     this profile's store. A model the reference already has is refused (it is not new). Trunks the
     reference has built are copied, not trained again (a trunk is keyed by its recipe and the world,
     so the copy is the model a rebuild would make)."""
-    from .. import params
-
-    ref = params.load_profile(reference, validate=False)
-    hooks = [next(iter(i.items())) if isinstance(i, dict) else (i, {}) for i in ref.prepare]
-    options = next((dict(kw or {}) for spec, kw in hooks if spec == "lib.miniworld.zoo:prepare"), None)
+    options = _prepare_options(reference)
     if options is None:
-        raise ZooError(f"zoo: the reference {reference!r} has no mini-world zoo (its prepare hooks: {ref.prepare})")
+        raise ZooError(f"zoo: the reference {reference!r} has no mini-world zoo (no lib.miniworld.zoo:prepare hook)")
     world = world_dir(reference)
     if not (world / "manifest.json").exists():
         raise ZooError(f"zoo: the reference {reference!r} has not built its world ({paths.show(world)}): run "
                        f"`{paths.make_command(reference)}` first")
-    zoo_args = {k: (tuple(v) if k in ("doses", "answers", "twin_kinds") and v is not None else v)
-                for k, v in options.items() if k in ZOO_OPTIONS and k != "workers"}
+    zoo_args = _zoo_args(options)
     theirs = {r.name for r in default_zoo(**zoo_args)}
     everything = default_zoo(**{**zoo_args, "extra_twins": [*zoo_args.get("extra_twins", ()), *models]})
     new = [r for r in everything if r.name not in theirs]
@@ -670,7 +670,7 @@ def prepare_new(profile: str, reference: str, models: list, workers: int | None 
     mine, ref_models = models_dir(profile), models_dir(reference)
     mine.mkdir(parents=True, exist_ok=True)
     for trunk in {r.trunk.name: r.trunk for r in new}.values():
-        if built_trunk(mine, trunk, world_key) is None and built_trunk(ref_models, trunk, world_key) is not None:
+        if built(mine, trunk, world_key) is None and built(ref_models, trunk, world_key) is not None:
             shutil.copytree(model_dir(ref_models, trunk.name), model_dir(mine, trunk.name), dirs_exist_ok=True)
             shutil.copy2(_sidecar(ref_models, trunk.name), _sidecar(mine, trunk.name))
         tokenizer = _tokenizer_dir(ref_models, trunk.family, world_key)
