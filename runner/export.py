@@ -2,31 +2,21 @@
 `make tensorboard`: its fine-tuning curves in TensorBoard.
 
 Every Eval Ever (github.com/evaleval/every_eval_ever, MIT) is the common format other tools read
-evaluation results in (its converters cover lm-eval, HELM and Inspect; the model hub shows it on
-model pages). ``python -m runner.export records <profile>`` writes every result of the profile's store, each
-(protocol, benchmark, model): both protocols and their cheaper forms, and for ``published`` the
-imported results, as one aggregate record, and where the store has per-item correctness
-(:func:`lib.layout.items_path`) an instance-level file beside it, in the format's datastore layout::
+evaluation results in. Every result of the profile's store (protocol, benchmark, model; for
+``published`` the imported ones) becomes one aggregate record, with an instance-level file beside
+it where the store has per-item correctness, in the format's datastore layout::
 
     outputs/<profile>/export/data/train-before-test_<profile>/<developer>/<model>/<uuid>.json
     outputs/<profile>/export/data/train-before-test_<profile>/<developer>/<model>/<uuid>_samples.jsonl
 
 The format has no field for "fine-tuned on the benchmark's training split before the test", so a
-train-before-test record says so wherever a reader meets the score: in its evaluation name
-(``mw_facts (train-before-test: fine-tuned on its training split first)``), the source's name, the
-model's name and details, the metric's description and the score's details. The recipe, the chosen
-learning rate and epoch, the split and its document hashes, the package versions and the store's
-whole provenance go into the schema's own fields where it has them, else into its free
-``additional_details`` / ``details`` (string values).
+train-before-test record says so wherever a reader meets the score: its evaluation's, source's and
+model's names and details, the metric's description. What the schema has no field for goes into its
+free ``additional_details`` / ``details`` (string values).
 
-Every record is checked against the JSON schemas of release :data:`VERSION`, read from its wheel as
-a zip (:data:`WHEEL`, sha256-checked; ``python -m runner.export fetch`` downloads it with pip). The
-package is not installed: it needs Python 3.12 and huggingface-hub < 2, and the project runs on
-Python 3.11 with huggingface_hub 2.4.0. :func:`read` reads an export back (the round trip the tests
-compare with the store).
-
-``python -m runner.export tensorboard <profile>`` starts TensorBoard on the profile's work folder, where
-the fine-tuning units of a profile with ``tensorboard: true`` (notebook 02) keep their event files.
+The schemas of release :data:`VERSION` are read from its wheel as a zip (:data:`WHEEL`,
+sha256-checked, downloaded with pip): the package itself needs Python 3.12 and huggingface-hub < 2,
+and the project runs on Python 3.11 with huggingface_hub 2.4.0.
 """
 
 from __future__ import annotations
