@@ -80,10 +80,6 @@ ul.problems { margin: 0.3em 0; color: #b22; }
 """
 
 
-def _stage_order(profile_dir: Path) -> list[str]:
-    return sorted(p.name for p in profile_dir.glob("[0-9][0-9]_*") if (p / "figures").is_dir())
-
-
 def _made_order(png: Path) -> tuple[int, str]:
     """A figure's place in its stage: the notebook cell that made it (its record), then its name."""
     cell = record(png).get("cell")
@@ -94,7 +90,8 @@ def numbered(root: Path) -> list[Path]:
     """Every figure of a profile in the one order the pages number them (Figure 1, 2, ...): stage by
     stage in notebook order, within a stage in the order its cells made them. figures.html and the
     leaderboard both number from this list, so a number means one figure on both."""
-    return [png for stage in _stage_order(root) for png in sorted(figures(root / stage), key=_made_order)]
+    stages = sorted(p.name for p in root.glob("[0-9][0-9]_*") if (p / "figures").is_dir())
+    return [png for stage in stages for png in sorted(figures(root / stage), key=_made_order)]
 
 
 def contact_sheet(profile: str, out: str | Path | None = None) -> Path:

@@ -281,12 +281,11 @@ def page_data(b: Board) -> dict:
     figures = [{"id": i + 1, **{k: f[k] for k in ("stage", "name", "title", "href", "png")}}
                for i, f in enumerate(b.figures)]
     row_figs = [i + 1 for i, f in enumerate(b.figures) if f["models"]]
-    models = []
-    for m, row in b.models.iterrows():
-        models.append({"id": m, "label": row["label"], "family": row["family"], "color": row["color"],
-                       "params_b": _num(row["params_b"]), "size_label": size_label(_num(row["params_b"])),
-                       "size": row["size"], "instruct": row["instruct"], "type": row["type"],
-                       "prepared": row["prepared"], "role": row["role"], "figures": row_figs, **by_model[m]})
+    models = [{"id": m, "label": row["label"], "family": row["family"], "color": row["color"],
+               "params_b": _num(row["params_b"]), "size_label": size_label(_num(row["params_b"])),
+               "size": row["size"], "instruct": row["instruct"], "type": row["type"],
+               "prepared": row["prepared"], "role": row["role"], "figures": row_figs, **by_model[m]}
+              for m, row in b.models.iterrows()]
     categories: dict[str, list[str]] = {}
     for bench, cat in b.benchmarks["category"].items():
         categories.setdefault(cat, []).append(bench)

@@ -176,10 +176,7 @@ def _select(prof: Profile, stages: list[str] | None) -> list[str]:
 
 
 def run_prepare(prof: Profile) -> None:
-    """Call the profile's prepare hooks: ``"module:function"`` or ``{"module:function": {kwargs}}``.
-
-    Each is called as ``function(profile_name, **kwargs)`` and must cache its own work.
-    """
+    """Call each prepare hook as ``function(profile_name, **kwargs)``; each caches its own work."""
     for spec, kwargs in plan.hooks(prof):
         mod_name, _, func_name = spec.partition(":")
         try:

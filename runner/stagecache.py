@@ -79,11 +79,8 @@ def results_digest(out_dir: Path) -> str:
 
 
 def stale(out_dir: Path, key: dict) -> str | None:
-    """None when the stage is cached: its stamp holds ``key``, its summary.json parses, every input
-    it read holds what it held then (by content, wherever HARMONY_DATA or outputs/ points now), and
-    its folder holds the results that run wrote (:func:`results_digest`: a notebook run by hand in
-    JupyterLab may have changed them).
-    Otherwise the reason it runs, in a few words."""
+    """None when the stage is cached: its stamp holds ``key``, its summary.json parses, and its inputs
+    and results are as its last run left them (see the module's docstring); else why it runs, in words."""
     stamp = out_dir / paths.STAGE_STAMP
     if not stamp.exists():
         return "no finished run"
