@@ -411,16 +411,15 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def read(folder: str | os.PathLike, check: bool = True) -> pd.DataFrame:
-    """An export read back: one row per evaluation result (protocol, benchmark, model, metric, score,
-    stderr, higher_is_better, n, rows: its instance rows). With ``check`` every record is validated
-    again and each instance file against its aggregate (evaluation id, model, row count, checksum)."""
+def read(folder: str | os.PathLike) -> pd.DataFrame:
+    """An export read back and checked again: one row per evaluation result (protocol, benchmark, model,
+    metric, score, stderr, higher_is_better, n, rows: its instance rows); every record is validated and
+    each instance file checked against its aggregate (evaluation id, model, row count, checksum)."""
     folder = Path(folder)
     out = []
     for path in sorted(folder.rglob("*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
-        if check:
-            _check(record, "aggregate", paths.show(path))
+        _check(record, "aggregate", paths.show(path))
         detail = record.get("detailed_evaluation_results")
         n_rows = 0
         if detail:
@@ -428,17 +427,15 @@ def read(folder: str | os.PathLike, check: bool = True) -> pd.DataFrame:
             text = samples.read_text(encoding="utf-8")
             lines = [json.loads(line) for line in text.splitlines()]
             n_rows = len(lines)
-            if check:
-                for i, row in enumerate(lines):
-                    _check(row, "instance", f"{paths.show(samples)} line {i + 1}")
-                bad = [what for what, ok in (
-                    ("evaluation_id", all(r["evaluation_id"] == record["evaluation_id"] for r in lines)),
-                    ("model_id", all(r["model_id"] == record["model_info"]["id"] for r in lines)),
-                    ("total_rows", detail["total_rows"] == n_rows),
-                    ("checksum", detail["checksum"] == hashlib.sha256(text.encode()).hexdigest())) if not ok]
-                if bad:
-                    raise ExportError(f"{paths.show(samples)} does not match its aggregate {path.name}: "
-                                      f"{', '.join(bad)}")
+            for i, row in enumerate(lines):
+                _check(row, "instance", f"{paths.show(samples)} line {i + 1}")
+            bad = [what for what, ok in (
+                ("evaluation_id", all(r["evaluation_id"] == record["evaluation_id"] for r in lines)),
+                ("model_id", all(r["model_id"] == record["model_info"]["id"] for r in lines)),
+                ("total_rows", detail["total_rows"] == n_rows),
+                ("checksum", detail["checksum"] == hashlib.sha256(text.encode()).hexdigest())) if not ok]
+            if bad:
+                raise ExportError(f"{paths.show(samples)} does not match its aggregate {path.name}: {', '.join(bad)}")
         for res in record["evaluation_results"]:
             unc = res["score_details"].get("uncertainty") or {}
             out.append({"protocol": record["source_metadata"]["additional_details"]["protocol"],
