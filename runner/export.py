@@ -156,6 +156,7 @@ def _file_id(*parts: str) -> str:
     return str(uuid.UUID(bytes=hashlib.sha256("/".join(parts).encode()).digest()[:16], version=4))
 
 
+@functools.cache
 def _published_context() -> dict:
     """What the published results were made with, as far as the paper says: notebook 02's defaults
     are its recipe, notebook 01's its split rule, lm-eval 0.4.8 its harness (lib.pipeline.datasets)."""
@@ -360,17 +361,13 @@ def export(profile: str, out: Path | None = None) -> dict:
     validators()                                            # the schema is there before any record is made
     out = Path(out) if out else paths.export_dir(profile)
     retrieved = str(int(t0))
-    context = None
     counts = {"results": 0, "instance_files": 0, "instance_rows": 0}
 
     def fill(tmp: Path) -> None:
-        nonlocal context
         for path in store.iter_paths(root):
             result = store.read(path)
-            published = None
-            if result.provenance.get("repository") and not result.provenance.get("config"):   # imported, not run
-                context = context or _published_context()
-                published = context
+            imported = result.provenance.get("repository") and not result.provenance.get("config")   # not run
+            published = _published_context() if imported else None
             items_file = layout.items_path(work, result.protocol, result.benchmark, result.model)
             items = layout.read_items(items_file) if result.provenance.get("per_item") and items_file.exists() else None
             rel, aggregate, rows = records(profile, result, path, items, published, retrieved)

@@ -1,19 +1,12 @@
 """When a run fails: one console line that says what happened and what to do, the traceback in a log.
 
-Every failure the runner can meet ends in one line naming the log file that holds the traceback,
-and exit code 2 (make adds its own `Error 2` line) (:func:`failure_line`, :func:`write_log`):
-
-- a :class:`lib.errors.UserError` (a mistyped key, a corrupt file, failed units, a model that
-  cannot be loaded ...) in its class's words (:meth:`lib.errors.UserError.console`), also when the
-  notebook's kernel raised it: the kernel's exception is known by its class name only, which
-  :func:`kernel_class` looks up among the user errors (and Python's own exceptions);
-- a full disk, a read-only folder, a missing permission: what that means here and what to do
-  (:func:`os_error_line`);
-- Ctrl-C: where the same command resumes (:func:`interrupted_line`);
-- anything else: its class and first line, and for a failed cell the partly executed notebook.
-
-:class:`Where` is what the runner is doing (profile, stage i of n, units done), handed to these
-functions instead of kept in a module variable.
+Every failure ends in one line naming the log file that holds the traceback, and exit code 2
+(:func:`failure_line`, :func:`write_log`): a :class:`lib.errors.UserError` in its class's words,
+also when the notebook's kernel raised it (known by its class name only: :func:`kernel_class`); a
+full disk, a read-only folder or a missing permission as what to do here (:func:`os_error_line`);
+Ctrl-C as where the same command resumes (:func:`interrupted_line`); anything else as its class and
+first line, and for a failed cell the partly executed notebook. :class:`Where` is what the runner
+is doing, handed to these functions instead of kept in a module variable.
 """
 
 from __future__ import annotations
