@@ -28,6 +28,12 @@ def _pdf_width_in(pdf: Path) -> float | None:
     return (float(m.group(3)) - float(m.group(1))) / 72.0 if m else None
 
 
+def record(png: Path) -> dict:
+    """What :mod:`lib.figreview` recorded when the figure was saved ({} when nothing was)."""
+    path = png.with_suffix(".json")
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def figures(where: str | Path) -> list[Path]:
     """The PNG figures under ``where`` (a profile's output folder or one stage's), stage by stage."""
     where = Path(where)
@@ -37,9 +43,8 @@ def figures(where: str | Path) -> list[Path]:
 
 
 def check(where: str | Path) -> dict[str, list[str]]:
-    """{``<stage>/<name>``: problems} for every figure under ``where`` (a profile's output folder, a
-    stage's, or a profile name); an empty list means the figure passed every check."""
-    where = Path(where) if Path(where).exists() or "/" in str(where) else paths.profile_dir(str(where))
+    """{``<stage>/<name>``: problems} for every figure under ``where`` (a profile's output folder or a
+    stage's); an empty list means the figure passed every check."""
     out: dict[str, list[str]] = {}
     for png in figures(where):
         key = f"{png.parent.parent.name}/{png.stem}"
@@ -55,10 +60,9 @@ def check(where: str | Path) -> dict[str, list[str]]:
             problems.append(f"no record {rec_path.name}: saved without lib.plots.savefig, or before the checks "
                             f"existed (`{paths.make_command(png.parent.parent)}` re-makes it)")
         else:
-            rec = json.loads(rec_path.read_text())
             if rec_path.stat().st_mtime + 1 < png.stat().st_mtime:
                 problems.append("record older than the PNG (the figure was saved another way)")
-            problems += rec.get("problems", [])
+            problems += record(png).get("problems", [])
         out[key] = problems
     return out
 
@@ -76,14 +80,9 @@ ul.problems { margin: 0.3em 0; color: #b22; }
 """
 
 
-def _stage_order(profile_dir: Path) -> list[str]:
-    return sorted(p.name for p in profile_dir.glob("[0-9][0-9]_*") if (p / "figures").is_dir())
-
-
 def _made_order(png: Path) -> tuple[int, str]:
     """A figure's place in its stage: the notebook cell that made it (its record), then its name."""
-    rec = png.with_suffix(".json")
-    cell = json.loads(rec.read_text()).get("cell") if rec.exists() else None
+    cell = record(png).get("cell")
     return (cell if isinstance(cell, int) else 10 ** 6, png.stem)
 
 
@@ -91,7 +90,8 @@ def numbered(root: Path) -> list[Path]:
     """Every figure of a profile in the one order the pages number them (Figure 1, 2, ...): stage by
     stage in notebook order, within a stage in the order its cells made them. figures.html and the
     leaderboard both number from this list, so a number means one figure on both."""
-    return [png for stage in _stage_order(root) for png in sorted(figures(root / stage), key=_made_order)]
+    stages = sorted(p.name for p in root.glob("[0-9][0-9]_*") if (p / "figures").is_dir())
+    return [png for stage in stages for png in sorted(figures(root / stage), key=_made_order)]
 
 
 def contact_sheet(profile: str, out: str | Path | None = None) -> Path:
@@ -121,8 +121,7 @@ def contact_sheet(profile: str, out: str | Path | None = None) -> Path:
             shown = stage
             parts.append(f"<h2 id='{stage}'>{html.escape(stage)} <span class='meta'>(notebook "
                          f"<code>notebooks/{stage}.ipynb</code>; executed: <a href='{nb}'>{nb}</a>)</span></h2>")
-        rec_path = png.with_suffix(".json")
-        rec = json.loads(rec_path.read_text()) if rec_path.exists() else {}
+        rec = record(png)
         problems = results.get(f"{stage}/{png.stem}", [])
         rel = f"{stage}/figures/{png.name}"
         width = rec.get("width_in")

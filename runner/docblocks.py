@@ -1,28 +1,22 @@
 """Results tables in README.md and docs/*.md, written from the runs' ``summary.json`` files.
 
-A results table in the documentation lives between two markers that name a profile and a table::
+A results table lives between two markers that name a profile and a table::
 
     <!-- results:published/agreement -->
     | ... the table, generated ... |
     <!-- /results -->
 
-``make docs`` (``python -m runner.docblocks write``) rewrites every block of a profile whose outputs
-exist from :data:`runner.doctables.TABLES` (one function per table, beside the report whose summary
-keys it reads: :data:`TABLE_MODULES`) and copies the headline figure; ``make check-docs``
-(``python -m runner.docblocks check``) renders the same tables and lists every line whose numbers
-differ from what is quoted (file, line, quoted, measured), exiting 1. A table that fails for any
-other reason than missing outputs (:class:`runner.doctables.Missing`) is a bug and is reported as one
-(:class:`TableBug`: the file and line of the block, the table's function, the exception). So a
-number in a table is never typed by hand, and a run that moves it makes the check fail until
-``make docs`` is run. ``make all`` ends with ``check --warn``: one line, never a failure.
+``make docs`` (``write``) rewrites every block of a profile whose outputs exist from
+:data:`runner.doctables.TABLES` and copies the headline figure; ``make check-docs`` (``check``)
+lists every line whose numbers differ from what is quoted, exiting 1. A table that fails other than
+by missing outputs is reported as a bug (:class:`TableBug`). So no number in a table is typed by
+hand. ``make all`` ends with ``check --warn``: one line, never a failure.
 
 Numbers that training computes move in their last digits with the CPU that computed them (its
-kernels round differently, and training amplifies a last bit into another model).
-:data:`SPREADS` (``docs/spreads.json``) records, per quoted number, how far it was seen to move
-between two arithmetic paths (``python -m runner.docblocks spread`` after a run on another CPU or under
-another setting, before ``make docs``); a difference within that spread is reported as "computed
-on another CPU" and passes, any other still fails.
-Prose keeps few numbers; where it must, the sentence points at the table that holds them.
+kernels round differently, and training amplifies a last bit into another model). :data:`SPREADS`
+records, per quoted number, how far it was seen to move between two arithmetic paths (``python -m
+runner.docblocks spread`` after a run on another CPU, before ``make docs``); a difference within it
+is reported as "computed on another CPU" and passes.
 """
 
 from __future__ import annotations
@@ -88,28 +82,21 @@ def blocks(path: Path, lines: list[str] | None = None) -> list[Block]:
         m = START.match(lines[i])
         if not m:
             if lines[i].startswith("<!-- results:"):
-                raise DocError(f"{_rel(path)}:{i + 1}: a results marker must read "
+                raise DocError(f"{paths.show(path)}:{i + 1}: a results marker must read "
                                f"`<!-- results:<profile>/<table> -->`, not {lines[i].strip()!r}")
             i += 1
             continue
         if m["table"] not in TABLES:
-            raise DocError(f"{_rel(path)}:{i + 1}: unknown results table {m['table']!r} "
+            raise DocError(f"{paths.show(path)}:{i + 1}: unknown results table {m['table']!r} "
                            f"(known: {', '.join(sorted(TABLES))}; runner/doctables.py)")
         try:
             end = lines.index(END, i + 1)
         except ValueError:
-            raise DocError(f"{_rel(path)}:{i + 1}: results block {m['profile']}/{m['table']} has no "
+            raise DocError(f"{paths.show(path)}:{i + 1}: results block {m['profile']}/{m['table']} has no "
                            f"closing `{END}`") from None
         out.append(Block(path, i + 1, m["profile"], m["table"], lines[i + 1:end]))
         i = end + 1
     return out
-
-
-def _rel(path: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(paths.ROOT))
-    except ValueError:
-        return str(path)
 
 
 class TableBug(Exception):
@@ -127,7 +114,7 @@ def render(block: Block, cache: dict[str, Summaries]) -> list[str]:
     except Missing:
         raise
     except Exception as exc:
-        raise TableBug(f"{_rel(block.path)}:{block.line}: table {block.table!r} ({fn.__module__}.{fn.__name__}) "
+        raise TableBug(f"{paths.show(block.path)}:{block.line}: table {block.table!r} ({fn.__module__}.{fn.__name__}) "
                        f"failed on outputs/{block.profile}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -142,7 +129,7 @@ class Difference:
     within_spread: bool = False  # every number that differs moved no more than its stated spread
 
     def __str__(self) -> str:
-        return f"{_rel(self.path)}:{self.line}: quoted {self.quoted}, measured {self.measured}"
+        return f"{paths.show(self.path)}:{self.line}: quoted {self.quoted}, measured {self.measured}"
 
 
 def row_key(line: str) -> str:
@@ -155,17 +142,13 @@ def untimed(line: str) -> str:
     return TIMING.sub("~", line)
 
 
-def _value(number: str) -> float:
-    return float(number.replace(",", ""))
-
-
 def moved(quoted: str, measured: str) -> list[float] | None:
     """How far each number of a row moved from ``quoted`` to ``measured`` (None when the rows differ
     in their text or in how many numbers they hold: no spread can cover that)."""
     nq, nm = NUMBER.findall(quoted), NUMBER.findall(measured)
     if len(nq) != len(nm) or row_key(quoted) != row_key(measured):
         return None
-    return [abs(_value(a) - _value(b)) for a, b in zip(nq, nm)]
+    return [abs(float(a.replace(",", "")) - float(b.replace(",", ""))) for a, b in zip(nq, nm)]
 
 
 def read_spreads(root: Path | None = None) -> dict[str, dict[str, list[float]]]:
@@ -224,16 +207,25 @@ def _rendered(found: Iterable[Block], profiles: list[str] | None, skipped: dict[
 
 
 def check(files: list[Path] | None = None, profiles: list[str] | None = None,
-          spreads: dict | None = None) -> BlocksCheck:
+          spreads: dict | None = None, rewrite: bool = False) -> BlocksCheck:
     """Render every block (of ``profiles``, default all) and compare it with what is quoted, under
-    the stated ``spreads`` (default :func:`read_spreads`)."""
+    the stated ``spreads`` (default :func:`read_spreads`); with ``rewrite``, write what differs."""
     cache: dict[str, Summaries] = {}
-    spreads = read_spreads() if spreads is None else spreads
+    spreads = {} if rewrite else read_spreads() if spreads is None else spreads
     checked, skipped, diffs = [], {}, []
     for path in files or doc_files():
-        for block, measured in _rendered(blocks(path), profiles, skipped, cache):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        redo = []
+        for block, measured in _rendered(blocks(path, lines), profiles, skipped, cache):
             checked.append(block)
-            diffs += differences(block, measured, spreads)
+            found = differences(block, measured, spreads)
+            diffs += found
+            if found:
+                redo.append((block, measured))
+        for block, measured in reversed(redo if rewrite else []):      # from the end: earlier line numbers hold
+            lines[block.line:block.line + len(block.body)] = measured
+        if rewrite and redo:
+            util.atomic_write_text(path, "\n".join(lines) + "\n")
     return BlocksCheck(checked, skipped, diffs)
 
 
@@ -270,31 +262,16 @@ def spread(files: list[Path] | None = None, profiles: list[str] | None = None,
 def write(files: list[Path] | None = None, profiles: list[str] | None = None) -> BlocksCheck:
     """Rewrite every block (of ``profiles``) from the outputs; blocks of a profile that has not run
     are left as they are (and named in what it returns)."""
-    cache: dict[str, Summaries] = {}
-    checked, skipped, diffs = [], {}, []
-    for path in files or doc_files():
-        lines = path.read_text(encoding="utf-8").splitlines()
-        changed = False
-        # from the end: earlier line numbers hold
-        for block, measured in _rendered(reversed(blocks(path, lines)), profiles, skipped, cache):
-            checked.append(block)
-            found = differences(block, measured, {})
-            if found:
-                diffs += found
-                lines[block.line:block.line + len(block.body)] = measured
-                changed = True
-        if changed:
-            util.atomic_write_text(path, "\n".join(lines) + "\n")
-    return BlocksCheck(checked, skipped, diffs)
+    return check(files, profiles, rewrite=True)
 
 
-def copy_headline(root: Path | None = None) -> Path | None:
+def copy_headline() -> Path | None:
     """Copy the headline figure from the published outputs into docs/figures/ (None: not run yet)."""
     profile, stage, name, target = HEADLINE
     src = paths.stage_dir(profile, stage) / name
     if not src.exists():
         return None
-    dst = (root or paths.ROOT) / target
+    dst = paths.ROOT / target
     dst.parent.mkdir(parents=True, exist_ok=True)
     if not dst.exists() or dst.read_bytes() != src.read_bytes():
         shutil.copyfile(src, dst)
@@ -350,9 +327,9 @@ def broken_links(files: list[Path]) -> list[str]:
                 file_part, _, anchor = target.partition("#")
                 dest = (path.parent / file_part).resolve() if file_part else path
                 if not dest.exists():
-                    out.append(f"{_rel(path)}:{k}: {file_part} does not exist")
+                    out.append(f"{paths.show(path)}:{k}: {file_part} does not exist")
                 elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
-                    out.append(f"{_rel(path)}:{k}: {target}: no such heading in {file_part or _rel(path)}")
+                    out.append(f"{paths.show(path)}:{k}: {target}: no such heading in {file_part or paths.show(path)}")
     return out
 
 
@@ -375,12 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     for profile, why in outcome.skipped.items():
         what = "left as they are" if args.action == "write" else "not checked"
         print(f"docs: the {profile} blocks are {what}: {why}", file=sys.stderr)
-    changed = sorted({(_rel(d.path), d.block) for d in outcome.diffs})
+    changed = sorted({(paths.show(d.path), d.block) for d in outcome.diffs})
     if args.action == "write":
         fig = copy_headline() if not args.profiles or HEADLINE[0] in args.profiles else None
         print(f"docs: {len(outcome.checked)} results block(s) from outputs/, {len(changed)} rewritten"
               + "".join(f"\n  rewrote {p}:{line}" for p, line in changed)
-              + (f"\ndocs: headline figure {_rel(fig)}" if fig else ""))
+              + (f"\ndocs: headline figure {paths.show(fig)}" if fig else ""))
         return 0
     real = [d for d in outcome.diffs if not d.within_spread]
     moved_lines = len(outcome.diffs) - len(real)
@@ -400,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     if real:
-        print(f"check-docs: {len(real)} line(s) in {len({(_rel(d.path), d.block) for d in real})} block(s) "
+        print(f"check-docs: {len(real)} line(s) in {len({(paths.show(d.path), d.block) for d in real})} block(s) "
               "differ from the outputs: run `make docs` to rewrite them", file=sys.stderr)
         return 1
     profiles = sorted({b.profile for b in outcome.checked})

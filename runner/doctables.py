@@ -1,23 +1,11 @@
 """The results tables that README.md and docs/ quote: their registry, number formats, and the reader
 of a profile's ``summary.json`` files.
 
-A table is one function ``fn(s: Summaries) -> list[str]`` (Markdown lines), registered under the
-name that a docs block names (``<!-- results:<profile>/<name> -->``) with :func:`table`. The
-tables are in :mod:`runner.tables`, one module per part of the study:
-
-    analysis      stages 04-06 (agreement, headline, noise, robustness, perplexity, families, quality)
-    miniworld     04's ``preparation`` (p1, subsets, compositions, leads)
-    pipeline      stages 01-03 (budget, scores)
-    benchalign    stage 07 (benchalign, benchalign-short, -gains, -ablation, -data, -cross-paper, -arena,
-                  -pipeline) and its worked example (align-example, align-noise)
-    placement     stage 08 (placement)
-
-A table reads a summary through ``s(stage)``; a summary that was never written raises
-:class:`Missing` (its profile or stage has not run), and so does a table that a profile's design
-leaves out (it raises :class:`Missing` itself, saying why). Anything else a table raises, a
-``KeyError`` of a renamed key among them, is a bug: :mod:`runner.docblocks` reports it as one and
-never as missing outputs. ``tests/test_docs.py`` renders every table against the summaries the
-test suite builds.
+A table is one function ``fn(s: Summaries) -> list[str]`` (Markdown lines), registered with
+:func:`table` under the name a docs block names (``<!-- results:<profile>/<name> -->``), in one of
+the modules of :mod:`runner.tables`. It reads a summary through ``s(stage)``; a summary never
+written raises :class:`Missing`, as does a table that a profile's design leaves out. Anything else
+it raises (a ``KeyError`` of a renamed key) is a bug, which :mod:`runner.docblocks` reports as one.
 """
 
 from __future__ import annotations
@@ -26,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lib import paths, util
-from lib.outputs import ci, est, f, gain, pair, pct  # noqa: F401  (the tables' number formats)
+from lib.outputs import ci, est, f, gain, pair, pct  # the tables' number formats
 from lib.stages import BY_NAME
 from lib.store import DIRECT as D
 from lib.store import TBT as T

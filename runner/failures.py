@@ -1,19 +1,12 @@
 """When a run fails: one console line that says what happened and what to do, the traceback in a log.
 
-Every failure the runner can meet ends in one line naming the log file that holds the traceback,
-and exit code 2 (make adds its own `Error 2` line) (:func:`failure_line`, :func:`write_log`):
-
-- a :class:`lib.errors.UserError` (a mistyped key, a corrupt file, failed units, a model that
-  cannot be loaded ...) in its class's words (:meth:`lib.errors.UserError.console`), also when the
-  notebook's kernel raised it: the kernel's exception is known by its class name only, which
-  :func:`kernel_class` looks up among the user errors (and Python's own exceptions);
-- a full disk, a read-only folder, a missing permission: what that means here and what to do
-  (:func:`os_error_line`);
-- Ctrl-C: where the same command resumes (:func:`interrupted_line`);
-- anything else: its class and first line, and for a failed cell the partly executed notebook.
-
-:class:`Where` is what the runner is doing (profile, stage i of n, units done), handed to these
-functions instead of kept in a module variable.
+Every failure ends in one line naming the log file that holds the traceback, and exit code 2
+(:func:`failure_line`, :func:`write_log`): a :class:`lib.errors.UserError` in its class's words,
+also when the notebook's kernel raised it (known by its class name only: :func:`kernel_class`); a
+full disk, a read-only folder or a missing permission as what to do here (:func:`os_error_line`);
+Ctrl-C as where the same command resumes (:func:`interrupted_line`); anything else as its class and
+first line, and for a failed cell the partly executed notebook. :class:`Where` is what the runner
+is doing, handed to these functions instead of kept in a module variable.
 """
 
 from __future__ import annotations
@@ -56,15 +49,12 @@ def failure_line(exc: BaseException, where: Where) -> str:
     """One line: what went wrong and what to do (the traceback goes to the log file)."""
     profile = where.profile or "?"
     prefix = f"[{profile}] {where.stage}: " if where.stage else ""
-    kernel = _kernel_failure(exc)
-    cls, text = (kernel_class(exc.ename), exc.evalue) if kernel else (type(exc), str(exc))
-    name = exc.ename if kernel else type(exc).__name__
+    cls, text = raised(exc)
     if cls is not None and issubclass(cls, KeyboardInterrupt):
         return interrupted_line(where)
     if type(exc).__name__ == "DeadKernelError":     # nbclient's: the kernel process ended mid-cell
-        command = os.environ.get("TBT_MAKE_GOAL") or paths.make_command(profile)
         return (f"{prefix}the notebook's kernel died (killed, or out of memory: `dmesg | tail` says which); "
-                f"`{command}` resumes from this stage (the stages before it are cached, finished units kept)")
+                f"`{_command(profile)}` resumes from this stage (the stages before it are cached, finished units kept)")
     filename, err = getattr(exc, "filename", None), None
     if isinstance(exc, OSError) and exc.errno is not None:
         err = exc.errno
@@ -75,10 +65,15 @@ def failure_line(exc: BaseException, where: Where) -> str:
     if cls is not None and issubclass(cls, UserError):
         return prefix + cls.console(text)
     first = text.strip().splitlines()[0] if text.strip() else ""
-    if kernel:
+    if _kernel_failure(exc):
         partial = paths.stage_dir(profile, where.stage) / f".{where.stage}.partial.ipynb"
-        return f"{prefix}a cell failed ({name}: {first}); the partly executed notebook is {paths.show(partial)}"
-    return f"{prefix}{name}: {first}"
+        return f"{prefix}a cell failed ({exc.ename}: {first}); the partly executed notebook is {paths.show(partial)}"
+    return f"{prefix}{type(exc).__name__}: {first}"
+
+
+def _command(profile: str) -> str:
+    """The command that resumes the run: the one typed under make, else the profile's."""
+    return os.environ.get("TBT_MAKE_GOAL") or paths.make_command(profile)
 
 
 def raised(exc: BaseException) -> tuple[type | None, str]:
@@ -114,10 +109,8 @@ def _import_lib() -> None:
 
 def _kernel_failure(exc: BaseException) -> bool:
     """A cell of the notebook failed (papermill's error, carrying the kernel's ``ename`` and ``evalue``)."""
-    try:
-        from papermill.exceptions import PapermillExecutionError
-    except ImportError:
-        return False
+    from papermill.exceptions import PapermillExecutionError
+
     return isinstance(exc, PapermillExecutionError)
 
 
@@ -125,7 +118,7 @@ def interrupted_line(where: Where) -> str:
     """Ctrl-C: where the same command resumes."""
     if not where.stage:
         return "interrupted before any stage started; the same command starts again"
-    command = os.environ.get("TBT_MAKE_GOAL") or paths.make_command(where.profile)
+    command = _command(where.profile)
     at = f"{where.stage} (stage {where.index + 1} of {where.n})"
     if where.units and where.units[1]:
         done, total, what = where.units
@@ -137,7 +130,7 @@ def interrupted_line(where: Where) -> str:
 def os_error_line(errno_: int, filename: str | None, profile: str, where: Where | None = None) -> str | None:
     """What a full disk, a read-only folder or a missing permission means here, and what to do."""
     folder = _folder(filename, where or Where(profile))
-    again = f"then run `{os.environ.get('TBT_MAKE_GOAL') or paths.make_command(profile)}` again"
+    again = f"then run `{_command(profile)}` again"
     move = ("move outputs/ to another disk and link it back (`mv outputs <disk>/outputs && ln -s "
             "<disk>/outputs outputs`: everything made so far stays cached)")
     if errno_ in (errno.ENOSPC, errno.EDQUOT):
@@ -154,7 +147,6 @@ def os_error_line(errno_: int, filename: str | None, profile: str, where: Where 
         return (f"no permission to write in {paths.show(folder)}: `chmod -R u+w {paths.show(folder)}`, or {move}; "
                 f"{again}")
     return None
-
 
 
 def write_log(exc: BaseException, argv: list[str], where: Where) -> Path | None:
@@ -220,7 +212,6 @@ def _folder(filename: str | None, where: Where) -> Path:
             if folder.exists() and shutil.disk_usage(folder).free < FULL_BYTES:
                 return folder
     return here
-
 
 
 # --------------------------------------------------------------------------- Ctrl-C and library warnings

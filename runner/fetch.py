@@ -79,29 +79,33 @@ def models_error(problems: dict[str, list[str]], profile: str) -> str | None:
 MODEL_STAGES = ("02_finetune", "03_direct_eval")       # the stages that load the models a profile names
 
 
-def check_named_models(prof, stages: list[str]) -> None:
-    """Before prepare and any stage: the hub ids among the ``models`` of ``stages`` (those of
-    :data:`MODEL_STAGES`) of profile ``prof`` can be loaded: in the local cache when the hub is off
-    (``HF_HUB_OFFLINE``), else the hub answers. Each failure is :class:`lib.params.ParamsError`, one
-    line naming the params file and key (local folders: :func:`lib.params.check_models`)."""
-    from lib.params import ParamsError
-
+def _named_models(prof, stages: list[str]):
+    """(where it is named, entry) of each ``models`` entry of ``stages`` that load models."""
     for stage in (s for s in MODEL_STAGES if s in stages):
         scope = f"stages.{stage}" if "models" in (prof.stages.get(stage) or {}) else "common"
         for i, entry in enumerate(prof.params(stage).get("models") or []):
-            if not isinstance(entry, str) or "/" not in entry or entry.startswith((".", "~", "/")) or \
-                    Path(entry).exists():
-                continue                         # a local folder, or a name the prepare step makes
-            where = f"{prof.path}: {scope}.models[{i}]: hub model {entry!r}"
-            if hub.offline():
-                if not hub.cached(entry):
-                    raise ParamsError(f"{where} is not in the local cache and HF_HUB_OFFLINE is set: "
-                                      f"{hub.fix(f'make models PROFILE={prof.name}')}")
-                continue
-            try:
-                hub.require(f"model {entry!r}", f"make models PROFILE={prof.name}")
-            except hub.HubUnreachable as exc:
-                raise ParamsError(f"{where}: {exc}") from None
+            if isinstance(entry, str) and not entry.startswith((".", "~")) and not Path(entry).exists():
+                yield f"{prof.path}: {scope}.models[{i}]", entry
+
+
+def check_named_models(prof, stages: list[str]) -> None:
+    """Before prepare and any stage: the hub ids among the ``models`` of ``stages`` can be loaded: in
+    the local cache when the hub is off (``HF_HUB_OFFLINE``), else the hub answers. Each failure is
+    :class:`lib.params.ParamsError`, one line naming the params file and key."""
+    from lib.params import ParamsError
+
+    for where, entry in _named_models(prof, stages):
+        if "/" not in entry or entry.startswith("/"):
+            continue                         # a local folder, or a name the prepare step makes
+        if hub.offline():
+            if not hub.cached(entry):
+                raise ParamsError(f"{where}: hub model {entry!r} is not in the local cache and HF_HUB_OFFLINE "
+                                  f"is set: {hub.fix(f'make models PROFILE={prof.name}')}")
+            continue
+        try:
+            hub.require(f"model {entry!r}", f"make models PROFILE={prof.name}")
+        except hub.HubUnreachable as exc:
+            raise ParamsError(f"{where}: hub model {entry!r}: {exc}") from None
 
 
 def check_store_models(prof, stages: list[str]) -> None:
@@ -113,18 +117,16 @@ def check_store_models(prof, stages: list[str]) -> None:
     from lib.util import did_you_mean
 
     known = None
-    for stage in (s for s in MODEL_STAGES if s in stages):
-        scope = f"stages.{stage}" if "models" in (prof.stages.get(stage) or {}) else "common"
-        for i, entry in enumerate(prof.params(stage).get("models") or []):
-            if not isinstance(entry, str) or "/" in entry or entry.startswith((".", "~")) or Path(entry).exists():
-                continue
-            if known is None:
-                root = paths.store_dir(prof.name)
-                known = [k for k, v in store.read_meta(root, "models").items() if v.get("path")]
-            if entry not in known:
-                raise ParamsError(f"{prof.path}: {scope}.models[{i}]: no model {entry!r} in this profile's store"
-                                  f"{did_you_mean(entry, known, n=3)} (its prepare step builds "
-                                  f"{len(known)} models: {paths.show(root / '_meta' / 'models.json')})")
+    for where, entry in _named_models(prof, stages):
+        if "/" in entry:
+            continue
+        if known is None:
+            root = paths.store_dir(prof.name)
+            known = [k for k, v in store.read_meta(root, "models").items() if v.get("path")]
+        if entry not in known:
+            raise ParamsError(f"{where}: no model {entry!r} in this profile's store{did_you_mean(entry, known, n=3)} "
+                              f"(its prepare step builds {len(known)} models: "
+                              f"{paths.show(root / '_meta' / 'models.json')})")
 
 
 def hub_cache() -> Path:

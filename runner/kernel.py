@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
+import itertools
 import os
 import re
 import sys
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 from lib import paths
 from lib.params import KERNEL, notebook_path
 from lib.progress import HEARTBEAT_ENV, STAGE_ENV, clock
 from lib.util import READS_ENV, atomic_write_text, digest
+from runner.stagecache import cells
 
 HEARTBEAT_S = 15.0        # a console line at least this often while a stage runs (when nothing else printed)
 # The kernel's own progress bars (lm-eval, datasets) would be stored, a few hundred lines of them, in
@@ -46,21 +48,15 @@ def execute(stage: str, params: dict, out_dir: Path, label: str = "", where=None
     reads_log.unlink(missing_ok=True)
     env = {READS_ENV: str(reads_log), STAGE_ENV: stage, HEARTBEAT_ENV: str(touch), **QUIET_KERNEL,
            "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), QUIET_WARNINGS]))}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)                       # the kernel (a subprocess) inherits them
-    n_cells = sum(c["cell_type"] == "code" for c in json.loads(notebook_path(stage).read_text())["cells"])
+    n_cells = sum(kind == "code" for kind, _ in cells(stage))
+    beat = Heartbeat(label or stage, cells=n_cells + 1, touch=touch)     # + papermill's parameters cell
     try:
-        with Heartbeat(label or stage, cells=n_cells + 1, touch=touch) as beat:   # + papermill's parameters cell
+        with mock.patch.dict(os.environ, env), beat:         # the kernel (a subprocess) inherits env
             pm.execute_notebook(str(notebook_path(stage)), str(partial), parameters=params,
                                 kernel_name=KERNEL, kernel_manager_class=kernel_manager_class(),
                                 cwd=str(paths.NOTEBOOKS), progress_bar=False, log_output=False,
                                 on_cell_start=_code_cells_only(beat))
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         with contextlib.suppress(OSError, ValueError):       # how far its long work got (lib.progress)
             done, total, what = touch.read_text().split(" ", 2)
             if where is not None:
@@ -101,14 +97,12 @@ def _tidy(notebook: Path, final: Path) -> None:
 
 
 def _code_cells_only(beat: Heartbeat):
-    count = {"n": 0}
+    count = itertools.count()
 
     def hook(cell=None, cell_index: int = 0, **_):
         if cell is None or cell.get("cell_type") == "code":
-            beat.on_cell_start(cell_index=count["n"])
-            count["n"] += 1
+            beat.on_cell_start(cell_index=next(count))
     return hook
-
 
 
 @functools.cache

@@ -1,31 +1,17 @@
 """The leaderboard page of a profile: ``outputs/<profile>/leaderboard.html``, who ranks where under
 each protocol, as one self-contained file that opens from the file system on an offline machine.
 
-It shows what the stages wrote and computes no number itself:
+It computes no number itself: the scores are the results store's rows (a placement profile's
+reference models: the reference's results), the mean ranks, intervals and shifts the
+``mean_ranks.csv`` of the stage that ranks the models (04, or a placement profile's 08), read back
+to the last digit; the models' attributes come from :mod:`lib.metadata`, the colours from
+:mod:`lib.plots`, the figures from the profile's ``<stage>/figures/`` with their records' titles.
 
-- the scores are the results store's rows (:func:`lib.store.load`), the same rows notebooks 02 and
-  03 write to ``tbt_scores.csv`` and ``direct_scores.csv``; a placement profile's reference models
-  are the reference's results (:func:`lib.placement.reference_results`);
-- the mean ranks, their intervals and the rank shifts are the ``mean_ranks.csv`` of the stage that
-  ranks the models (04, :func:`lib.analysis.agreement.mean_ranks`; a placement profile's 08, with its
-  placed models ranked among the reference's), read back to the last digit; how their intervals
-  were drawn is that stage's ``summary.json`` (``mean_ranks``);
-- family, size, base or instruction-tuned and what a mini-world model was prepared on come from
-  :mod:`lib.metadata` (the store's records first), the colours from :mod:`lib.plots` (one hue per
-  family, lighter for smaller models), the figures from the profile's ``<stage>/figures/`` with the
-  titles their records hold (:mod:`lib.figreview`).
-
-:func:`board` gathers these into one :class:`Board` of tidy frames, :func:`page_data` turns it into
-the JSON table the page embeds, :func:`render` writes the page around it (``runner/assets/
-leaderboard.css`` and ``leaderboard.js`` inlined: no server, no CDN, no request leaves the file).
-The page's script builds the table from that JSON: one row per model, the mean rank under every
-protocol that has ranks side by side with its interval, the shift, and a column per benchmark
-(grouped by category) for the score under the protocol a switch selects; sorting by any column,
-filters by family, size and base / instruct, a search box. Protocols are data, not code: a further
-protocol in the store (and in ``mean_ranks.csv``) is one more set of columns.
-
-The runner writes the page after every run of a profile (:func:`review`, next to the figures' contact
-sheet); ``python -m runner.leaderboard PROFILE`` (``make leaderboard``) writes it from the outputs there.
+:func:`board` gathers these into a :class:`Board` of tidy frames, :func:`page_data` turns it into
+the JSON the page embeds, :func:`render` inlines ``runner/assets/leaderboard.css`` and ``.js``
+around it (no server, no CDN). The script builds the table from the JSON, so a further protocol in
+the store is one more set of columns, not code. The runner writes the page after every run of a
+profile (:func:`review`); ``make leaderboard`` writes it from the outputs there.
 """
 
 from __future__ import annotations
@@ -247,9 +233,7 @@ def _figures(profile: str, benchmarks: pd.DataFrame) -> list[dict]:
     out = []
     for png in contactsheet.numbered(root):            # figures.html's numbers: one list, one order
         stage, name = png.parent.parent.name, png.stem
-        rec_path = png.with_suffix(".json")
-        rec = json.loads(rec_path.read_text()) if rec_path.exists() else {}
-        title = " ".join(str(rec.get("title") or name).split())
+        title = " ".join(str(contactsheet.record(png).get("title") or name).split())
         named = [b for b, label in benchmarks["label"].items() if _names(title, label)]
         downstream = [b for b, cat in benchmarks["category"].items() if cat != metadata.PERPLEXITY]
         out.append({"stage": stage, "name": name, "title": title,
@@ -297,12 +281,11 @@ def page_data(b: Board) -> dict:
     figures = [{"id": i + 1, **{k: f[k] for k in ("stage", "name", "title", "href", "png")}}
                for i, f in enumerate(b.figures)]
     row_figs = [i + 1 for i, f in enumerate(b.figures) if f["models"]]
-    models = []
-    for m, row in b.models.iterrows():
-        models.append({"id": m, "label": row["label"], "family": row["family"], "color": row["color"],
-                       "params_b": _num(row["params_b"]), "size_label": size_label(_num(row["params_b"])),
-                       "size": row["size"], "instruct": row["instruct"], "type": row["type"],
-                       "prepared": row["prepared"], "role": row["role"], "figures": row_figs, **by_model[m]})
+    models = [{"id": m, "label": row["label"], "family": row["family"], "color": row["color"],
+               "params_b": _num(row["params_b"]), "size_label": size_label(_num(row["params_b"])),
+               "size": row["size"], "instruct": row["instruct"], "type": row["type"],
+               "prepared": row["prepared"], "role": row["role"], "figures": row_figs, **by_model[m]}
+              for m, row in b.models.iterrows()]
     categories: dict[str, list[str]] = {}
     for bench, cat in b.benchmarks["category"].items():
         categories.setdefault(cat, []).append(bench)
@@ -348,10 +331,9 @@ def render(data: dict) -> str:
             f"<script>\n{js}</script>\n</body></html>\n")
 
 
-def write(profile: str, out: str | Path | None = None) -> Path:
-    """Write ``outputs/<profile>/leaderboard.html`` (or ``out``) from the profile's outputs."""
-    target = Path(out) if out else paths.profile_dir(profile) / PAGE
-    return atomic_write_text(target, render(page_data(board(profile))))
+def write(profile: str, b: Board | None = None) -> Path:
+    """Write ``outputs/<profile>/leaderboard.html`` from the profile's outputs (or from ``b``)."""
+    return atomic_write_text(paths.profile_dir(profile) / PAGE, render(page_data(b or board(profile))))
 
 
 def review(profile: str) -> str:
@@ -359,7 +341,7 @@ def review(profile: str) -> str:
     raises: the page shows what a run wrote, and a run is not failed by its page (the tests are)."""
     try:
         b = board(profile)
-        page = atomic_write_text(paths.profile_dir(profile) / PAGE, render(page_data(b)))
+        page = write(profile, b)
     except Exception as exc:            # noqa: BLE001 (a page must not fail the run that made its numbers)
         return f"[{profile}] leaderboard: not written ({type(exc).__name__}: {exc})"
     ranked = "" if b.ranks is not None else " (no mean ranks)"

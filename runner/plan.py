@@ -1,22 +1,18 @@
 """What a run will do and about how long each part takes, said before it starts (``make all``).
 
-A model of the work, not a guess per stage: every part of a run gets a *work* figure from the
-profile's parameters (units x tokens, weighted by the model size's measured cost), and seconds are
-work x a reference rate measured on the project's 2-core reference machine (the fresh-clone
-``make all`` of 62f183b, idle). When this machine has run stages before, their stamps
-(``outputs/<profile>/<stage>/.stage.json``, written by :mod:`runner.run`) hold the seconds they took
-and the work the model gave them then; the ratio of the two sums is this machine's speed against
-the reference, by which a part is scaled unless its own last run here gives its own ratio (a stage
-whose model is off, e.g. another recipe, is corrected by itself). A stage that will be skipped as cached costs
-nothing; one without a model (the hub profiles) is estimated from its last recorded seconds, or
-said to have no estimate yet.
+A model of the work, not a guess per stage: every part gets a *work* figure from the profile's
+parameters (units x tokens, weighted by the model size's measured cost), and seconds are work x a
+rate measured on the project's 2-core reference machine (the fresh-clone ``make all`` of 62f183b).
+The stamps of stages run here before hold the seconds they took and the seconds the model gave
+them; their ratio is this machine's speed, by which a part is scaled unless its own last run gives
+its own ratio (a stage whose model is off corrects itself). A cached stage costs nothing; one
+without a model (the hub profiles) is estimated from its last recorded seconds, if any.
 
-- the zoo (the ``lib.miniworld.zoo:prepare`` hook): tokens of every trunk's pre-training and every
-  model's last phase, each divided by its size's pre-training speed (tokens per CPU second);
-- 02 fine-tuning: models x benchmarks (tasks and corpora) x learning rates x epochs x training
-  examples, each weighted by its model size's cost per fine-tuning step;
+- the zoo (``lib.miniworld.zoo:prepare``): tokens of every trunk and every model's last phase, each
+  over its size's pre-training speed;
+- 02: models x benchmarks x learning rates x epochs x training examples, weighted by size;
 - 03 / 05: models x tasks x test items / models x corpora x test documents;
-- every other stage, and the published profile's: the seconds it took in the reference run.
+- every other stage, and the published profile's: its seconds in the reference run.
 """
 
 from __future__ import annotations
@@ -57,17 +53,15 @@ class Part:
     ratio: float | None = None   # its last run's seconds over the seconds the model gave it then
 
 
-def _hooks(prof: Profile) -> dict[str, dict]:
-    out = {}
-    for item in prof.prepare:
-        spec, kwargs = (next(iter(item.items())) if isinstance(item, dict) else (item, {}))
-        out[str(spec)] = dict(kwargs or {})
-    return out
+def hooks(prof: Profile) -> list[tuple[str, dict]]:
+    """The profile's prepare hooks as (``"module:function"``, keyword arguments)."""
+    pairs = [next(iter(i.items())) if isinstance(i, dict) else (i, None) for i in prof.prepare]
+    return [(str(spec), dict(kwargs or {})) for spec, kwargs in pairs]
 
 
 def zoo_models(prof: Profile) -> list | None:
     """The zoo recipes a profile's prepare hook builds (None: the profile has no zoo)."""
-    options = _hooks(prof).get(ZOO_HOOK)
+    options = dict(hooks(prof)).get(ZOO_HOOK)
     if options is None:
         return None
     from lib.miniworld import zoo
@@ -81,7 +75,7 @@ def zoo_models(prof: Profile) -> list | None:
 def _world(prof: Profile) -> dict:
     from lib.miniworld import world as mw
 
-    options = _hooks(prof).get(ZOO_HOOK, {})
+    options = dict(hooks(prof)).get(ZOO_HOOK, {})
     defaults = {k: f.default for k, f in mw.WorldConfig.__dataclass_fields__.items()}
     return {k: options.get(k, v) for k, v in defaults.items()}
 
@@ -112,17 +106,23 @@ def stage_work(prof: Profile, stage: str, recipes: list | None) -> tuple[float, 
     return len(recipes) * len(corpora) * world["corpus_test"], f"{len(recipes) * len(corpora)} corpora"
 
 
+def _stamp(path) -> dict:
+    """A stage's stamp ({} when it is missing, does not parse or is not a record)."""
+    try:
+        record = read_json(path)
+    except (FileNotFoundError, CorruptFile):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def _last_run(stamp) -> tuple[float | None, float | None]:
     """(seconds, seconds / modelled seconds) of a stage's last run, from its stamp; None where unknown."""
-    try:
-        record = read_json(stamp)
-    except (FileNotFoundError, CorruptFile):
+    record = _stamp(stamp)
+    seconds, modelled = record.get("seconds"), record.get("modelled_s")
+    if not isinstance(seconds, (int, float)):
         return None, None
-    if not isinstance(record, dict) or not isinstance(record.get("seconds"), (int, float)):
-        return None, None
-    modelled = record.get("modelled_s")
-    ratio = record["seconds"] / modelled if isinstance(modelled, (int, float)) and modelled > 0 else None
-    return float(record["seconds"]), ratio
+    ratio = seconds / modelled if isinstance(modelled, (int, float)) and modelled > 0 else None
+    return float(seconds), ratio
 
 
 def parts(name: str, cached=None) -> list[Part]:
@@ -162,11 +162,8 @@ def machine_speed(profiles: list[str]) -> float | None:
     spent = modelled = 0.0
     for name in profiles:
         for stamp in paths.profile_dir(name).glob(f"*/{paths.STAGE_STAMP}"):
-            try:
-                record = read_json(stamp)
-            except CorruptFile:
-                continue
-            if isinstance(record, dict) and (record.get("modelled_s") or 0) > 0 and record.get("seconds") is not None:
+            record = _stamp(stamp)
+            if (record.get("modelled_s") or 0) > 0 and record.get("seconds") is not None:
                 spent += float(record["seconds"])
                 modelled += float(record["modelled_s"])
     return spent / modelled if modelled > 0 else None
@@ -211,7 +208,7 @@ def plan_lines(profiles: list[str], cached=None, goal: str = "make all") -> list
     order = " then ".join(name for name, _, _ in groups)
     if unknown and not total:
         about = "no estimate yet"
-    elif not total and all(p == "cached" for _, _, items in groups for p in [i[-6:] for i in items]):
+    elif not total and all(i.endswith("cached") for _, _, items in groups for i in items):
         about = "everything cached"
     else:
         about = f"about {_minutes(total)}{' and more' if unknown else ''}"

@@ -1,25 +1,12 @@
 """Run the notebooks of a profile, in order, through papermill: ``python -m runner.run PROFILE``.
 
-Each stage writes ``outputs/<profile>/<stage>/`` (the executed notebook, summary.json, tables,
-figures). A stage is skipped when nothing it depends on changed since its last successful run
-(:mod:`runner.stagecache`: its notebook, parameters and lib code, the inputs it read, the results it
-wrote), so editing ``lib/benchalign`` re-runs only 07. Long stages also cache per unit of work
-(``lib.pipeline.launch.jobs``, and 07's ``lib.benchalign.experiments``), so an interrupted run
-resumes where it stopped.
-
-One run per profile at a time: a run holds ``outputs/<profile>/.lock`` (``flock``, released by the
-operating system when the process ends, however it ends); a second run stops with one line naming
-the first (pid, command, start time), or waits for it with ``--wait``. Notebooks run in this
-interpreter, with a console line while they are quiet (:mod:`runner.kernel`). The ``published``
-profile downloads its data (:mod:`runner.download`) when it is missing, ``HARMONY_DATA`` is unset and the
-network answers; ``make all`` runs it first (``--with-published``: the paper's results in minutes,
-before mini's hour), and a run of whole profiles starts with a few lines saying what runs and about
-how long each part takes here (:mod:`runner.plan`; each stage's stamp records its seconds and the
-model's, which calibrate the next plan).
-
-Whatever fails (a corrupt file, a full or read-only disk, Ctrl-C, a failed cell) ends in one line
-that says what to do and names the log file that holds the traceback (:mod:`runner.failures`), and
-exit code 2.
+Each stage writes ``outputs/<profile>/<stage>/`` and is skipped while nothing it depends on changed
+(:mod:`runner.stagecache`); long stages also cache per unit of work, so an interrupted run resumes
+where it stopped. One run per profile at a time (:func:`profile_lock`). ``make all`` runs
+``published`` first (``--with-published``: the paper's results in minutes, before mini's hour),
+downloading its data when it is missing, and a run of whole profiles starts by saying what runs and
+for about how long (:mod:`runner.plan`). Whatever fails ends in one line that says what to do and
+names the log file that holds the traceback (:mod:`runner.failures`), and exit code 2.
 """
 
 from __future__ import annotations
@@ -34,6 +21,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 from lib import paths
 from lib.errors import UserError
@@ -41,6 +29,7 @@ from lib.notebook import lock_holder
 from lib.params import LOCK_FILE, PREPARED_STAMP, ParamsError, Profile, check_stage, load_profile
 from lib.pipeline.device import pin_arithmetic
 from lib.util import FORCE_ENV, atomic_write_json, mark, read_json
+from runner import plan
 from runner.failures import Where, command_line, failure_line, quiet_after_ctrl_c, raised, write_log
 from runner.kernel import Heartbeat, execute
 from runner.stagecache import results_digest, stage_key, stale
@@ -86,18 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-@contextlib.contextmanager
 def _forced(since: float | None):
     """While a stage runs under FORCE=1: its jobs redo the results and units written before ``since``
     (:func:`lib.layout.forced_out`); this stage only, so a later run in this process reuses them."""
-    if since is None:
-        yield
-        return
-    os.environ[FORCE_ENV] = str(since)
-    try:
-        yield
-    finally:
-        os.environ.pop(FORCE_ENV, None)
+    return mock.patch.dict(os.environ, {} if since is None else {FORCE_ENV: str(since)})
 
 
 def run_profile(name: str, stages: list[str] | None = None, force: bool = False, wait: bool = False,
@@ -194,13 +175,10 @@ def _select(prof: Profile, stages: list[str] | None) -> list[str]:
         chosen += hits
     return [s for s in prof.stages if s in chosen]
 
-def run_prepare(prof: Profile) -> None:
-    """Call the profile's prepare hooks: ``"module:function"`` or ``{"module:function": {kwargs}}``.
 
-    Each is called as ``function(profile_name, **kwargs)`` and must cache its own work.
-    """
-    for item in prof.prepare:
-        spec, kwargs = (next(iter(item.items())) if isinstance(item, dict) else (item, {}))
+def run_prepare(prof: Profile) -> None:
+    """Call each prepare hook as ``function(profile_name, **kwargs)``; each caches its own work."""
+    for spec, kwargs in plan.hooks(prof):
         mod_name, _, func_name = spec.partition(":")
         try:
             func = getattr(importlib.import_module(mod_name), func_name)
@@ -209,7 +187,7 @@ def run_prepare(prof: Profile) -> None:
         t0 = time.time()
         print(f"[{prof.name}] prepare {spec} ...", flush=True)
         with Heartbeat(f"[{prof.name}] prepare {spec}"):
-            func(prof.name, **(kwargs or {}))
+            func(prof.name, **kwargs)
         print(f"[{prof.name}] prepare {spec} done in {time.time() - t0:.1f}s", flush=True)
     if prof.prepare:     # notebooks stepped through in JupyterLab check this before they start
         mark(paths.profile_dir(prof.name) / PREPARED_STAMP, prof.prepare, finished=time.time())
@@ -219,8 +197,6 @@ def run_prepare(prof: Profile) -> None:
 def _modelled(name: str) -> dict[str, float]:
     """Each stage's seconds on the reference machine by :mod:`runner.plan`'s model of the work, recorded
     in its stamp next to the seconds it took, so the next run's plan knows this machine's speed."""
-    from runner import plan
-
     try:
         return {p.name: p.reference_s for p in plan.parts(name) if p.reference_s is not None}
     except (OSError, ValueError, KeyError, TypeError):          # an estimate never stops a run
@@ -230,8 +206,6 @@ def _modelled(name: str) -> dict[str, float]:
 def print_plan(profiles: list[str], force: bool = False) -> None:
     """The lines :func:`runner.plan.plan_lines` gives for ``profiles``, the stages that are cached now
     counted as free (``force``: none is)."""
-    from runner import plan
-
     def cached(profile: str, stage: str) -> bool:
         if force:
             return False
@@ -250,8 +224,7 @@ def print_plan(profiles: list[str], force: bool = False) -> None:
 def needs_published_data(prof: Profile) -> bool:
     """A profile that imports the published results (its prepare hook is ``lib.published``'s) or is
     placed among them (``reference: published``)."""
-    specs = [next(iter(i)) if isinstance(i, dict) else i for i in prof.prepare]
-    return any(str(s).startswith("lib.published:") for s in specs) or prof.reference == "published"
+    return any(s.startswith("lib.published:") for s, _ in plan.hooks(prof)) or prof.reference == "published"
 
 
 def ensure_published_data(label: str = "[published]") -> str | None:

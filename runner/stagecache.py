@@ -1,20 +1,12 @@
 """The stage cache: what a stage depends on, and whether its last run still holds (:func:`stale`).
 
-A stage is skipped when nothing it depends on changed since its last successful run:
-
-- its *key* (:func:`stage_key`): the notebook's source, its resolved parameters, and the source of
-  the ``lib`` modules it imports (followed through their own imports, :func:`lib.util.lib_closure`);
-- its *reads*: every input it read while it ran (results store, earlier stages' summary.json,
-  item files, published data, task folders), recorded by the stage itself through
-  :func:`lib.util.note_read` by content digest, under a name relative to the outputs folder, the
-  published data folder or the repository (:func:`lib.paths.portable`): other data behind the same
-  ``HARMONY_DATA`` re-runs what read it, a moved outputs folder or checkout re-runs nothing;
-- its *results* (:func:`results_digest`): the summary, numbers and tables its folder held when it
-  finished (not the figures, whose PDFs record when they were drawn), so that a notebook run by
-  hand in JupyterLab that changed them is redone; and a summary.json that parses.
-
-So editing ``lib/benchalign`` re-runs only 07, and a stage whose upstream outputs came out the
-same stays cached. The runner (:mod:`runner.run`) writes each stage's stamp (:data:`lib.paths.STAGE_STAMP`).
+A stage is skipped when nothing it depends on changed since its last successful run: its *key*
+(:func:`stage_key`: notebook source, parameters, the source of the ``lib`` modules it imports); its
+*reads* (every input it recorded through :func:`lib.util.note_read`, by content digest, under a
+portable name: other data behind the same ``HARMONY_DATA`` re-runs what read it, a moved outputs
+folder or checkout re-runs nothing); and its *results* (:func:`results_digest`), so that a notebook
+run by hand in JupyterLab that changed them is redone. So editing ``lib/benchalign`` re-runs only
+07, and a stage whose upstream outputs came out the same stays cached.
 """
 
 from __future__ import annotations
@@ -30,14 +22,10 @@ from lib.pipeline.device import PINNED_ARITHMETIC
 from lib.util import CorruptFile, digest, jsonable, lib_closure, read_json, sha256_bytes
 
 
-def _code_cells(path: Path) -> list[str]:
-    nb = json.loads(path.read_text())
-    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-
-
-def _notebook_source_hash(path: Path) -> str:
-    nb = json.loads(path.read_text())
-    return sha256_bytes(json.dumps([(c["cell_type"], "".join(c["source"])) for c in nb["cells"]]))
+def cells(stage: str) -> list[tuple[str, str]]:
+    """(type, source) of each cell of the stage's notebook."""
+    nb = json.loads(notebook_path(stage).read_text())
+    return [(c["cell_type"], "".join(c["source"])) for c in nb["cells"]]
 
 
 def stage_key(stage: str, params: dict, root: Path | None = None) -> dict:
@@ -45,9 +33,9 @@ def stage_key(stage: str, params: dict, root: Path | None = None) -> dict:
     CPU arithmetic its processes run with (:data:`lib.pipeline.device.PINNED_ARITHMETIC`: another
     setting computes other last bits)."""
     root = root or paths.ROOT
-    nb = notebook_path(stage)
-    files = lib_closure(_code_cells(nb), root)
-    return {"notebook": _notebook_source_hash(nb), "params": params,
+    source = cells(stage)
+    files = lib_closure([text for kind, text in source if kind == "code"], root)
+    return {"notebook": sha256_bytes(json.dumps(source)), "params": params,
             "lib": {str(p.relative_to(root)): digest(p) for p in files},
             "arithmetic": {k: os.environ.get(k) for k in PINNED_ARITHMETIC}}
 
@@ -91,11 +79,8 @@ def results_digest(out_dir: Path) -> str:
 
 
 def stale(out_dir: Path, key: dict) -> str | None:
-    """None when the stage is cached: its stamp holds ``key``, its summary.json parses, every input
-    it read holds what it held then (by content, wherever HARMONY_DATA or outputs/ points now), and
-    its folder holds the results that run wrote (:func:`results_digest`: a notebook run by hand in
-    JupyterLab may have changed them).
-    Otherwise the reason it runs, in a few words."""
+    """None when the stage is cached: its stamp holds ``key``, its summary.json parses, and its inputs
+    and results are as its last run left them (see the module's docstring); else why it runs, in words."""
     stamp = out_dir / paths.STAGE_STAMP
     if not stamp.exists():
         return "no finished run"

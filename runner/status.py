@@ -82,12 +82,10 @@ def lines(profile: str) -> list[str]:
                                                  f"nothing submitted (`make submit PROFILE={profile}`)"))
             continue
         total = st["done"] + st["running"] + st["pending"] + st["failed"] + st["unknown"]
-        parts = [f"{st['done']} done", f"{st['running']} running"]
         reasons = ", ".join(f"{r}: {n}" for r, n in st["reasons"].most_common())
-        parts.append(f"{st['pending']} pending" + (f" ({reasons})" if reasons else ""))
-        parts.append(f"{st['failed']} failed")
-        if st["unknown"]:
-            parts.append(f"{st['unknown']} unknown")
+        parts = [f"{st['done']} done", f"{st['running']} running",
+                 f"{st['pending']} pending" + (f" ({reasons})" if reasons else ""), f"{st['failed']} failed"]
+        parts += [f"{st['unknown']} unknown"] if st["unknown"] else []
         text = f"{profile} {stage}: {total} units: " + ", ".join(parts)
         if st["jobs"]:
             text += f"; jobs in the queue: {', '.join(st['jobs'][:6])}" + (" ..." if len(st["jobs"]) > 6 else "")

@@ -168,7 +168,7 @@ def rendered_against_stand_ins(stand_in: str) -> dict[str, list[str]]:
     for path in docblocks.doc_files():
         for b in docblocks.blocks(path):
             if STAND_INS[b.profile] == stand_in:
-                out[f"{docblocks._rel(path)}:{b.line} {b.table}"] = docblocks.render(
+                out[f"{paths.show(path)}:{b.line} {b.table}"] = docblocks.render(
                     dataclasses.replace(b, profile=stand_in), cache)
     return out
 
