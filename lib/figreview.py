@@ -31,8 +31,6 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from .util import atomic_write_json
-
 WIDTH_SINGLE = 3.4   # inches: one column of a two-column paper
 WIDTH_DOUBLE = 7.0   # inches: the full text width
 MIN_FONT_PT = 7.0    # no text smaller than this at print size
@@ -82,13 +80,18 @@ def _where(ax, fig) -> str:
     return f"panel {k}" + (f" ({_short(title, 24)})" if title else "")
 
 
-def _overlaps(texts, renderer, tol_px: float) -> list[str]:
+def _boxes(texts, renderer) -> list:
+    """(string, window extent) of each drawn text that has one."""
     boxes = []
     for artist, text, _ in texts:
         try:
             boxes.append((text, artist.get_window_extent(renderer)))
         except (RuntimeError, ValueError):
             continue
+    return boxes
+
+
+def _overlaps(boxes, tol_px: float) -> list[str]:
     out = []
     for i, (ta, a) in enumerate(boxes):
         for tb, b in boxes[i + 1:]:
@@ -160,15 +163,23 @@ def _data_paths(ax):
             yield ("box", image.get_window_extent())
 
 
+def _covers(item, clip) -> bool:
+    """Whether data item ``item`` of :func:`_data_paths` reaches into the box ``clip``."""
+    from matplotlib.transforms import Bbox
+
+    if item[0] == "points":
+        xy = item[1]
+        return bool(((xy[:, 0] > clip.x0) & (xy[:, 0] < clip.x1) & (xy[:, 1] > clip.y0) & (xy[:, 1] < clip.y1)).any())
+    if item[0] == "path":
+        return len(item[1].vertices) > 0 and item[1].intersects_bbox(clip, filled=item[2])
+    return Bbox.intersection(item[1], clip) is not None
+
+
 def _legends_on_data(fig, renderer) -> list[str]:
     from matplotlib.transforms import Bbox
 
-    legends = [(ax.get_legend(), ax) for ax in fig.axes if ax.get_legend() is not None]
-    legends += [(leg, None) for leg in fig.legends]
     out = []
-    for legend, owner in legends:
-        if not legend.get_visible():
-            continue
+    for legend in _legends(fig):
         box = legend.get_window_extent(renderer)
         for ax in fig.axes:
             if not ax.get_visible():
@@ -176,20 +187,8 @@ def _legends_on_data(fig, renderer) -> list[str]:
             clip = Bbox.intersection(box, ax.get_window_extent(renderer))
             if clip is None or clip.width <= 1 or clip.height <= 1:
                 continue
-            hit = False
-            for item in _data_paths(ax):
-                if item[0] == "points":
-                    xy = item[1]
-                    hit = bool(((xy[:, 0] > clip.x0) & (xy[:, 0] < clip.x1) & (xy[:, 1] > clip.y0)
-                                & (xy[:, 1] < clip.y1)).any()) if len(xy) else False
-                elif item[0] == "path":
-                    hit = len(item[1].vertices) > 0 and item[1].intersects_bbox(clip, filled=item[2])
-                else:
-                    hit = Bbox.intersection(item[1], clip) is not None
-                if hit:
-                    break
-            if hit:
-                where = _where(owner, fig) if owner is not None else "the figure"
+            if any(_covers(item, clip) for item in _data_paths(ax)):
+                where = "the figure" if legend.parent is fig else _where(legend.parent, fig)
                 out.append(f"the legend of {where} covers data of {_where(ax, fig)}")
     return out
 
@@ -311,13 +310,9 @@ def _bars_on_log_axes(fig) -> list[str]:
     return out
 
 
-def _outside(fig, texts, renderer) -> list[str]:
+def _outside(fig, boxes) -> list[str]:
     canvas, out = fig.bbox, []
-    for artist, text, _ in texts:
-        try:
-            box = artist.get_window_extent(renderer)
-        except (RuntimeError, ValueError):
-            continue
+    for text, box in boxes:
         if box.x0 < canvas.x0 - 1 or box.y0 < canvas.y0 - 1 or box.x1 > canvas.x1 + 1 or box.y1 > canvas.y1 + 1:
             out.append(f"text {_short(text)} drawn outside the canvas (cut off, or it widens the saved file)")
     return out
@@ -328,10 +323,11 @@ def inspect(fig) -> dict:
     the title, and the problems that do not depend on the saved file (overlap, labels, legends)."""
     renderer, texts = _drawn_texts(fig)
     drawn = {id(a) for a, _, _ in texts}
-    problems = _overlaps(texts, renderer, OVERLAP_PT * fig.dpi / 72.0)
+    boxes = _boxes(texts, renderer)
+    problems = _overlaps(boxes, OVERLAP_PT * fig.dpi / 72.0)
     problems += _unlabelled(fig, drawn)
     problems += _legends_on_data(fig, renderer)
-    problems += _alike_in_grey(fig) + _hidden_lines(fig) + _bars_on_log_axes(fig) + _outside(fig, texts, renderer)
+    problems += _alike_in_grey(fig) + _hidden_lines(fig) + _bars_on_log_axes(fig) + _outside(fig, boxes)
     sup = getattr(fig, "_suptitle", None)
     if sup is not None and id(sup) in drawn and sup.get_text():
         problems.append("a title drawn inside the figure (suptitle): the paper's caption carries it; give it to "
@@ -395,7 +391,3 @@ def record(fig, png: str | Path, caption: str | None = None) -> dict:
         "problems": info["problems"] + problems,
         "checked": datetime.datetime.now().isoformat(timespec="seconds"),
     }
-
-
-def write_record(path: str | Path, rec: dict) -> None:
-    atomic_write_json(path, rec)

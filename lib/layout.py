@@ -215,10 +215,8 @@ def safetensors_complete(path: Work) -> bool:
 
 def unit_problems(work: Work, model: str, benchmark: str, configs: dict[float, dict],
                   chosen: float | None, protocol: str = TBT) -> list[str]:
-    """Why the train-before-test units of one (model, benchmark) are not all finished: every
-    learning rate's ``unit.json`` (of its configuration in ``configs``) and the adapter of the
-    ``chosen`` learning rate (the others are pruned once the choice is made). One entry per
-    missing or damaged file."""
+    """Why the train-before-test units of one (model, benchmark) are not all finished: one entry per
+    missing or damaged ``unit.json`` (of its ``configs`` entry) or adapter of the ``chosen`` rate."""
     out = []
     for lr, config in configs.items():
         unit = unit_dir(work, model, benchmark, lr, protocol)
@@ -244,10 +242,8 @@ def unit_files(work: Work, models: list[str], benchmarks: list[str]) -> Iterator
 
 
 def curves_frame(work: Work, models: list[str], benchmarks: list[str]):
-    """Validation curves of the finished units: one row per (model, benchmark, lr, epoch), with the
-    validation loss and/or score and the criterion the unit was chosen on (columns
-    :data:`CURVE_COLUMNS`). Records the unit files it reads (:func:`lib.util.note_read`), not the
-    (large) adapters beside them."""
+    """Validation curves of the finished units: one row per (model, benchmark, lr, epoch) (columns
+    :data:`CURVE_COLUMNS`). Notes the unit files it reads, not the (large) adapters beside them."""
     import pandas as pd
 
     rows = []

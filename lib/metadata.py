@@ -101,13 +101,9 @@ _LU, _CR, _QA = "Language Understanding", "Commonsense Reasoning", "Question Ans
 _PBC, _MATH, _MED = "Physics/Biology/Chemistry", "Math", "Medicine"
 
 
-def _table(*records: Benchmark) -> dict[str, Benchmark]:
-    return {b.name: b for b in records}
-
-
 # The paper's 24 benchmarks (its metric and filter choices; chance = 1 / number of answer choices)
 # and its 3 perplexity corpora.
-BENCHMARKS: dict[str, Benchmark] = _table(
+BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     *(Benchmark(name=n, category=_LU, metric="acc", chance=c) for n, c in
       (("mnli", 1 / 3), ("qnli", 0.5), ("rte", 0.5), ("sst2", 0.5), ("mrpc", 0.5), ("qqp", 0.5), ("wic", 0.5),
        ("anli_r1", 1 / 3))),
@@ -126,7 +122,7 @@ BENCHMARKS: dict[str, Benchmark] = _table(
     *(Benchmark(name=n, category=_MED, metric="acc_norm", chance=0.25) for n in ("medmcqa", "headqa_en")),
     *(Benchmark(name=n, category=PERPLEXITY, metric="bits_per_byte", kind=PPL)
       for n in ("wiki_2025", "arxiv_2025", "stackexchange_2025")),
-)
+)}
 
 # --------------------------------------------------------------------------- models
 # id: (family, series, params_b, instruct, base model of an instruct variant)
@@ -236,29 +232,16 @@ def obsscaling_match(model_id: str, table: dict[str, dict] | None = None) -> dic
 
 
 def _compute_for(model_id: str, base: str | None) -> dict[str, Any]:
-    row = obsscaling_match(model_id)
-    source = None
-    if row is not None:
-        source = f"obsscaling:{row['id']}"
-    elif base is not None:
-        row = obsscaling_match(base)
-        if row is not None:
-            source = f"obsscaling:{row['id']} (base model)"
+    row, note = obsscaling_match(model_id), ""
+    if row is None and base is not None:
+        row, note = obsscaling_match(base), " (base model)"
     if row is None:
         return {}
     return {"pretrain_tokens_t": row["pretrain_tokens_t"], "flops_1e21": row["flops_1e21"],
-            "extra": {"compute_source": source}}
+            "extra": {"compute_source": f"obsscaling:{row['id']}{note}"}}
 
 
 # --------------------------------------------------------------------------- public API
-def known_benchmarks(store: str | Path | None = None) -> list[str]:
-    return sorted(set(BENCHMARKS) | set(_store_records(store, "benchmarks")))
-
-
-def known_models(store: str | Path | None = None) -> list[str]:
-    return sorted(set(_MODELS) | set(_store_records(store, "models")))
-
-
 def _benchmark_info(name: str, records: dict[str, dict]) -> Benchmark:
     base: dict[str, Any] = BENCHMARKS[name].record() if name in BENCHMARKS else {}
     if name in records:

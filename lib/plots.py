@@ -1,19 +1,9 @@
 """One figure style for every notebook; figures saved as PDF (paper) and PNG (review).
 
-Everything a figure shares lives here, so one edit changes every figure:
-
-- the page: :data:`WIDTH_SINGLE` (one column of a two-column paper, 3.4 in) and :data:`WIDTH_DOUBLE`
-  (the full text width, 7.0 in); no text smaller than :data:`MIN_FONT_PT` at that size;
-- the names a reader sees (:func:`display`): benchmarks, corpora and leaderboard item files as the
-  papers name them (``openllm_math`` -> MATH-hard, ``nq_open`` -> NQ-Open), hub ids without their
-  organisation, mini-world names without their ``mw_`` prefix;
-- the colours: one per protocol (:data:`PROTOCOL_COLORS`) and one hue per model family
-  (:func:`family_color`), sizes as shades of it (:func:`model_colors`: small models light, large
-  ones dark), the same in every figure;
-- saving (:func:`savefig`): PDF + PNG, a caption (:func:`set_caption`) and a record of the checks of
-  :mod:`lib.figreview` (printed size, smallest text, overlapping text, unlabelled axes, legends on
-  data) next to them, which the figure test and the contact sheet read.
-"""
+Everything a figure shares lives here, so one edit changes every figure: the page widths and the
+smallest text (the rules of :mod:`lib.figreview`), the names a reader sees (:func:`display`), one
+colour per protocol and one hue per model family (sizes as its shades), legends off the data, and
+saving with a caption and the record of the checks (:func:`savefig`)."""
 
 from __future__ import annotations
 
@@ -30,6 +20,7 @@ from matplotlib.colors import to_hex, to_rgb
 from . import figreview
 from .figreview import MIN_FONT_PT, WIDTH_DOUBLE, WIDTH_SINGLE  # noqa: F401  (the rules live with their checks)
 from .store import DIRECT, REDUCED, TBT
+from .util import atomic_write_json
 
 PROTOCOL_LABELS = {DIRECT: "Direct evaluation", TBT: "Train-before-test"}
 # orange and dark blue: told apart in colour (also by most colour-blind readers) and in greyscale print
@@ -276,20 +267,16 @@ def caption(fig) -> str | None:
     return _CAPTIONS.get(fig)
 
 
-def savefig(fig, out_dir: str | Path, name: str, close: bool = False, caption: str | None = None) -> None:
-    """Save ``fig`` as ``figures/<name>.pdf`` and ``figures/<name>.png`` in ``out_dir``, and its
-    record ``figures/<name>.json`` (caption, printed size, the checks of :mod:`lib.figreview`); a
-    failed check prints one line per problem (the figure is still saved; the figure test fails).
-    Returns nothing, so a notebook cell ending with it shows the figure and no return value."""
-
-    if caption:
-        set_caption(fig, caption)
+def savefig(fig, out_dir: str | Path, name: str, close: bool = False) -> None:
+    """Save ``fig`` as ``figures/<name>.pdf`` and ``.png`` in ``out_dir``, with its record ``<name>.json``
+    (:func:`lib.figreview.record`; each problem printed, the figure still saved). Returns nothing, so a
+    notebook cell ending with it shows the figure and no return value."""
     folder = Path(out_dir) / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     for ext in ("pdf", "png"):
         fig.savefig(folder / f"{name}.{ext}")
-    record = figreview.record(fig, folder / f"{name}.png", caption=_CAPTIONS.get(fig))
-    figreview.write_record(folder / f"{name}.json", record)
+    record = figreview.record(fig, folder / f"{name}.png", caption=caption(fig))
+    atomic_write_json(folder / f"{name}.json", record)
     for problem in record["problems"]:
         print(f"figure {name}: {problem}")
     if close:

@@ -44,50 +44,44 @@ def parse_results(path: str | Path) -> dict[str, dict[str, dict[str, dict[str, f
     Raises :class:`lib.store.StoreError` naming the file, the offending entry and how to restore a
     good copy (:func:`lib.data.corrupt`).
     """
-    try:
-        return _parse_results(Path(path))
-    except store.StoreError as exc:
-        bad = data.corrupt(path, str(exc).replace(f"{path}: ", "", 1))
-        raise store.StoreError(str(bad)) from None
+    def bad(reason: str) -> store.StoreError:
+        return store.StoreError(str(data.corrupt(path, reason)))
 
-
-def _parse_results(path: Path) -> dict[str, dict[str, dict[str, dict[str, float | None]]]]:
     try:
         raw = read_json(path)
     except CorruptFile as exc:
-        raise store.StoreError(str(exc).split(": ", 1)[1]) from None
+        raise bad(str(exc).split(": ", 1)[1]) from None
     if not isinstance(raw, dict):
-        raise store.StoreError(f"{path}: expected a JSON object {{protocol: {{benchmark: {{model: score}}}}}}")
+        raise bad("expected a JSON object {protocol: {benchmark: {model: score}}}")
     allowed = set(store.PROTOCOLS) | {p + "_stderr" for p in store.PROTOCOLS}
     unknown = sorted(set(raw) - allowed)
     if unknown:
-        raise store.StoreError(f"{path}: unknown protocol key(s) {unknown}; expected {sorted(allowed)}")
+        raise bad(f"unknown protocol key(s) {unknown}; expected {sorted(allowed)}")
     out: dict[str, dict[str, dict[str, dict[str, float | None]]]] = {}
     for protocol in store.PROTOCOLS:
         if protocol not in raw:
             continue
         scores, errors = raw[protocol], raw.get(protocol + "_stderr", {})
         if not isinstance(scores, dict) or not isinstance(errors, dict):
-            raise store.StoreError(f"{path}: {protocol!r} must map benchmark -> {{model: score}}")
+            raise bad(f"{protocol!r} must map benchmark -> {{model: score}}")
         out[protocol] = {}
         for bench, by_model in scores.items():
             if not isinstance(by_model, dict):
-                raise store.StoreError(f"{path}: {protocol}/{bench}: expected {{model: score}}")
+                raise bad(f"{protocol}/{bench}: expected {{model: score}}")
             errs = errors.get(bench, {}) or {}
             out[protocol][bench] = {}
             for model, score in by_model.items():
                 if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-                    raise store.StoreError(f"{path}: {protocol}/{bench}/{model}: score {score!r} "
-                                           "is not a finite number")
+                    raise bad(f"{protocol}/{bench}/{model}: score {score!r} is not a finite number")
                 err = errs.get(model)
                 if err in MISSING_STDERR:
                     err = None
                 if err is not None and (isinstance(err, bool) or not isinstance(err, (int, float))):
-                    raise store.StoreError(f"{path}: {protocol}_stderr/{bench}/{model}: {err!r} is not a number")
+                    raise bad(f"{protocol}_stderr/{bench}/{model}: {err!r} is not a number")
                 out[protocol][bench][model] = {"score": float(score),
                                                "stderr": float(err) if err is not None else None}
     if not out:
-        raise store.StoreError(f"{path}: none of the protocols {list(store.PROTOCOLS)} is present")
+        raise bad(f"none of the protocols {list(store.PROTOCOLS)} is present")
     return out
 
 

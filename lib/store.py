@@ -201,10 +201,8 @@ def meta_path(root: str | os.PathLike, path: str) -> Path:
 
 
 def relative_meta_path(root: str | os.PathLike, path: str | os.PathLike) -> str:
-    """``path`` as :func:`meta_path` reads it back, naming no folder of this machine: under the
-    outputs folder ``outputs:<profile>/work/models/x`` (so a copy of the store finds the models
-    too), else relative to the store root when it lies in the folder that holds the store, else
-    absolute."""
+    """``path`` as :func:`meta_path` reads it back, naming no folder of this machine: ``outputs:...``
+    under the outputs folder, else relative to the store's parent folder, else absolute."""
     name = paths.portable(path)
     if name.startswith("outputs:"):
         return name
@@ -232,12 +230,9 @@ def directions(df: pd.DataFrame) -> dict[str, bool]:
 
 
 def orient(scores, higher_is_better: Mapping[str, bool] | bool):
-    """Scores turned so that higher is better: lower-is-better ones (bits-per-byte) are negated.
-
-    ``scores`` is a model x benchmark matrix with ``higher_is_better`` a ``{benchmark: bool}``
-    mapping (missing benchmarks count as higher-is-better), or one Series / array with a bool.
-    The one place where the direction of a score is applied.
-    """
+    """Scores turned so that higher is better (lower-is-better ones negated): the one place where the
+    direction of a score is applied. ``scores``: a model x benchmark matrix with a ``{benchmark: bool}``
+    mapping (missing benchmarks count as higher-is-better), or one Series / array with a bool."""
     if isinstance(higher_is_better, bool):
         return scores if higher_is_better else -scores
     out = scores.copy()
