@@ -44,9 +44,8 @@ GREY_STEP = 0.1          # legend entries alike in all else must differ by this 
 
 # --------------------------------------------------------------------------- drawing and measuring
 def _drawn_texts(fig):
-    """Draw ``fig`` and note each text artist that draws itself (visible, not empty, inside the view:
-    tick labels of ticks outside the axis limits are never drawn): (renderer, [(text artist, string,
-    size in points)]) in drawing order."""
+    """Draw ``fig`` and note each text that draws itself (visible, not empty, inside the view):
+    (renderer, [(text artist, string, size in points)]) in drawing order."""
     from matplotlib.backends.backend_agg import RendererAgg
     from matplotlib.text import Text
 
@@ -202,9 +201,8 @@ def _luma(color, alpha=None) -> float:
 
 
 def _print_style(artists):
-    """What tells a legend entry (the artists its handle box draws) apart on a greyscale page: (shape,
-    grey), where shape holds the marker, the line style and width (to the point), hollowness and hatch;
-    None for an entry that draws nothing. Error bars' whiskers are left out: the marker and line say it."""
+    """What tells a legend entry apart on a greyscale page: (shape, grey), shape being the marker, line
+    style and width, hollowness and hatch; None for an entry that draws nothing."""
     from matplotlib.collections import Collection, LineCollection
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -341,9 +339,7 @@ def inspect(fig) -> dict:
 
 
 def _cell() -> int | None:
-    """The execution count of the notebook cell running now, as the executed notebook shows it (``In [N]``;
-    IPython has counted the cell already, so its counter is one ahead while the cell runs; None outside
-    IPython)."""
+    """The ``In [N]`` of the notebook cell running now (IPython's counter is one ahead while it runs)."""
     try:
         from IPython import get_ipython
     except ImportError:

@@ -114,9 +114,8 @@ def forced_out(path: Path) -> bool:
 
 
 def unit_record(unit: Work, config: dict | None = None) -> dict | None:
-    """A finished unit's record (``unit.json``, its adapter as a path under the unit's folder);
-    None when it has not finished, its record is damaged (:func:`check_unit`) or, given
-    ``config``, it was made with another configuration (so that it is redone)."""
+    """A finished unit's record (:func:`check_unit`); None when it has not finished, is damaged or,
+    given ``config``, was made with another configuration (so that it is redone)."""
     record, _ = check_unit(unit, config)
     return record
 
@@ -172,9 +171,8 @@ def _curve_problem(record: dict) -> str:
 
 
 def adapter_problem(adapter: Work) -> str:
-    """What is missing or damaged in a kept adapter ("" when nothing): a LoRA adapter's
-    ``adapter_config.json`` and weights, or (a unit that trained every parameter) a whole model's
-    ``config.json`` and weights; a safetensors file must be as long as its header says."""
+    """What is missing or damaged in a kept adapter ("" when nothing): a LoRA adapter's or (full
+    training) a whole model's config and weights; a safetensors file as long as its header says."""
     adapter = Path(adapter)
     name = lr_label(adapter)
     if not adapter.is_dir():

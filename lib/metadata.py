@@ -58,9 +58,8 @@ MC, GEN, PPL = "multiple_choice", "generate_until", "loglikelihood_rolling"   # 
 
 @dataclass(frozen=True, kw_only=True)
 class Benchmark:
-    """What we know about a benchmark or perplexity corpus: the one record of it, built by keyword
-    (``lib.metadata``'s table, the mini world, local tasks and :class:`lib.pipeline.tasks.TaskInfo`
-    all use it). ``higher_is_better`` follows from the metric when not given."""
+    """The one record of a benchmark or perplexity corpus, built by keyword; ``higher_is_better``
+    follows from the metric when not given."""
     name: str
     category: str
     metric: str
@@ -280,11 +279,9 @@ def _model_info(model_id: str, records: dict[str, dict]) -> ModelInfo:
     if model_id in records:
         own = dict(records[model_id])
         extra.update(own.pop("extra", None) or {})
+        own.pop("model", None)
         for key, value in own.items():
-            if key in ModelInfo.__dataclass_fields__ and key != "model":
-                base[key] = value
-            elif key != "model":
-                extra[key] = value
+            (base if key in ModelInfo.__dataclass_fields__ else extra)[key] = value
     elif not base:
         raise _unknown("model", model_id, set(_MODELS) | set(records),
                        "add it to lib.metadata or to the store's _meta/models.json")
@@ -308,10 +305,8 @@ def benchmarks_frame(names: Iterable[str], store: str | Path | None = None) -> p
 
 
 def require_compute(ids: Iterable[str]) -> None:
-    """Raise :class:`lib.paths.DataMissing`, naming the command that fixes it, when the pre-training
-    compute of some of ``ids`` comes from the published ObsScaling table and that table is not
-    found (a notebook run in JupyterLab without ``HARMONY_DATA``): without it an analysis of
-    compute would quietly shrink to the models that carry their own."""
+    """Raise :class:`lib.paths.DataMissing` when some of ``ids`` take their pre-training compute from
+    the published ObsScaling table and it is absent: an analysis of compute would quietly shrink."""
     needing = [m for m in ids if m in _MODELS]
     if needing and not paths.has_data(OBSSCALING_CSV):
         raise paths.DataMissing(
@@ -321,29 +316,23 @@ def require_compute(ids: Iterable[str]) -> None:
 
 
 def models_frame(ids: Iterable[str], store: str | Path | None = None, need_compute: bool = False) -> pd.DataFrame:
-    """One row per model (index ``model``): family, params_b, instruct, pretrain_tokens_t, flops_1e21,
-    plus ``series``, ``base_model`` and ``compute_source`` from ``extra`` where known, and ``prepared``
-    (a mini-world model prepared for its test tasks, recorded as instruct). With ``need_compute``,
-    missing published compute data is an error (:func:`require_compute`)."""
+    """One row per model (index ``model``): the fields of :class:`ModelInfo`, ``series``, ``base_model``
+    and ``compute_source`` from ``extra``, and ``prepared``. ``need_compute``: :func:`require_compute`."""
     ids = list(ids)
     if need_compute:
         require_compute(ids)
     records = _store_records(store, "models")
+    extras = ("series", "base_model", "compute_source")
     rows = []
     for m in ids:
-        info = _model_info(m, records)
-        row = {f.name: getattr(info, f.name) for f in fields(ModelInfo) if f.name != "extra"}
-        for key in ("series", "base_model", "compute_source"):
-            row[key] = info.extra.get(key)
-        row["prepared"] = bool(info.extra.get("prepared"))
-        rows.append(row)
-    cols = [f.name for f in fields(ModelInfo) if f.name != "extra"] + ["series", "base_model", "compute_source",
-                                                                         "prepared"]
+        row = asdict(_model_info(m, records))
+        extra = row.pop("extra")
+        rows.append({**row, **{k: extra.get(k) for k in extras}, "prepared": bool(extra.get("prepared"))})
+    cols = [f.name for f in fields(ModelInfo) if f.name != "extra"] + [*extras, "prepared"]
     df = pd.DataFrame(rows, columns=cols).set_index("model")
     for col in ("params_b", "pretrain_tokens_t", "flops_1e21"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
-    df["instruct"] = df["instruct"].astype(bool)
-    df["prepared"] = df["prepared"].astype(bool)
+    df[["instruct", "prepared"]] = df[["instruct", "prepared"]].astype(bool)
     return df
 
 

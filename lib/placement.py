@@ -60,9 +60,8 @@ PROVENANCE_KEYS = ("dtype", "eval_batch_size", "add_bos_token", "chat_template",
 
 
 def reference_results(reference: str) -> pd.DataFrame:
-    """The reference's results as one tidy frame (:data:`lib.store.COLUMNS`): for ``published`` the
-    paper's ``all_results.json`` (metric and direction from :mod:`lib.metadata`), else the store of
-    the finished profile ``reference``."""
+    """The reference's results as one tidy frame: for ``published`` the paper's ``all_results.json``,
+    else the store of the finished profile ``reference``."""
     if reference != params.PUBLISHED:
         root = paths.store_dir(reference)
         if not root.is_dir():

@@ -130,9 +130,8 @@ def shade(color: str, t: float) -> str:
 
 
 def sized_colors(family: dict, size: dict) -> dict[str, str]:
-    """A colour per model from its family (``family[model]``) and size (``size[model]``, any unit):
-    the family's hue (:func:`family_color`), lighter for smaller sizes within the family (models of
-    equal size, such as a prepared twin and its base, share a shade)."""
+    """A colour per model: its family's hue (:func:`family_color`), lighter for smaller ``size`` within
+    the family (equal sizes, such as a prepared twin and its base, share a shade)."""
     out = {}
     for fam in dict.fromkeys(family.values()):
         members = [m for m in family if family[m] == fam]
@@ -154,9 +153,8 @@ def model_colors(models: Iterable[str], store: str | Path | None = None) -> dict
 
 
 def model_styles(models: Iterable[str], store: str | Path | None = None):
-    """Per model (index): ``color`` (:func:`model_colors`), ``family``, its ``marker`` and ``instruct`` (a
-    prepared or instruction-tuned variant, drawn hollow) from :mod:`lib.metadata`. Models without metadata (no
-    ``store`` given for self-built ones) get one neutral grey and no family."""
+    """Per model (index): ``color``, ``family``, ``marker`` and ``instruct`` (drawn hollow) from
+    :mod:`lib.metadata`; models without metadata get one neutral grey and no family."""
     import pandas as pd
 
     from . import metadata
@@ -217,9 +215,8 @@ def wrap(text: str, width_in: float, size: float = FONT["title"]) -> str:
 
 
 def title(fig, text: str):
-    """The figure's title, recorded (``figures/<name>.json``, the contact sheet, the leaderboard) and
-    not drawn: a paper's caption carries it, so a title inside the figure would cost height and be
-    cropped by hand (:mod:`lib.figreview` flags a drawn one)."""
+    """The figure's title, recorded (``figures/<name>.json``) and not drawn: the paper's caption carries
+    it (:mod:`lib.figreview` flags a drawn one)."""
     fig._tbt_title = " ".join(str(text).split())
     return fig
 

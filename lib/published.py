@@ -39,11 +39,8 @@ def results_path() -> Path:
 
 
 def parse_results(path: str | Path) -> dict[str, dict[str, dict[str, dict[str, float | None]]]]:
-    """Read and validate ``all_results.json``: returns ``{protocol: {benchmark: {model: {"score", "stderr"}}}}``.
-
-    Raises :class:`lib.store.StoreError` naming the file, the offending entry and how to restore a
-    good copy (:func:`lib.data.corrupt`).
-    """
+    """Read and validate ``all_results.json``: ``{protocol: {benchmark: {model: {"score", "stderr"}}}}``;
+    a bad file raises :class:`lib.store.StoreError` (:func:`lib.data.corrupt`)."""
     def bad(reason: str) -> store.StoreError:
         return store.StoreError(str(data.corrupt(path, reason)))
 
@@ -100,11 +97,8 @@ def _check_metadata(results: dict, path: Path) -> dict[str, metadata.Benchmark]:
 
 def import_store(profile: str, source: str | Path | None = None, force: bool = False) -> dict[str, Any]:
     """Import the published results into ``lib.paths.store_dir(profile)``; returns the import record.
-
-    ``source`` defaults to ``$HARMONY_DATA/lm-harmony/all_results.json``. Skips the work when the
-    store already holds an import of a file with the same sha256 (unless ``force``). Results of an
-    earlier import that the new file no longer contains are removed.
-    """
+    Skips the work when the store already holds an import of a file with the same sha256 (unless
+    ``force``); results of an earlier import that the new file no longer contains are removed."""
     path = Path(source) if source is not None else results_path()
     if not path.is_file():
         raise paths.DataMissing(f"published results not found: {path} ({paths.provide_data()})")
@@ -158,9 +152,8 @@ def published_scores(models: list[str], benchmarks: list[str], protocol: str = s
 
 def compare(store_root: str | Path, models: list[str], benchmarks: list[str], protocol: str = store.DIRECT,
             ) -> pd.DataFrame:
-    """Our scores next to the published ones: ``diff`` (ours - published) and ``z`` (diff over the
-    published standard error); ``within`` is |z| <= 2 (``python -m lib.published --compare PROFILE``:
-    a first run, e.g. ``paper_slice``, against the paper)."""
+    """Our scores next to the published ones: ``diff``, ``z`` (over the published standard error) and
+    ``within`` (|z| <= 2): does a first run, e.g. ``paper_slice``, reproduce the paper?"""
     table = published_scores(models, benchmarks, protocol)
     ours = store.load(store_root, protocol)
     ours = {(r.model, r.benchmark): r.score for r in ours.itertuples()}
