@@ -124,8 +124,7 @@ def _unlabelled(fig, drawn_ids: set[int]) -> list[str]:
 
 
 def _data_paths(ax):
-    """What an axes draws as data, in display coordinates: ("points", array) or ("path", path, filled)
-    or ("box", bbox)."""
+    """What an axes draws as data, in display coordinates: points, paths and boxes."""
     import numpy as np
     from matplotlib.collections import LineCollection, PathCollection, QuadMesh
 
@@ -168,7 +167,8 @@ def _covers(item, clip) -> bool:
 
     if item[0] == "points":
         xy = item[1]
-        return bool(((xy[:, 0] > clip.x0) & (xy[:, 0] < clip.x1) & (xy[:, 1] > clip.y0) & (xy[:, 1] < clip.y1)).any())
+        inside = (xy[:, 0] > clip.x0) & (xy[:, 0] < clip.x1) & (xy[:, 1] > clip.y0) & (xy[:, 1] < clip.y1)
+        return bool(inside.any())
     if item[0] == "path":
         return len(item[1].vertices) > 0 and item[1].intersects_bbox(clip, filled=item[2])
     return Bbox.intersection(item[1], clip) is not None
@@ -349,8 +349,7 @@ def _cell() -> int | None:
 
 
 def record(fig, png: str | Path, caption: str | None = None) -> dict:
-    """The record of a figure just saved as ``png`` (and its PDF): size as saved, smallest text at
-    print size, title, caption, notebook cell and every problem found."""
+    """The record of a figure just saved as ``png``: its printed size, smallest text and problems."""
     from PIL import Image
 
     png = Path(png)

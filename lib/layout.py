@@ -80,8 +80,7 @@ def example_path(work: Work, model: str, benchmark: str, protocol: str = TBT) ->
 
 
 def examples_frame(work: Work, models: list[str], benchmarks: list[str]):
-    """The decoded first training example of each (model, benchmark) that has one: columns model,
-    benchmark, text, tokens, loss_tokens, loss_text (the tokens that carry loss)."""
+    """The decoded first training example of each (model, benchmark) that has one."""
     import pandas as pd
 
     rows = []
@@ -318,14 +317,12 @@ def _job_name(benchmark: str, lr: float | None) -> str:
 
 
 def lock_path(work: Work, protocol: str, model: str, benchmark: str, lr: float | None = None) -> Path:
-    """The lock a job holds while it works on one (model, benchmark) (:mod:`lib.pipeline.launch.locks`);
-    given ``lr``, on that learning rate of it alone (a unit the preflight split)."""
+    """The lock a job holds while it works on one (model, benchmark) (or on its rate ``lr``)."""
     return Path(work) / "locks" / protocol / slug(model) / f"{_job_name(benchmark, lr)}.lock"
 
 
 def failure_path(work: Work, protocol: str, model: str, benchmark: str, lr: float | None = None) -> Path:
-    """Why one (model, benchmark) (given ``lr``: one learning rate of it) failed, with the job spec
-    that retries it."""
+    """Why one (model, benchmark) (or its rate ``lr``) failed, with the job spec that retries it."""
     return Path(work) / "failed" / protocol / slug(model) / f"{_job_name(benchmark, lr)}.json"
 
 

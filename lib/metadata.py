@@ -337,8 +337,7 @@ def models_frame(ids: Iterable[str], store: str | Path | None = None, need_compu
 
 
 def model_types(frame: pd.DataFrame) -> pd.Series:
-    """Per model of a :func:`models_frame`: ``"base"``, ``"instruct"`` (instruction-tuned) or
-    ``"prepared"`` (a mini-world model prepared for the test tasks), as figures tell them apart."""
+    """Per model of a :func:`models_frame`: ``"base"``, ``"instruct"`` or ``"prepared"``."""
     return pd.Series(np.where(frame["prepared"], "prepared", np.where(frame["instruct"], "instruct", "base")),
                      index=frame.index)
 

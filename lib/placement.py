@@ -60,8 +60,7 @@ PROVENANCE_KEYS = ("dtype", "eval_batch_size", "add_bos_token", "chat_template",
 
 
 def reference_results(reference: str) -> pd.DataFrame:
-    """The reference's results as one tidy frame: for ``published`` the paper's ``all_results.json``,
-    else the store of the finished profile ``reference``."""
+    """The reference's results as one tidy frame (the paper's file, or a finished profile's store)."""
     if reference != params.PUBLISHED:
         root = paths.store_dir(reference)
         if not root.is_dir():
@@ -162,8 +161,7 @@ def calibration_check(ours: pd.DataFrame, reference: pd.DataFrame, models: list[
 
 def calibration_lines(check: dict, failed: pd.DataFrame, ours: pd.DataFrame, reference: pd.DataFrame,
                       models: list[str]) -> list[str]:
-    """What a person reads about the calibration: the verdict; when it fails, every failed score, the
-    benchmarks concerned and the likely causes (documents and settings that differ, where recorded)."""
+    """The verdict; when it fails, every failed score, the benchmarks concerned and the likely causes."""
     b = check["bounds"]
     rule = f"direct |z| <= {b[store.DIRECT]:g}, train-before-test |z| <= {b[store.TBT]:.2f} reference standard errors"
     documents = document_differences(ours, reference, models)
@@ -212,8 +210,7 @@ def document_differences(ours: pd.DataFrame, reference: pd.DataFrame, models: li
 
 
 def setting_differences(ours: pd.DataFrame, reference: pd.DataFrame, models: list[str]) -> list[str]:
-    """``key: ours vs reference`` for the evaluation settings (:data:`PROVENANCE_KEYS`, lm-eval's
-    version) that the calibration models' provenance records differently here and in the reference."""
+    """``key: ours vs reference`` for each evaluation setting the provenance records otherwise."""
     def settings(frame: pd.DataFrame) -> dict:
         found: dict[str, set] = {}
         for prov in frame[frame["model"].isin(models)]["provenance"]:
@@ -421,8 +418,7 @@ def _wide(long: pd.DataFrame, models: list[str]) -> pd.DataFrame:
 
 
 def _compute(ref_tables: dict, table: pd.DataFrame, ref_frame: pd.DataFrame | None) -> dict | None:
-    """PC1 (train-before-test) against log10 pre-training FLOPs: the reference's fit and, for each new
-    model with FLOPs, its PC1 and the PC1 the fit predicts. None when too few models have FLOPs."""
+    """PC1 (train-before-test) against log10 pre-training FLOPs (None with too few FLOPs)."""
     if ref_frame is None:
         return None
     pc = ref_tables[store.TBT]["pc1"]
@@ -483,8 +479,7 @@ def tex_numbers(summary: dict) -> dict:
 
 
 def store_name(entry: str) -> str:
-    """The name a model given in a profile has in the store: a local folder's own name (as
-    :func:`lib.pipeline.evaluate.resolve_model` names it), a hub id or a built model's name as it is."""
+    """A profile's model as the store names it (a local folder by its own name)."""
     path = Path(entry).expanduser()
     if path.is_absolute() or entry.startswith(".") or (path / "config.json").exists():
         return path.name
@@ -514,7 +509,7 @@ NEW_COLORS = ("#dd7a2f", "#2aa0a4", "#8f2d56", "#b8a21a", "#1f4e79", "#3f9a55") 
 
 
 def rank_figure(data: dict, reference: str = "reference"):
-    """Mean rank over benchmarks, direct evaluation (x) against train-before-test (y) (how to read it: the caption)."""
+    """Mean rank over benchmarks, direct evaluation (x) against train-before-test (y)."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 

@@ -144,8 +144,7 @@ def sized_colors(family: dict, size: dict) -> dict[str, str]:
 
 
 def model_colors(models: Iterable[str], store: str | Path | None = None) -> dict[str, str]:
-    """A colour per model (:func:`sized_colors`), family and parameters from :mod:`lib.metadata` (the
-    store's records for self-built models)."""
+    """A colour per model (:func:`sized_colors`), family and parameters from :mod:`lib.metadata`."""
     from . import metadata
 
     frame = metadata.models_frame(list(dict.fromkeys(models)), store)
@@ -183,8 +182,7 @@ def protocol_label(protocol: str) -> str:
 
 
 def family_handles(families: Iterable[str], marker: str | None = None, lines: bool = False) -> tuple[list, list[str]]:
-    """Legend entries (handles, labels) for model families: each family's hue and marker (:func:`family_marker`;
-    ``marker`` for all where given), with a line where ``lines``."""
+    """Legend entries (handles, labels) for model families: hue, marker, a line if ``lines``."""
     from matplotlib.lines import Line2D
 
     fams = list(dict.fromkeys(families))
@@ -235,15 +233,13 @@ def _columns(labels, width_in: float) -> int:
 
 
 def legend_below(fig, handles, labels, title: str | None = None, ncol: int | None = None, **kw):
-    """A figure legend under the panels (``constrained`` layout makes room; never on the data), with
-    as many columns as fit the figure's width."""
+    """A figure legend under the panels (never on the data), in as many columns as fit."""
     ncol = ncol or _columns(labels, fig.get_figwidth() - 0.15)
     return fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False, title=title, **kw)
 
 
 def legend_above(ax, handles, labels, title: str | None = None, ncol: int | None = None, **kw):
-    """A legend just above ``ax`` (under the figure's title; ``constrained`` layout makes room), with
-    as many columns as fit the figure's width."""
+    """A legend just above ``ax``, in as many columns as fit the figure's width."""
     ncol = ncol or _columns(labels, ax.get_figure().get_figwidth() - 0.15)
     return ax.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol, frameon=False,
                      title=title, borderaxespad=0.2, **kw)
@@ -254,8 +250,7 @@ _CAPTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def set_caption(fig, text: str):
-    """Attach a caption (what the figure shows, how to read it) to ``fig``; :func:`savefig` stores it
-    with the figure's record and the contact sheet prints it under the figure. Returns ``fig``."""
+    """Attach a caption to ``fig`` (:func:`savefig` records it). Returns ``fig``."""
     _CAPTIONS[fig] = " ".join(str(text).split())
     return fig
 

@@ -23,8 +23,7 @@ HEARTBEAT_ENV = "TBT_HEARTBEAT"   # set by runner.run: a file written at every l
 
 
 def tell(line: str) -> None:
-    """A line for the notebook and for the console that runs it (a kernel's own output goes only
-    into the notebook)."""
+    """A line for the notebook and for the console that runs it."""
     print(line, flush=True)
     if sys.stdout is not sys.__stdout__ and sys.__stderr__ is not None:
         with contextlib.suppress(OSError, ValueError):

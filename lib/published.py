@@ -135,8 +135,7 @@ def import_store(profile: str, source: str | Path | None = None, force: bool = F
 
 
 def published_scores(models: list[str], benchmarks: list[str], protocol: str = store.DIRECT) -> pd.DataFrame:
-    """The published score and standard error of each (model, benchmark) under ``protocol``,
-    from lm-harmony's all_results.json (``HARMONY_DATA`` or ``make data``)."""
+    """The published score and standard error of each (model, benchmark) under ``protocol``."""
     data = json.loads(results_path().read_text())
     rows = []
     for b in benchmarks:

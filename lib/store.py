@@ -103,12 +103,12 @@ def write(root: str | os.PathLike, result: Result, fsync: bool = True) -> Path:
 
 
 def read(path: str | os.PathLike) -> Result:
-    """Read one result file; any problem raises :class:`StoreError` naming the file and the command
-    that makes it again."""
+    """Read one result file; a :class:`StoreError` names a bad one and the command that remakes it."""
     path = Path(path)
 
     def bad(why: str) -> StoreError:
-        return StoreError(f"{why}; delete it and run `{paths.make_command(path)}` (it redoes only what is missing)")
+        fix = f"delete it and run `{paths.make_command(path)}` (it redoes only what is missing)"
+        return StoreError(f"{why}; {fix}")
 
     try:
         data = read_json(path)
@@ -138,8 +138,7 @@ def iter_paths(root: str | os.PathLike):
 
 
 def load(root: str | os.PathLike, protocol: str | None = None) -> pd.DataFrame:
-    """All results under ``root`` (of one ``protocol`` if given) as one tidy DataFrame (columns
-    :data:`COLUMNS`)."""
+    """All results under ``root`` (of one ``protocol`` if given) as one tidy DataFrame."""
     root = Path(root)
     if not root.is_dir():
         raise StoreError(f"results store {root} does not exist (run the stages that fill it first: "
