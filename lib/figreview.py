@@ -1,35 +1,40 @@
-"""Checks of a figure as a reviewer of a two-column paper reads it, and a contact sheet of a profile.
+"""Checks of a figure as a reviewer of a two-column paper reads it.
 
 :func:`lib.plots.savefig` calls :func:`record` on every figure it saves: the figure is drawn once
-more with a renderer that notes every piece of text it draws, and the record (next to the PNG as
-``figures/<name>.json``) holds the printed size, the smallest text at print size, the caption, the
-notebook cell and the problems found:
+more, noting every text it draws, and ``figures/<name>.json`` holds the printed size, the smallest
+text, the caption, the notebook cell and the problems found:
 
-- **width**: wider than the full text width (:data:`lib.plots.WIDTH_DOUBLE`, 7.0 in), or content
-  drawn outside the figure's own canvas (a legend or label pushed out makes the saved file wider than
-  the width the figure was designed for); taller than a page (:data:`MAX_HEIGHT`);
-- **text size**: any text under :data:`lib.plots.MIN_FONT_PT` at print size (a figure wider than
-  7.0 in is shrunk to fit, and its text with it);
-- **overlap**: two pieces of text whose boxes (matplotlib's window extents after drawing) overlap;
-- **labels**: an axis with tick labels but no label (its own, or the figure's ``supxlabel`` /
-  ``supylabel``), an axis that writes a scale or offset (``1e21``) beside its ticks, a figure without
-  a caption (:func:`lib.plots.set_caption`), and a title drawn inside the figure (a suptitle: the paper's
-  caption carries it; :func:`lib.plots.title` records one without drawing it, else the caption's first
-  sentence is the figure's title on the pages);
+- **width**: wider than the full text width (:data:`WIDTH_DOUBLE`, 7.0 in), content drawn outside
+  the figure's canvas (the saved file is wider than designed), taller than a page (:data:`MAX_HEIGHT`);
+- **text size**: any text under :data:`MIN_FONT_PT` at print size (a wider figure is shrunk to fit);
+- **overlap**: two pieces of text whose boxes overlap;
+- **labels**: an axis with tick labels but no label (its own or the figure's), an axis that writes a
+  scale or offset (``1e21``) beside its ticks, no caption, a title drawn inside the figure (the
+  paper's caption carries it: :func:`lib.plots.title` records one without drawing it);
 - **legends on data**: a legend whose box covers a data point, line, bar or heat-map cell;
-- **print**: two legend entries that print alike in greyscale (same marker, line style, fill and hatch,
-  and greys closer than :data:`GREY_STEP`), a legend entry whose line lies wholly under another line,
-  a bar on a log axis (its length would mean nothing), text drawn outside the canvas, and a panel title
-  that repeats the figure's title.
+- **print**: legend entries that print alike in greyscale (same marker, line, fill and hatch, greys
+  closer than :data:`GREY_STEP`), a legend entry's line wholly under another line, bars on a log
+  axis, text outside the canvas, a panel title that repeats the figure's title.
 
-:mod:`runner.contactsheet` reads the records back (``make check-figures``) and shows every figure at
-its print size.
+:mod:`runner.contactsheet` reads the records back (``make check-figures``).
 """
 
 from __future__ import annotations
 
 import datetime
 from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import RendererAgg
+from matplotlib.collections import Collection, LineCollection, PathCollection, QuadMesh
+from matplotlib.colors import to_rgba
+from matplotlib.container import BarContainer
+from matplotlib.lines import Line2D
+from matplotlib.offsetbox import DrawingArea
+from matplotlib.patches import Patch
+from matplotlib.text import Text
+from matplotlib.transforms import Bbox
+from PIL import Image
 
 WIDTH_SINGLE = 3.4   # inches: one column of a two-column paper
 WIDTH_DOUBLE = 7.0   # inches: the full text width
@@ -46,9 +51,6 @@ GREY_STEP = 0.1          # legend entries alike in all else must differ by this 
 def _drawn_texts(fig):
     """Draw ``fig`` and note each text that draws itself (visible, not empty, inside the view):
     (renderer, [(text artist, string, size in points)]) in drawing order."""
-    from matplotlib.backends.backend_agg import RendererAgg
-    from matplotlib.text import Text
-
     seen: dict[int, tuple] = {}
     original = Text.draw
 
@@ -125,9 +127,6 @@ def _unlabelled(fig, drawn_ids: set[int]) -> list[str]:
 
 def _data_paths(ax):
     """What an axes draws as data, in display coordinates: points, paths and boxes."""
-    import numpy as np
-    from matplotlib.collections import LineCollection, PathCollection, QuadMesh
-
     for line in ax.get_lines():
         if not line.get_visible():
             continue
@@ -163,8 +162,6 @@ def _data_paths(ax):
 
 def _covers(item, clip) -> bool:
     """Whether data item ``item`` of :func:`_data_paths` reaches into the box ``clip``."""
-    from matplotlib.transforms import Bbox
-
     if item[0] == "points":
         xy = item[1]
         inside = (xy[:, 0] > clip.x0) & (xy[:, 0] < clip.x1) & (xy[:, 1] > clip.y0) & (xy[:, 1] < clip.y1)
@@ -175,8 +172,6 @@ def _covers(item, clip) -> bool:
 
 
 def _legends_on_data(fig, renderer) -> list[str]:
-    from matplotlib.transforms import Bbox
-
     out = []
     for legend in _legends(fig):
         box = legend.get_window_extent(renderer)
@@ -194,8 +189,6 @@ def _legends_on_data(fig, renderer) -> list[str]:
 
 def _luma(color, alpha=None) -> float:
     """Grey level (0 black .. 1 white) of ``color`` printed on white (Rec. 601 luma)."""
-    from matplotlib.colors import to_rgba
-
     r, g, b, a = to_rgba(color, alpha)
     return 1 - a * (1 - (0.299 * r + 0.587 * g + 0.114 * b))
 
@@ -203,10 +196,6 @@ def _luma(color, alpha=None) -> float:
 def _print_style(artists):
     """What tells a legend entry apart on a greyscale page: (shape, grey), shape being the marker, line
     style and width, hollowness and hatch; None for an entry that draws nothing."""
-    from matplotlib.collections import Collection, LineCollection
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     lines = [a for a in artists if isinstance(a, Line2D)]
     if lines:
         drawn = [a for a in lines if a.get_linestyle() not in ("None", "none", "") and a.get_linewidth() > 0]
@@ -239,8 +228,6 @@ def _legends(fig):
 
 
 def _alike_in_grey(fig) -> list[str]:
-    from matplotlib.offsetbox import DrawingArea
-
     out = []
     for legend in _legends(fig):
         boxes = legend.findobj(DrawingArea)          # one handle box per entry, in the order of the texts
@@ -257,8 +244,6 @@ def _alike_in_grey(fig) -> list[str]:
 
 def _hidden_lines(fig) -> list[str]:
     """Legend entries whose line is drawn wholly under a solid line at least as wide, drawn above it."""
-    import numpy as np
-
     named = {t.get_text() for legend in _legends(fig) for t in legend.get_texts()}
     out = []
     for ax in fig.axes:
@@ -293,8 +278,6 @@ def _hidden_lines(fig) -> list[str]:
 
 
 def _bars_on_log_axes(fig) -> list[str]:
-    from matplotlib.container import BarContainer
-
     out = []
     for ax in fig.axes:
         for bars in ax.containers:
@@ -350,8 +333,6 @@ def _cell() -> int | None:
 
 def record(fig, png: str | Path, caption: str | None = None) -> dict:
     """The record of a figure just saved as ``png``: its printed size, smallest text and problems."""
-    from PIL import Image
-
     png = Path(png)
     info = inspect(fig)
     with Image.open(png) as im:

@@ -1,15 +1,11 @@
 """Import the train-before-test paper's published results into a profile's results store.
 
 ``all_results.json`` (lm-harmony; the README's Data section) maps ``{protocol: {benchmark: {model: score}}}``
-for ``direct_eval`` and ``train_before_test``, with standard errors under ``<protocol>_stderr``.
-:func:`import_store` turns it into one :class:`lib.store.Result` per (protocol, benchmark, model),
-with the metric and direction from :mod:`lib.metadata` and provenance naming the source file and
-its sha256, so the analysis notebooks read published and our own results the same way.
-
-It is the ``prepare`` hook of the ``published`` profile (``prepare: [lib.published:import_store]``)
-and is idempotent: a store already imported from a file with the same sha256 is left as it is.
-:func:`compare` puts a profile's own direct-evaluation scores next to the published ones
-(``python -m lib.published --compare paper_slice``: does a first run on a cluster reproduce the paper?).
+for ``direct_eval`` and ``train_before_test``, standard errors under ``<protocol>_stderr``.
+:func:`import_store` (the ``published`` profile's ``prepare`` hook; idempotent by the file's sha256)
+writes one :class:`lib.store.Result` per entry, metric and direction from :mod:`lib.metadata`, so the
+notebooks read published and our own results the same way. :func:`compare` puts a profile's own
+direct-evaluation scores next to the published ones (``python -m lib.published --compare paper_slice``).
 """
 
 from __future__ import annotations
