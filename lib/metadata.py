@@ -1,9 +1,8 @@
 """What we know about benchmarks and models: category, metric, family, size, pre-training compute.
 
 Two built-in tables describe the train-before-test paper's world (24 benchmarks + 3 perplexity
-corpora, 61 models); records in ``<store>/_meta/benchmarks.json`` and ``<store>/_meta/models.json``
-(written with :func:`lib.store.write_meta`) extend or override them field by field, so tiny models,
-the mini-world zoo and local tasks get metadata the same way::
+corpora, 61 models); a store's ``_meta/benchmarks.json`` and ``_meta/models.json`` extend or override
+them field by field, so tiny models, the mini-world zoo and local tasks get metadata the same way::
 
     benchmark_info("nq_open")            -> Benchmark(category="Question Answering", metric="exact_match", ...)
     model_info("Qwen/Qwen2-7B-Instruct") -> ModelInfo(family="Qwen", params_b=7.62, instruct=True, ...)
@@ -11,8 +10,8 @@ the mini-world zoo and local tasks get metadata the same way::
 
 Pre-training compute (tokens in T, FLOPs in 1e21) comes from the ObsScaling table of base models
 (``obsscaling/base_llm_benchmark_eval.csv`` in the published data), joined by model id:
-exact id, then a normalised id (case, organisation and a ``Meta-`` prefix ignored), then the
-documented :data:`COMPUTE_ALIASES`. An instruction-tuned model inherits its base model's
+exact id, then a documented alias (:data:`COMPUTE_ALIASES`), then a normalised id (case,
+organisation and a ``Meta-`` prefix ignored). An instruction-tuned model inherits its base model's
 pre-training compute (instruction tuning adds a negligible share); ``extra["compute_source"]``
 says where each number came from. Without the published data the compute fields are None.
 
