@@ -31,8 +31,7 @@ class DataError(UserError, RuntimeError):
 
 
 class CorruptData(UserError, ValueError):
-    """A file of the published data cannot be read as what it should be; the message names it and
-    how to restore it (:func:`corrupt`)."""
+    """A published data file that does not read (:func:`corrupt` names it and how to restore it)."""
 
 
 @dataclass(frozen=True)
@@ -89,8 +88,7 @@ def expected_sha256(dest: str) -> str | None:
 
 
 def corrupt(path: str | Path, reason: str) -> CorruptData:
-    """The error for a published data file that does not read: which file, why, and how to get a
-    good copy (`make data`, or the sha256 a copy must have)."""
+    """The error for a published data file that does not read: which, why, how to restore it."""
     name = paths.portable(path)
     dest = name.partition(":")[2] if name.startswith("data:") else Path(path).name
     sha = expected_sha256(dest)

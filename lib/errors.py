@@ -1,12 +1,9 @@
 """The failures a person running the project can fix, as one typed hierarchy.
 
 Every such failure is a :class:`UserError`: its message says what went wrong and (mostly) what to
-do, and the class says how the console shows it, so the runner's one line (:mod:`runner.failures`)
-needs no list of class names: a subclass anywhere in lib is shown as a user error by being one.
-Anything that is not a :class:`UserError` is a bug or the machine's (a full disk, Ctrl-C), told
-apart by :mod:`runner.failures`. This module imports nothing of lib, so the ground floor's own errors
-(:class:`lib.paths.DataMissing`, :class:`lib.util.CorruptFile`, :class:`lib.params.ParamsError`)
-derive from it.
+do, and the class says how the console shows it, so :mod:`runner.failures` needs no list of class
+names. Anything else is a bug or the machine's (a full disk, Ctrl-C). This module imports nothing
+of lib, so the ground floor's own errors derive from it.
 """
 
 from __future__ import annotations

@@ -1,29 +1,22 @@
-"""Checks of a figure as a reviewer of a two-column paper reads it, and a contact sheet of a profile.
+"""Checks of a figure as a reviewer of a two-column paper reads it.
 
 :func:`lib.plots.savefig` calls :func:`record` on every figure it saves: the figure is drawn once
-more with a renderer that notes every piece of text it draws, and the record (next to the PNG as
-``figures/<name>.json``) holds the printed size, the smallest text at print size, the caption, the
-notebook cell and the problems found:
+more, noting every text it draws, and ``figures/<name>.json`` holds the printed size, the smallest
+text, the caption, the notebook cell and the problems found:
 
-- **width**: wider than the full text width (:data:`lib.plots.WIDTH_DOUBLE`, 7.0 in), or content
-  drawn outside the figure's own canvas (a legend or label pushed out makes the saved file wider than
-  the width the figure was designed for); taller than a page (:data:`MAX_HEIGHT`);
-- **text size**: any text under :data:`lib.plots.MIN_FONT_PT` at print size (a figure wider than
-  7.0 in is shrunk to fit, and its text with it);
-- **overlap**: two pieces of text whose boxes (matplotlib's window extents after drawing) overlap;
-- **labels**: an axis with tick labels but no label (its own, or the figure's ``supxlabel`` /
-  ``supylabel``), an axis that writes a scale or offset (``1e21``) beside its ticks, a figure without
-  a caption (:func:`lib.plots.set_caption`), and a title drawn inside the figure (a suptitle: the paper's
-  caption carries it; :func:`lib.plots.title` records one without drawing it, else the caption's first
-  sentence is the figure's title on the pages);
+- **width**: wider than the full text width (:data:`WIDTH_DOUBLE`, 7.0 in), content drawn outside
+  the figure's canvas (the saved file is wider than designed), taller than a page (:data:`MAX_HEIGHT`);
+- **text size**: any text under :data:`MIN_FONT_PT` at print size (a wider figure is shrunk to fit);
+- **overlap**: two pieces of text whose boxes overlap;
+- **labels**: an axis with tick labels but no label (its own or the figure's), an axis that writes a
+  scale or offset (``1e21``) beside its ticks, no caption, a title drawn inside the figure (the
+  paper's caption carries it: :func:`lib.plots.title` records one without drawing it);
 - **legends on data**: a legend whose box covers a data point, line, bar or heat-map cell;
-- **print**: two legend entries that print alike in greyscale (same marker, line style, fill and hatch,
-  and greys closer than :data:`GREY_STEP`), a legend entry whose line lies wholly under another line,
-  a bar on a log axis (its length would mean nothing), text drawn outside the canvas, and a panel title
-  that repeats the figure's title.
+- **print**: legend entries that print alike in greyscale (same marker, line, fill and hatch, greys
+  closer than :data:`GREY_STEP`), a legend entry's line wholly under another line, bars on a log
+  axis, text outside the canvas, a panel title that repeats the figure's title.
 
-:mod:`runner.contactsheet` reads the records back (``make check-figures``) and shows every figure at
-its print size.
+:mod:`runner.contactsheet` reads the records back (``make check-figures``).
 """
 
 from __future__ import annotations
@@ -31,7 +24,17 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from .util import atomic_write_json
+import numpy as np
+from matplotlib.backends.backend_agg import RendererAgg
+from matplotlib.collections import Collection, LineCollection, PathCollection, QuadMesh
+from matplotlib.colors import to_rgba
+from matplotlib.container import BarContainer
+from matplotlib.lines import Line2D
+from matplotlib.offsetbox import DrawingArea
+from matplotlib.patches import Patch
+from matplotlib.text import Text
+from matplotlib.transforms import Bbox
+from PIL import Image
 
 WIDTH_SINGLE = 3.4   # inches: one column of a two-column paper
 WIDTH_DOUBLE = 7.0   # inches: the full text width
@@ -46,12 +49,8 @@ GREY_STEP = 0.1          # legend entries alike in all else must differ by this 
 
 # --------------------------------------------------------------------------- drawing and measuring
 def _drawn_texts(fig):
-    """Draw ``fig`` and note each text artist that draws itself (visible, not empty, inside the view:
-    tick labels of ticks outside the axis limits are never drawn): (renderer, [(text artist, string,
-    size in points)]) in drawing order."""
-    from matplotlib.backends.backend_agg import RendererAgg
-    from matplotlib.text import Text
-
+    """Draw ``fig`` and note each text that draws itself (visible, not empty, inside the view):
+    (renderer, [(text artist, string, size in points)]) in drawing order."""
     seen: dict[int, tuple] = {}
     original = Text.draw
 
@@ -82,13 +81,18 @@ def _where(ax, fig) -> str:
     return f"panel {k}" + (f" ({_short(title, 24)})" if title else "")
 
 
-def _overlaps(texts, renderer, tol_px: float) -> list[str]:
+def _boxes(texts, renderer) -> list:
+    """(string, window extent) of each drawn text that has one."""
     boxes = []
     for artist, text, _ in texts:
         try:
             boxes.append((text, artist.get_window_extent(renderer)))
         except (RuntimeError, ValueError):
             continue
+    return boxes
+
+
+def _overlaps(boxes, tol_px: float) -> list[str]:
     out = []
     for i, (ta, a) in enumerate(boxes):
         for tb, b in boxes[i + 1:]:
@@ -122,11 +126,7 @@ def _unlabelled(fig, drawn_ids: set[int]) -> list[str]:
 
 
 def _data_paths(ax):
-    """What an axes draws as data, in display coordinates: ("points", array) or ("path", path, filled)
-    or ("box", bbox)."""
-    import numpy as np
-    from matplotlib.collections import LineCollection, PathCollection, QuadMesh
-
+    """What an axes draws as data, in display coordinates: points, paths and boxes."""
     for line in ax.get_lines():
         if not line.get_visible():
             continue
@@ -160,15 +160,20 @@ def _data_paths(ax):
             yield ("box", image.get_window_extent())
 
 
-def _legends_on_data(fig, renderer) -> list[str]:
-    from matplotlib.transforms import Bbox
+def _covers(item, clip) -> bool:
+    """Whether data item ``item`` of :func:`_data_paths` reaches into the box ``clip``."""
+    if item[0] == "points":
+        xy = item[1]
+        inside = (xy[:, 0] > clip.x0) & (xy[:, 0] < clip.x1) & (xy[:, 1] > clip.y0) & (xy[:, 1] < clip.y1)
+        return bool(inside.any())
+    if item[0] == "path":
+        return len(item[1].vertices) > 0 and item[1].intersects_bbox(clip, filled=item[2])
+    return Bbox.intersection(item[1], clip) is not None
 
-    legends = [(ax.get_legend(), ax) for ax in fig.axes if ax.get_legend() is not None]
-    legends += [(leg, None) for leg in fig.legends]
+
+def _legends_on_data(fig, renderer) -> list[str]:
     out = []
-    for legend, owner in legends:
-        if not legend.get_visible():
-            continue
+    for legend in _legends(fig):
         box = legend.get_window_extent(renderer)
         for ax in fig.axes:
             if not ax.get_visible():
@@ -176,40 +181,21 @@ def _legends_on_data(fig, renderer) -> list[str]:
             clip = Bbox.intersection(box, ax.get_window_extent(renderer))
             if clip is None or clip.width <= 1 or clip.height <= 1:
                 continue
-            hit = False
-            for item in _data_paths(ax):
-                if item[0] == "points":
-                    xy = item[1]
-                    hit = bool(((xy[:, 0] > clip.x0) & (xy[:, 0] < clip.x1) & (xy[:, 1] > clip.y0)
-                                & (xy[:, 1] < clip.y1)).any()) if len(xy) else False
-                elif item[0] == "path":
-                    hit = len(item[1].vertices) > 0 and item[1].intersects_bbox(clip, filled=item[2])
-                else:
-                    hit = Bbox.intersection(item[1], clip) is not None
-                if hit:
-                    break
-            if hit:
-                where = _where(owner, fig) if owner is not None else "the figure"
+            if any(_covers(item, clip) for item in _data_paths(ax)):
+                where = "the figure" if legend.parent is fig else _where(legend.parent, fig)
                 out.append(f"the legend of {where} covers data of {_where(ax, fig)}")
     return out
 
 
 def _luma(color, alpha=None) -> float:
     """Grey level (0 black .. 1 white) of ``color`` printed on white (Rec. 601 luma)."""
-    from matplotlib.colors import to_rgba
-
     r, g, b, a = to_rgba(color, alpha)
     return 1 - a * (1 - (0.299 * r + 0.587 * g + 0.114 * b))
 
 
 def _print_style(artists):
-    """What tells a legend entry (the artists its handle box draws) apart on a greyscale page: (shape,
-    grey), where shape holds the marker, the line style and width (to the point), hollowness and hatch;
-    None for an entry that draws nothing. Error bars' whiskers are left out: the marker and line say it."""
-    from matplotlib.collections import Collection, LineCollection
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
+    """What tells a legend entry apart on a greyscale page: (shape, grey), shape being the marker, line
+    style and width, hollowness and hatch; None for an entry that draws nothing."""
     lines = [a for a in artists if isinstance(a, Line2D)]
     if lines:
         drawn = [a for a in lines if a.get_linestyle() not in ("None", "none", "") and a.get_linewidth() > 0]
@@ -242,8 +228,6 @@ def _legends(fig):
 
 
 def _alike_in_grey(fig) -> list[str]:
-    from matplotlib.offsetbox import DrawingArea
-
     out = []
     for legend in _legends(fig):
         boxes = legend.findobj(DrawingArea)          # one handle box per entry, in the order of the texts
@@ -260,8 +244,6 @@ def _alike_in_grey(fig) -> list[str]:
 
 def _hidden_lines(fig) -> list[str]:
     """Legend entries whose line is drawn wholly under a solid line at least as wide, drawn above it."""
-    import numpy as np
-
     named = {t.get_text() for legend in _legends(fig) for t in legend.get_texts()}
     out = []
     for ax in fig.axes:
@@ -296,8 +278,6 @@ def _hidden_lines(fig) -> list[str]:
 
 
 def _bars_on_log_axes(fig) -> list[str]:
-    from matplotlib.container import BarContainer
-
     out = []
     for ax in fig.axes:
         for bars in ax.containers:
@@ -311,13 +291,9 @@ def _bars_on_log_axes(fig) -> list[str]:
     return out
 
 
-def _outside(fig, texts, renderer) -> list[str]:
+def _outside(fig, boxes) -> list[str]:
     canvas, out = fig.bbox, []
-    for artist, text, _ in texts:
-        try:
-            box = artist.get_window_extent(renderer)
-        except (RuntimeError, ValueError):
-            continue
+    for text, box in boxes:
         if box.x0 < canvas.x0 - 1 or box.y0 < canvas.y0 - 1 or box.x1 > canvas.x1 + 1 or box.y1 > canvas.y1 + 1:
             out.append(f"text {_short(text)} drawn outside the canvas (cut off, or it widens the saved file)")
     return out
@@ -328,10 +304,11 @@ def inspect(fig) -> dict:
     the title, and the problems that do not depend on the saved file (overlap, labels, legends)."""
     renderer, texts = _drawn_texts(fig)
     drawn = {id(a) for a, _, _ in texts}
-    problems = _overlaps(texts, renderer, OVERLAP_PT * fig.dpi / 72.0)
+    boxes = _boxes(texts, renderer)
+    problems = _overlaps(boxes, OVERLAP_PT * fig.dpi / 72.0)
     problems += _unlabelled(fig, drawn)
     problems += _legends_on_data(fig, renderer)
-    problems += _alike_in_grey(fig) + _hidden_lines(fig) + _bars_on_log_axes(fig) + _outside(fig, texts, renderer)
+    problems += _alike_in_grey(fig) + _hidden_lines(fig) + _bars_on_log_axes(fig) + _outside(fig, boxes)
     sup = getattr(fig, "_suptitle", None)
     if sup is not None and id(sup) in drawn and sup.get_text():
         problems.append("a title drawn inside the figure (suptitle): the paper's caption carries it; give it to "
@@ -345,9 +322,7 @@ def inspect(fig) -> dict:
 
 
 def _cell() -> int | None:
-    """The execution count of the notebook cell running now, as the executed notebook shows it (``In [N]``;
-    IPython has counted the cell already, so its counter is one ahead while the cell runs; None outside
-    IPython)."""
+    """The ``In [N]`` of the notebook cell running now (IPython's counter is one ahead while it runs)."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -357,10 +332,7 @@ def _cell() -> int | None:
 
 
 def record(fig, png: str | Path, caption: str | None = None) -> dict:
-    """The record of a figure just saved as ``png`` (and its PDF): size as saved, smallest text at
-    print size, title, caption, notebook cell and every problem found."""
-    from PIL import Image
-
+    """The record of a figure just saved as ``png``: its printed size, smallest text and problems."""
     png = Path(png)
     info = inspect(fig)
     with Image.open(png) as im:
@@ -395,7 +367,3 @@ def record(fig, png: str | Path, caption: str | None = None) -> dict:
         "problems": info["problems"] + problems,
         "checked": datetime.datetime.now().isoformat(timespec="seconds"),
     }
-
-
-def write_record(path: str | Path, rec: dict) -> None:
-    atomic_write_json(path, rec)

@@ -80,8 +80,7 @@ def example_path(work: Work, model: str, benchmark: str, protocol: str = TBT) ->
 
 
 def examples_frame(work: Work, models: list[str], benchmarks: list[str]):
-    """The decoded first training example of each (model, benchmark) that has one: columns model,
-    benchmark, text, tokens, loss_tokens, loss_text (the tokens that carry loss)."""
+    """The decoded first training example of each (model, benchmark) that has one."""
     import pandas as pd
 
     rows = []
@@ -114,9 +113,8 @@ def forced_out(path: Path) -> bool:
 
 
 def unit_record(unit: Work, config: dict | None = None) -> dict | None:
-    """A finished unit's record (``unit.json``, its adapter as a path under the unit's folder);
-    None when it has not finished, its record is damaged (:func:`check_unit`) or, given
-    ``config``, it was made with another configuration (so that it is redone)."""
+    """A finished unit's record (:func:`check_unit`); None when it has not finished, is damaged or,
+    given ``config``, was made with another configuration (so that it is redone)."""
     record, _ = check_unit(unit, config)
     return record
 
@@ -172,9 +170,8 @@ def _curve_problem(record: dict) -> str:
 
 
 def adapter_problem(adapter: Work) -> str:
-    """What is missing or damaged in a kept adapter ("" when nothing): a LoRA adapter's
-    ``adapter_config.json`` and weights, or (a unit that trained every parameter) a whole model's
-    ``config.json`` and weights; a safetensors file must be as long as its header says."""
+    """What is missing or damaged in a kept adapter ("" when nothing): a LoRA adapter's or (full
+    training) a whole model's config and weights; a safetensors file as long as its header says."""
     adapter = Path(adapter)
     name = lr_label(adapter)
     if not adapter.is_dir():
@@ -215,10 +212,8 @@ def safetensors_complete(path: Work) -> bool:
 
 def unit_problems(work: Work, model: str, benchmark: str, configs: dict[float, dict],
                   chosen: float | None, protocol: str = TBT) -> list[str]:
-    """Why the train-before-test units of one (model, benchmark) are not all finished: every
-    learning rate's ``unit.json`` (of its configuration in ``configs``) and the adapter of the
-    ``chosen`` learning rate (the others are pruned once the choice is made). One entry per
-    missing or damaged file."""
+    """Why the train-before-test units of one (model, benchmark) are not all finished: one entry per
+    missing or damaged ``unit.json`` (of its ``configs`` entry) or adapter of the ``chosen`` rate."""
     out = []
     for lr, config in configs.items():
         unit = unit_dir(work, model, benchmark, lr, protocol)
@@ -244,10 +239,8 @@ def unit_files(work: Work, models: list[str], benchmarks: list[str]) -> Iterator
 
 
 def curves_frame(work: Work, models: list[str], benchmarks: list[str]):
-    """Validation curves of the finished units: one row per (model, benchmark, lr, epoch), with the
-    validation loss and/or score and the criterion the unit was chosen on (columns
-    :data:`CURVE_COLUMNS`). Records the unit files it reads (:func:`lib.util.note_read`), not the
-    (large) adapters beside them."""
+    """Validation curves of the finished units: one row per (model, benchmark, lr, epoch) (columns
+    :data:`CURVE_COLUMNS`). Notes the unit files it reads, not the (large) adapters beside them."""
     import pandas as pd
 
     rows = []
@@ -324,14 +317,12 @@ def _job_name(benchmark: str, lr: float | None) -> str:
 
 
 def lock_path(work: Work, protocol: str, model: str, benchmark: str, lr: float | None = None) -> Path:
-    """The lock a job holds while it works on one (model, benchmark) (:mod:`lib.pipeline.launch.locks`);
-    given ``lr``, on that learning rate of it alone (a unit the preflight split)."""
+    """The lock a job holds while it works on one (model, benchmark) (or on its rate ``lr``)."""
     return Path(work) / "locks" / protocol / slug(model) / f"{_job_name(benchmark, lr)}.lock"
 
 
 def failure_path(work: Work, protocol: str, model: str, benchmark: str, lr: float | None = None) -> Path:
-    """Why one (model, benchmark) (given ``lr``: one learning rate of it) failed, with the job spec
-    that retries it."""
+    """Why one (model, benchmark) (or its rate ``lr``) failed, with the job spec that retries it."""
     return Path(work) / "failed" / protocol / slug(model) / f"{_job_name(benchmark, lr)}.json"
 
 

@@ -1,9 +1,8 @@
 """What we know about benchmarks and models: category, metric, family, size, pre-training compute.
 
 Two built-in tables describe the train-before-test paper's world (24 benchmarks + 3 perplexity
-corpora, 61 models); records in ``<store>/_meta/benchmarks.json`` and ``<store>/_meta/models.json``
-(written with :func:`lib.store.write_meta`) extend or override them field by field, so tiny models,
-the mini-world zoo and local tasks get metadata the same way::
+corpora, 61 models); a store's ``_meta/benchmarks.json`` and ``_meta/models.json`` extend or override
+them field by field, so tiny models, the mini-world zoo and local tasks get metadata the same way::
 
     benchmark_info("nq_open")            -> Benchmark(category="Question Answering", metric="exact_match", ...)
     model_info("Qwen/Qwen2-7B-Instruct") -> ModelInfo(family="Qwen", params_b=7.62, instruct=True, ...)
@@ -11,8 +10,8 @@ the mini-world zoo and local tasks get metadata the same way::
 
 Pre-training compute (tokens in T, FLOPs in 1e21) comes from the ObsScaling table of base models
 (``obsscaling/base_llm_benchmark_eval.csv`` in the published data), joined by model id:
-exact id, then a normalised id (case, organisation and a ``Meta-`` prefix ignored), then the
-documented :data:`COMPUTE_ALIASES`. An instruction-tuned model inherits its base model's
+exact id, then a documented alias (:data:`COMPUTE_ALIASES`), then a normalised id (case,
+organisation and a ``Meta-`` prefix ignored). An instruction-tuned model inherits its base model's
 pre-training compute (instruction tuning adds a negligible share); ``extra["compute_source"]``
 says where each number came from. Without the published data the compute fields are None.
 
@@ -58,9 +57,8 @@ MC, GEN, PPL = "multiple_choice", "generate_until", "loglikelihood_rolling"   # 
 
 @dataclass(frozen=True, kw_only=True)
 class Benchmark:
-    """What we know about a benchmark or perplexity corpus: the one record of it, built by keyword
-    (``lib.metadata``'s table, the mini world, local tasks and :class:`lib.pipeline.tasks.TaskInfo`
-    all use it). ``higher_is_better`` follows from the metric when not given."""
+    """The one record of a benchmark or perplexity corpus, built by keyword; ``higher_is_better``
+    follows from the metric when not given."""
     name: str
     category: str
     metric: str
@@ -101,13 +99,9 @@ _LU, _CR, _QA = "Language Understanding", "Commonsense Reasoning", "Question Ans
 _PBC, _MATH, _MED = "Physics/Biology/Chemistry", "Math", "Medicine"
 
 
-def _table(*records: Benchmark) -> dict[str, Benchmark]:
-    return {b.name: b for b in records}
-
-
 # The paper's 24 benchmarks (its metric and filter choices; chance = 1 / number of answer choices)
 # and its 3 perplexity corpora.
-BENCHMARKS: dict[str, Benchmark] = _table(
+BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     *(Benchmark(name=n, category=_LU, metric="acc", chance=c) for n, c in
       (("mnli", 1 / 3), ("qnli", 0.5), ("rte", 0.5), ("sst2", 0.5), ("mrpc", 0.5), ("qqp", 0.5), ("wic", 0.5),
        ("anli_r1", 1 / 3))),
@@ -126,7 +120,7 @@ BENCHMARKS: dict[str, Benchmark] = _table(
     *(Benchmark(name=n, category=_MED, metric="acc_norm", chance=0.25) for n in ("medmcqa", "headqa_en")),
     *(Benchmark(name=n, category=PERPLEXITY, metric="bits_per_byte", kind=PPL)
       for n in ("wiki_2025", "arxiv_2025", "stackexchange_2025")),
-)
+)}
 
 # --------------------------------------------------------------------------- models
 # id: (family, series, params_b, instruct, base model of an instruct variant)
@@ -236,29 +230,16 @@ def obsscaling_match(model_id: str, table: dict[str, dict] | None = None) -> dic
 
 
 def _compute_for(model_id: str, base: str | None) -> dict[str, Any]:
-    row = obsscaling_match(model_id)
-    source = None
-    if row is not None:
-        source = f"obsscaling:{row['id']}"
-    elif base is not None:
-        row = obsscaling_match(base)
-        if row is not None:
-            source = f"obsscaling:{row['id']} (base model)"
+    row, note = obsscaling_match(model_id), ""
+    if row is None and base is not None:
+        row, note = obsscaling_match(base), " (base model)"
     if row is None:
         return {}
     return {"pretrain_tokens_t": row["pretrain_tokens_t"], "flops_1e21": row["flops_1e21"],
-            "extra": {"compute_source": source}}
+            "extra": {"compute_source": f"obsscaling:{row['id']}{note}"}}
 
 
 # --------------------------------------------------------------------------- public API
-def known_benchmarks(store: str | Path | None = None) -> list[str]:
-    return sorted(set(BENCHMARKS) | set(_store_records(store, "benchmarks")))
-
-
-def known_models(store: str | Path | None = None) -> list[str]:
-    return sorted(set(_MODELS) | set(_store_records(store, "models")))
-
-
 def _benchmark_info(name: str, records: dict[str, dict]) -> Benchmark:
     base: dict[str, Any] = BENCHMARKS[name].record() if name in BENCHMARKS else {}
     if name in records:
@@ -297,11 +278,9 @@ def _model_info(model_id: str, records: dict[str, dict]) -> ModelInfo:
     if model_id in records:
         own = dict(records[model_id])
         extra.update(own.pop("extra", None) or {})
+        own.pop("model", None)
         for key, value in own.items():
-            if key in ModelInfo.__dataclass_fields__ and key != "model":
-                base[key] = value
-            elif key != "model":
-                extra[key] = value
+            (base if key in ModelInfo.__dataclass_fields__ else extra)[key] = value
     elif not base:
         raise _unknown("model", model_id, set(_MODELS) | set(records),
                        "add it to lib.metadata or to the store's _meta/models.json")
@@ -325,10 +304,8 @@ def benchmarks_frame(names: Iterable[str], store: str | Path | None = None) -> p
 
 
 def require_compute(ids: Iterable[str]) -> None:
-    """Raise :class:`lib.paths.DataMissing`, naming the command that fixes it, when the pre-training
-    compute of some of ``ids`` comes from the published ObsScaling table and that table is not
-    found (a notebook run in JupyterLab without ``HARMONY_DATA``): without it an analysis of
-    compute would quietly shrink to the models that carry their own."""
+    """Raise :class:`lib.paths.DataMissing` when some of ``ids`` take their pre-training compute from
+    the published ObsScaling table and it is absent: an analysis of compute would quietly shrink."""
     needing = [m for m in ids if m in _MODELS]
     if needing and not paths.has_data(OBSSCALING_CSV):
         raise paths.DataMissing(
@@ -338,35 +315,28 @@ def require_compute(ids: Iterable[str]) -> None:
 
 
 def models_frame(ids: Iterable[str], store: str | Path | None = None, need_compute: bool = False) -> pd.DataFrame:
-    """One row per model (index ``model``): family, params_b, instruct, pretrain_tokens_t, flops_1e21,
-    plus ``series``, ``base_model`` and ``compute_source`` from ``extra`` where known, and ``prepared``
-    (a mini-world model prepared for its test tasks, recorded as instruct). With ``need_compute``,
-    missing published compute data is an error (:func:`require_compute`)."""
+    """One row per model (index ``model``): the fields of :class:`ModelInfo`, ``series``, ``base_model``
+    and ``compute_source`` from ``extra``, and ``prepared``. ``need_compute``: :func:`require_compute`."""
     ids = list(ids)
     if need_compute:
         require_compute(ids)
     records = _store_records(store, "models")
+    extras = ("series", "base_model", "compute_source")
     rows = []
     for m in ids:
-        info = _model_info(m, records)
-        row = {f.name: getattr(info, f.name) for f in fields(ModelInfo) if f.name != "extra"}
-        for key in ("series", "base_model", "compute_source"):
-            row[key] = info.extra.get(key)
-        row["prepared"] = bool(info.extra.get("prepared"))
-        rows.append(row)
-    cols = [f.name for f in fields(ModelInfo) if f.name != "extra"] + ["series", "base_model", "compute_source",
-                                                                         "prepared"]
+        row = asdict(_model_info(m, records))
+        extra = row.pop("extra")
+        rows.append({**row, **{k: extra.get(k) for k in extras}, "prepared": bool(extra.get("prepared"))})
+    cols = [f.name for f in fields(ModelInfo) if f.name != "extra"] + [*extras, "prepared"]
     df = pd.DataFrame(rows, columns=cols).set_index("model")
     for col in ("params_b", "pretrain_tokens_t", "flops_1e21"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
-    df["instruct"] = df["instruct"].astype(bool)
-    df["prepared"] = df["prepared"].astype(bool)
+    df[["instruct", "prepared"]] = df[["instruct", "prepared"]].astype(bool)
     return df
 
 
 def model_types(frame: pd.DataFrame) -> pd.Series:
-    """Per model of a :func:`models_frame`: ``"base"``, ``"instruct"`` (instruction-tuned) or
-    ``"prepared"`` (a mini-world model prepared for the test tasks), as figures tell them apart."""
+    """Per model of a :func:`models_frame`: ``"base"``, ``"instruct"`` or ``"prepared"``."""
     return pd.Series(np.where(frame["prepared"], "prepared", np.where(frame["instruct"], "instruct", "base")),
                      index=frame.index)
 

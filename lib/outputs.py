@@ -32,11 +32,8 @@ def read_summary(profile: str, stage: str) -> dict[str, Any]:
 
 
 def read_selection(profile: str) -> dict[str, Any]:
-    """The selection (notebook 01's summary) that stages 02 and 03 of ``profile`` run on: its own,
-    or for a placement profile against another profile that profile's (the same benchmarks, split
-    plan and metrics, so the calibration models can reproduce its results). Against ``published``
-    the profile selects the paper's benchmarks itself, and each one's metric and filter must be the
-    paper's; a mismatch raises :class:`lib.params.ParamsError` naming the benchmark and both values."""
+    """The selection (notebook 01's summary) that stages 02 and 03 of ``profile`` run on: its own, or a
+    placement profile's reference's; against ``published`` its own, each metric and filter the paper's."""
     from . import metadata, params
 
     prof = params.load_profile(profile, validate=False) if params.profile_path(profile).exists() else None

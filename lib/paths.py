@@ -35,12 +35,8 @@ def data_root() -> Path:
 
 
 def data_dir(required: str | None = None) -> Path:
-    """Folder of the published reference data (:func:`data_root`).
-
-    ``required`` names a file or folder inside it that the caller needs (e.g.
-    ``"lm-harmony/all_results.json"``); if it is absent a :class:`DataMissing` error says, in one
-    line, what to do.
-    """
+    """Folder of the published reference data (:func:`data_root`); a :class:`DataMissing` error says in
+    one line what to do when ``required`` (a file or folder the caller needs inside it) is absent."""
     env = os.environ.get(DATA_ENV)
     base = data_root()
     target = base / required if required else base
@@ -60,11 +56,7 @@ def provide_data(env: str | None = None) -> str:
 
 
 def has_data(required: str) -> bool:
-    try:
-        data_dir(required)
-        return True
-    except DataMissing:
-        return False
+    return (data_root() / required).exists()
 
 
 # --------------------------------------------------------------------------- paths that survive a move
@@ -81,10 +73,8 @@ def _roots() -> dict[str, Path]:
 
 def portable(path: str | os.PathLike) -> str:
     """``outputs:smoke/store``, ``data:oll-v2-items/ifeval.npz`` or ``repo:lib/store.py``: ``path``
-    relative to the first of the outputs folder, the published data folder and the repository that
-    holds it, compared as written and then with symbolic links resolved (so ``outputs/smoke`` may be
-    a link to another disk, also for a path resolved through it); a path outside all three stays
-    absolute."""
+    relative to the first of :data:`PORTABLE_ROOTS` that holds it, as written and then with links
+    resolved (``outputs/smoke`` may be a link to another disk); a path outside all three stays absolute."""
     roots = _roots()
     forms = [(os.path.abspath, os.path.abspath), (os.path.abspath, os.path.realpath),
              (os.path.realpath, os.path.realpath)]

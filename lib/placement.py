@@ -41,7 +41,7 @@ from scipy import stats
 
 from . import metadata, params, paths, published, store
 from .analysis import agreement, structure, uncertainty
-from .util import note_read
+from .util import jsonable, note_read
 
 DIRECT_BOUND = 2.0          # |z| of a calibration model's direct-evaluation score (lib.published.compare's rule)
 ALPHA = 0.05                # family-wise error of the train-before-test checks
@@ -60,9 +60,7 @@ PROVENANCE_KEYS = ("dtype", "eval_batch_size", "add_bos_token", "chat_template",
 
 
 def reference_results(reference: str) -> pd.DataFrame:
-    """The reference's results as one tidy frame (:data:`lib.store.COLUMNS`): for ``published`` the
-    paper's ``all_results.json`` (metric and direction from :mod:`lib.metadata`), else the store of
-    the finished profile ``reference``."""
+    """The reference's results as one tidy frame (the paper's file, or a finished profile's store)."""
     if reference != params.PUBLISHED:
         root = paths.store_dir(reference)
         if not root.is_dir():
@@ -125,21 +123,18 @@ def tbt_bound(n_checks: int, alpha: float = ALPHA) -> float:
 def calibration_check(ours: pd.DataFrame, reference: pd.DataFrame, models: list[str], benchmarks: list[str],
                       direct_bound: float = DIRECT_BOUND, alpha: float = ALPHA) -> dict:
     """The calibration models' scores here (``ours``, a tidy store frame) next to the reference's on
-    ``benchmarks``, under both protocols. Returns ``table`` (protocol, model, benchmark, reference,
-    reference_stderr, ours, diff, z, bound, within, identical, checked), ``comparable`` (every checked
-    row within its bound), ``bounds`` {protocol: standard errors}, ``n_checks``, ``n_failed``,
-    ``n_identical`` and ``lines``: what a person reads (the verdict; when it fails, every failed row
-    and the likely causes)."""
-    ref = {(r.protocol, r.model, r.benchmark): (r.score, r.stderr, r.provenance) for r in reference.itertuples()}
-    mine = {(r.protocol, r.model, r.benchmark): (r.score, r.provenance) for r in ours.itertuples()}
+    ``benchmarks``, under both protocols: ``table`` (one row per score), ``comparable`` (every checked
+    row within its bound), ``bounds``, the counts and ``lines`` (:func:`calibration_lines`)."""
+    ref = {(r.protocol, r.model, r.benchmark): (r.score, r.stderr) for r in reference.itertuples()}
+    mine = {(r.protocol, r.model, r.benchmark): r.score for r in ours.itertuples()}
     rows = []
     for protocol in store.PROTOCOLS:
         for model in models:
             for bench in benchmarks:
                 if (protocol, model, bench) not in ref:
                     continue
-                score, se, _ = ref[(protocol, model, bench)]
-                got = mine.get((protocol, model, bench), (math.nan, {}))[0]
+                score, se = ref[(protocol, model, bench)]
+                got = mine.get((protocol, model, bench), math.nan)
                 se = float(se) if se is not None and np.isfinite(se) and se > 0 else math.nan
                 rows.append({"protocol": protocol, "model": model, "benchmark": bench, "reference": float(score),
                              "reference_stderr": se, "ours": float(got), "diff": float(got) - float(score)})
@@ -166,10 +161,7 @@ def calibration_check(ours: pd.DataFrame, reference: pd.DataFrame, models: list[
 
 def calibration_lines(check: dict, failed: pd.DataFrame, ours: pd.DataFrame, reference: pd.DataFrame,
                       models: list[str]) -> list[str]:
-    """What a person reads about the calibration: one verdict line; when it fails, one line per
-    failed (protocol, model, benchmark) with both scores and the gap, the benchmarks it concerns,
-    and the likely causes (with the benchmarks whose chosen documents differ and the settings that
-    differ, where the provenance says); a comparable run whose documents differ says so too."""
+    """The verdict; when it fails, every failed score, the benchmarks concerned and the likely causes."""
     b = check["bounds"]
     rule = f"direct |z| <= {b[store.DIRECT]:g}, train-before-test |z| <= {b[store.TBT]:.2f} reference standard errors"
     documents = document_differences(ours, reference, models)
@@ -202,9 +194,8 @@ def calibration_lines(check: dict, failed: pd.DataFrame, ours: pd.DataFrame, ref
 
 
 def document_differences(ours: pd.DataFrame, reference: pd.DataFrame, models: list[str]) -> list[str]:
-    """``benchmark (what differs)`` where the documents the calibration models were scored on here differ
-    from the reference's (:func:`lib.pipeline.datasets.differences` of the ``dataset`` records in their
-    provenance; a reference that recorded none, such as the published file, is not compared)."""
+    """``benchmark (what differs)`` where the calibration models' documents (the ``dataset`` records of
+    their provenance) differ from the reference's; the published file records none."""
     from .pipeline import datasets
 
     def records(frame: pd.DataFrame) -> dict[str, dict]:
@@ -219,9 +210,7 @@ def document_differences(ours: pd.DataFrame, reference: pd.DataFrame, models: li
 
 
 def setting_differences(ours: pd.DataFrame, reference: pd.DataFrame, models: list[str]) -> list[str]:
-    """``key: ours vs reference`` for the evaluation settings (:data:`PROVENANCE_KEYS`, lm-eval's
-    version) that the calibration models' provenance records differently here and in the
-    reference (where the reference records them: the published file does not)."""
+    """``key: ours vs reference`` for each evaluation setting the provenance records otherwise."""
     def settings(frame: pd.DataFrame) -> dict:
         found: dict[str, set] = {}
         for prov in frame[frame["model"].isin(models)]["provenance"]:
@@ -285,9 +274,8 @@ def mean_rank_draws(ref: pd.DataFrame, new: pd.DataFrame, model: str, n_boot: in
 
 
 def project_pc1(ref: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
-    """PC1 scores of the reference models (the reference's own PCA, :func:`lib.analysis.structure.pca`)
-    and of the new models projected onto it (standardised with the reference's means and standard
-    deviations); None when the reference's PCA is not defined. New models lacking a benchmark get NaN."""
+    """PC1 scores of the reference models (their own PCA) and of the new models projected onto it
+    (standardised as the reference); None without a PCA. New models lacking a benchmark get NaN."""
     fit = structure.pca(ref)
     if fit is None:
         return None
@@ -304,16 +292,13 @@ def placement_report(reference: pd.DataFrame, ours: pd.DataFrame, new_models: li
                      min_models: int = 3) -> dict:
     """Notebook 08: the calibration check, then (only when it passes) the placement of ``new_models``.
 
-    ``reference`` and ``ours`` are tidy frames (:func:`reference_results`, :func:`lib.store.load`);
-    ``benchmarks`` defaults to the downstream benchmarks both hold. ``flops`` gives pre-training
-    FLOPs (1e21) of new models (else ``store_root``'s metadata where it has them); the reference
-    models' metadata comes from ``reference_store`` (None: :mod:`lib.metadata`'s tables). Returns
-    ``calibration`` (:func:`calibration_check`), ``comparable``, ``placement`` (one row per new model:
-    mean rank and intervals, shift, change in mean tau, PC1), ``ranks`` (per benchmark), ``reference``
-    (mean rank and PC1 of the reference models among themselves: unchanged by the new models),
-    ``tau`` (mean tau of the reference alone and with each new model), ``mean_ranks`` (every model's
-    mean rank, in the long form of notebook 04's: :func:`_mean_ranks`), ``figure`` data, ``summary``
-    and ``lines``. When not comparable, every placement table is None.
+    ``reference`` and ``ours`` are tidy frames; ``benchmarks`` defaults to the downstream benchmarks
+    both hold. ``flops`` gives pre-training FLOPs (1e21) of new models (else ``store_root``'s
+    metadata); the reference models' metadata comes from ``reference_store`` (None: the built-in
+    tables). Returns ``calibration``, ``comparable``, ``placement`` (one row per new model),
+    ``ranks`` (per benchmark), ``reference`` (the reference models among themselves), ``tau``,
+    ``mean_ranks`` (:func:`_mean_ranks`), ``figure``, ``summary`` and ``lines``; when not comparable
+    every placement table is None.
     """
     flops = dict(flops or {})
     present = set(reference["benchmark"]) & set(ours["benchmark"])
@@ -382,7 +367,7 @@ def placement_report(reference: pd.DataFrame, ours: pd.DataFrame, new_models: li
     out.update(placement=table, ranks=pd.DataFrame(per_bench), reference=ref_tables, tau=pd.DataFrame(taus),
                figure={"ranks": figure, "compute": compute},
                mean_ranks=_mean_ranks(ref_mats, long, table, n_boot, seed))
-    summary["placement"] = {m: {k: _plain(v) for k, v in table.loc[m].items()} for m in table.index}
+    summary["placement"] = {m: jsonable(table.loc[m].to_dict()) for m in table.index}
     summary["reference_mean_tau"] = {p: next(t["mean_tau"] for t in taus if t["protocol"] == p
                                              and t["models"] == "reference") for p in store.PROTOCOLS}
     summary["n_boot"], summary["seed"] = n_boot, seed
@@ -395,9 +380,7 @@ def placement_report(reference: pd.DataFrame, ours: pd.DataFrame, new_models: li
 def _mean_ranks(ref_mats: dict[str, pd.DataFrame], long: pd.DataFrame, table: pd.DataFrame, n_boot: int,
                 seed: int) -> pd.DataFrame:
     """Every model's mean rank in the long form of :func:`lib.analysis.agreement.mean_ranks` (what the
-    leaderboard page reads): the reference models among themselves (the same draws over benchmarks as
-    the new models'), then the new models (``placed``) among the reference and the new models, their
-    intervals over benchmarks and their shift as the placement table has them."""
+    leaderboard reads): the reference models among themselves, then the new ones (``placed``)."""
     ref = agreement.mean_ranks(ref_mats, n_boot, seed).assign(placed=False)
     new = long.assign(placed=True, mean_rank_lo=[ci[0] for ci in long["ci_benchmarks"]],
                       mean_rank_hi=[ci[1] for ci in long["ci_benchmarks"]])
@@ -423,12 +406,8 @@ def _wide(long: pd.DataFrame, models: list[str]) -> pd.DataFrame:
     for protocol, part in long.groupby("protocol", sort=False):
         part = part.set_index("model")
         short = "direct" if protocol == store.DIRECT else "tbt"
-        table[f"{short}_mean_rank"] = part["mean_rank"]
-        table[f"{short}_ci_benchmarks"] = part["ci_benchmarks"]
-        table[f"{short}_ci_models"] = part["ci_models"]
-        table[f"{short}_tau_change"] = part["tau_change"]
-        table[f"{short}_pc1"] = part["pc1"]
-        table[f"{short}_pc1_rank"] = part["pc1_rank"]
+        for column in ("mean_rank", "ci_benchmarks", "ci_models", "tau_change", "pc1", "pc1_rank"):
+            table[f"{short}_{column}"] = part[column]
         table["of"] = part["of"]
         table["n_benchmarks"] = part["n_benchmarks"]
     table["rank_shift"] = table["tbt_mean_rank"] - table["direct_mean_rank"]
@@ -439,8 +418,7 @@ def _wide(long: pd.DataFrame, models: list[str]) -> pd.DataFrame:
 
 
 def _compute(ref_tables: dict, table: pd.DataFrame, ref_frame: pd.DataFrame | None) -> dict | None:
-    """PC1 (train-before-test) against log10 pre-training FLOPs: the reference's fit and, for each new
-    model with FLOPs, its PC1 and the PC1 the fit predicts. None when too few models have FLOPs."""
+    """PC1 (train-before-test) against log10 pre-training FLOPs (None with too few FLOPs)."""
     if ref_frame is None:
         return None
     pc = ref_tables[store.TBT]["pc1"]
@@ -456,16 +434,6 @@ def _compute(ref_tables: dict, table: pd.DataFrame, ref_frame: pd.DataFrame | No
     table.loc[new.index, "tbt_pc1_vs_compute"] = new["tbt_pc1"] - predicted
     return {"reference": both, "new": new.rename(columns={"tbt_pc1": "pc1", "flops_1e21": "flops"}),
             "slope": float(fit.slope), "intercept": float(fit.intercept), "r": float(fit.rvalue)}
-
-
-def _plain(value):
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [float(v) for v in value]
-    if isinstance(value, (np.floating, float)):
-        return None if not np.isfinite(value) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
 
 
 def placement_line(model: str, row: pd.Series) -> str:
@@ -511,8 +479,7 @@ def tex_numbers(summary: dict) -> dict:
 
 
 def store_name(entry: str) -> str:
-    """The name a model given in a profile has in the store: a local folder's own name (as
-    :func:`lib.pipeline.evaluate.resolve_model` names it), a hub id or a built model's name as it is."""
+    """A profile's model as the store names it (a local folder by its own name)."""
     path = Path(entry).expanduser()
     if path.is_absolute() or entry.startswith(".") or (path / "config.json").exists():
         return path.name
@@ -542,10 +509,7 @@ NEW_COLORS = ("#dd7a2f", "#2aa0a4", "#8f2d56", "#b8a21a", "#1f4e79", "#3f9a55") 
 
 
 def rank_figure(data: dict, reference: str = "reference"):
-    """Mean rank over benchmarks under direct evaluation (x) and train-before-test (y): the reference
-    models (grey; ranked among themselves) and each new model (coloured, with its 95 % interval over
-    benchmarks; ranked among the reference and the new models). Rank 1 (best) at the top right; a
-    point above the diagonal gains places under train-before-test."""
+    """Mean rank over benchmarks, direct evaluation (x) against train-before-test (y)."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
@@ -579,8 +543,7 @@ def rank_figure(data: dict, reference: str = "reference"):
 
 
 def compute_figure(compute: dict, reference: str = "reference"):
-    """PC1 of the train-before-test scores (the reference's PCA) against pre-training FLOPs: the
-    reference models (grey) with their least-squares line and the new models with known FLOPs."""
+    """PC1 of the train-before-test scores against pre-training FLOPs (its caption says more)."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 

@@ -1,19 +1,9 @@
 """One figure style for every notebook; figures saved as PDF (paper) and PNG (review).
 
-Everything a figure shares lives here, so one edit changes every figure:
-
-- the page: :data:`WIDTH_SINGLE` (one column of a two-column paper, 3.4 in) and :data:`WIDTH_DOUBLE`
-  (the full text width, 7.0 in); no text smaller than :data:`MIN_FONT_PT` at that size;
-- the names a reader sees (:func:`display`): benchmarks, corpora and leaderboard item files as the
-  papers name them (``openllm_math`` -> MATH-hard, ``nq_open`` -> NQ-Open), hub ids without their
-  organisation, mini-world names without their ``mw_`` prefix;
-- the colours: one per protocol (:data:`PROTOCOL_COLORS`) and one hue per model family
-  (:func:`family_color`), sizes as shades of it (:func:`model_colors`: small models light, large
-  ones dark), the same in every figure;
-- saving (:func:`savefig`): PDF + PNG, a caption (:func:`set_caption`) and a record of the checks of
-  :mod:`lib.figreview` (printed size, smallest text, overlapping text, unlabelled axes, legends on
-  data) next to them, which the figure test and the contact sheet read.
-"""
+Everything a figure shares lives here, so one edit changes every figure: the page widths and the
+smallest text (the rules of :mod:`lib.figreview`), the names a reader sees (:func:`display`), one
+colour per protocol and one hue per model family (sizes as its shades), legends off the data, and
+saving with a caption and the record of the checks (:func:`savefig`)."""
 
 from __future__ import annotations
 
@@ -30,6 +20,7 @@ from matplotlib.colors import to_hex, to_rgb
 from . import figreview
 from .figreview import MIN_FONT_PT, WIDTH_DOUBLE, WIDTH_SINGLE  # noqa: F401  (the rules live with their checks)
 from .store import DIRECT, REDUCED, TBT
+from .util import atomic_write_json
 
 PROTOCOL_LABELS = {DIRECT: "Direct evaluation", TBT: "Train-before-test"}
 # orange and dark blue: told apart in colour (also by most colour-blind readers) and in greyscale print
@@ -139,9 +130,8 @@ def shade(color: str, t: float) -> str:
 
 
 def sized_colors(family: dict, size: dict) -> dict[str, str]:
-    """A colour per model from its family (``family[model]``) and size (``size[model]``, any unit):
-    the family's hue (:func:`family_color`), lighter for smaller sizes within the family (models of
-    equal size, such as a prepared twin and its base, share a shade)."""
+    """A colour per model: its family's hue (:func:`family_color`), lighter for smaller ``size`` within
+    the family (equal sizes, such as a prepared twin and its base, share a shade)."""
     out = {}
     for fam in dict.fromkeys(family.values()):
         members = [m for m in family if family[m] == fam]
@@ -154,8 +144,7 @@ def sized_colors(family: dict, size: dict) -> dict[str, str]:
 
 
 def model_colors(models: Iterable[str], store: str | Path | None = None) -> dict[str, str]:
-    """A colour per model (:func:`sized_colors`), family and parameters from :mod:`lib.metadata` (the
-    store's records for self-built models)."""
+    """A colour per model (:func:`sized_colors`), family and parameters from :mod:`lib.metadata`."""
     from . import metadata
 
     frame = metadata.models_frame(list(dict.fromkeys(models)), store)
@@ -163,9 +152,8 @@ def model_colors(models: Iterable[str], store: str | Path | None = None) -> dict
 
 
 def model_styles(models: Iterable[str], store: str | Path | None = None):
-    """Per model (index): ``color`` (:func:`model_colors`), ``family``, its ``marker`` and ``instruct`` (a
-    prepared or instruction-tuned variant, drawn hollow) from :mod:`lib.metadata`. Models without metadata (no
-    ``store`` given for self-built ones) get one neutral grey and no family."""
+    """Per model (index): ``color``, ``family``, ``marker`` and ``instruct`` (drawn hollow) from
+    :mod:`lib.metadata`; models without metadata get one neutral grey and no family."""
     import pandas as pd
 
     from . import metadata
@@ -194,8 +182,7 @@ def protocol_label(protocol: str) -> str:
 
 
 def family_handles(families: Iterable[str], marker: str | None = None, lines: bool = False) -> tuple[list, list[str]]:
-    """Legend entries (handles, labels) for model families: each family's hue and marker (:func:`family_marker`;
-    ``marker`` for all where given), with a line where ``lines``."""
+    """Legend entries (handles, labels) for model families: hue, marker, a line if ``lines``."""
     from matplotlib.lines import Line2D
 
     fams = list(dict.fromkeys(families))
@@ -226,9 +213,8 @@ def wrap(text: str, width_in: float, size: float = FONT["title"]) -> str:
 
 
 def title(fig, text: str):
-    """The figure's title, recorded (``figures/<name>.json``, the contact sheet, the leaderboard) and
-    not drawn: a paper's caption carries it, so a title inside the figure would cost height and be
-    cropped by hand (:mod:`lib.figreview` flags a drawn one)."""
+    """The figure's title, recorded (``figures/<name>.json``) and not drawn: the paper's caption carries
+    it (:mod:`lib.figreview` flags a drawn one)."""
     fig._tbt_title = " ".join(str(text).split())
     return fig
 
@@ -247,15 +233,13 @@ def _columns(labels, width_in: float) -> int:
 
 
 def legend_below(fig, handles, labels, title: str | None = None, ncol: int | None = None, **kw):
-    """A figure legend under the panels (``constrained`` layout makes room; never on the data), with
-    as many columns as fit the figure's width."""
+    """A figure legend under the panels (never on the data), in as many columns as fit."""
     ncol = ncol or _columns(labels, fig.get_figwidth() - 0.15)
     return fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False, title=title, **kw)
 
 
 def legend_above(ax, handles, labels, title: str | None = None, ncol: int | None = None, **kw):
-    """A legend just above ``ax`` (under the figure's title; ``constrained`` layout makes room), with
-    as many columns as fit the figure's width."""
+    """A legend just above ``ax``, in as many columns as fit the figure's width."""
     ncol = ncol or _columns(labels, ax.get_figure().get_figwidth() - 0.15)
     return ax.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol, frameon=False,
                      title=title, borderaxespad=0.2, **kw)
@@ -266,8 +250,7 @@ _CAPTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def set_caption(fig, text: str):
-    """Attach a caption (what the figure shows, how to read it) to ``fig``; :func:`savefig` stores it
-    with the figure's record and the contact sheet prints it under the figure. Returns ``fig``."""
+    """Attach a caption to ``fig`` (:func:`savefig` records it). Returns ``fig``."""
     _CAPTIONS[fig] = " ".join(str(text).split())
     return fig
 
@@ -276,20 +259,16 @@ def caption(fig) -> str | None:
     return _CAPTIONS.get(fig)
 
 
-def savefig(fig, out_dir: str | Path, name: str, close: bool = False, caption: str | None = None) -> None:
-    """Save ``fig`` as ``figures/<name>.pdf`` and ``figures/<name>.png`` in ``out_dir``, and its
-    record ``figures/<name>.json`` (caption, printed size, the checks of :mod:`lib.figreview`); a
-    failed check prints one line per problem (the figure is still saved; the figure test fails).
-    Returns nothing, so a notebook cell ending with it shows the figure and no return value."""
-
-    if caption:
-        set_caption(fig, caption)
+def savefig(fig, out_dir: str | Path, name: str, close: bool = False) -> None:
+    """Save ``fig`` as ``figures/<name>.pdf`` and ``.png`` in ``out_dir``, with its record ``<name>.json``
+    (:func:`lib.figreview.record`; each problem printed, the figure still saved). Returns nothing, so a
+    notebook cell ending with it shows the figure and no return value."""
     folder = Path(out_dir) / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     for ext in ("pdf", "png"):
         fig.savefig(folder / f"{name}.{ext}")
-    record = figreview.record(fig, folder / f"{name}.png", caption=_CAPTIONS.get(fig))
-    figreview.write_record(folder / f"{name}.json", record)
+    record = figreview.record(fig, folder / f"{name}.png", caption=caption(fig))
+    atomic_write_json(folder / f"{name}.json", record)
     for problem in record["problems"]:
         print(f"figure {name}: {problem}")
     if close:

@@ -1,19 +1,13 @@
 """Progress of long work, shown where the person running it looks.
 
-A notebook executed by ``make all`` writes its cell output into the executed notebook, not to the
-terminal. :class:`Progress` therefore writes a line to the console (the process's original
-standard error: the runner's terminal or log, also from inside a Jupyter kernel) when it starts,
-at most every ``every`` seconds while work advances, and when it ends: units done of the total,
-time elapsed and an estimate of the time left::
+A notebook executed by ``make all`` writes its output into the executed notebook, so
+:class:`Progress` also writes a line to the console (the process's original standard error) when it
+starts, at most every ``every`` seconds while work advances, and when it ends::
 
     [02_finetune] train_before_test: 14/96 units, 3m10s elapsed, about 18m left
 
-Usage::
-
-    with Progress(total=len(units), label="train_before_test") as progress:
-        for unit in units:
-            ...
-            progress.advance()            # or progress.update(done) when polling
+Usage: ``with Progress(total=len(units), label="train_before_test") as progress:``, then
+``progress.advance()`` per unit (or ``progress.update(done)`` when polling).
 """
 
 from __future__ import annotations
@@ -29,8 +23,7 @@ HEARTBEAT_ENV = "TBT_HEARTBEAT"   # set by runner.run: a file written at every l
 
 
 def tell(line: str) -> None:
-    """A line for the notebook and for the console that runs it (a kernel's own output goes only
-    into the notebook)."""
+    """A line for the notebook and for the console that runs it."""
     print(line, flush=True)
     if sys.stdout is not sys.__stdout__ and sys.__stderr__ is not None:
         with contextlib.suppress(OSError, ValueError):

@@ -1,15 +1,11 @@
 """Import the train-before-test paper's published results into a profile's results store.
 
 ``all_results.json`` (lm-harmony; the README's Data section) maps ``{protocol: {benchmark: {model: score}}}``
-for ``direct_eval`` and ``train_before_test``, with standard errors under ``<protocol>_stderr``.
-:func:`import_store` turns it into one :class:`lib.store.Result` per (protocol, benchmark, model),
-with the metric and direction from :mod:`lib.metadata` and provenance naming the source file and
-its sha256, so the analysis notebooks read published and our own results the same way.
-
-It is the ``prepare`` hook of the ``published`` profile (``prepare: [lib.published:import_store]``)
-and is idempotent: a store already imported from a file with the same sha256 is left as it is.
-:func:`compare` puts a profile's own direct-evaluation scores next to the published ones
-(``python -m lib.published --compare paper_slice``: does a first run on a cluster reproduce the paper?).
+for ``direct_eval`` and ``train_before_test``, standard errors under ``<protocol>_stderr``.
+:func:`import_store` (the ``published`` profile's ``prepare`` hook; idempotent by the file's sha256)
+writes one :class:`lib.store.Result` per entry, metric and direction from :mod:`lib.metadata`, so the
+notebooks read published and our own results the same way. :func:`compare` puts a profile's own
+direct-evaluation scores next to the published ones (``python -m lib.published --compare paper_slice``).
 """
 
 from __future__ import annotations
@@ -39,55 +35,46 @@ def results_path() -> Path:
 
 
 def parse_results(path: str | Path) -> dict[str, dict[str, dict[str, dict[str, float | None]]]]:
-    """Read and validate ``all_results.json``: returns ``{protocol: {benchmark: {model: {"score", "stderr"}}}}``.
+    """Read and validate ``all_results.json``: ``{protocol: {benchmark: {model: {"score", "stderr"}}}}``;
+    a bad file raises :class:`lib.store.StoreError` (:func:`lib.data.corrupt`)."""
+    def bad(reason: str) -> store.StoreError:
+        return store.StoreError(str(data.corrupt(path, reason)))
 
-    Raises :class:`lib.store.StoreError` naming the file, the offending entry and how to restore a
-    good copy (:func:`lib.data.corrupt`).
-    """
-    try:
-        return _parse_results(Path(path))
-    except store.StoreError as exc:
-        bad = data.corrupt(path, str(exc).replace(f"{path}: ", "", 1))
-        raise store.StoreError(str(bad)) from None
-
-
-def _parse_results(path: Path) -> dict[str, dict[str, dict[str, dict[str, float | None]]]]:
     try:
         raw = read_json(path)
     except CorruptFile as exc:
-        raise store.StoreError(str(exc).split(": ", 1)[1]) from None
+        raise bad(str(exc).split(": ", 1)[1]) from None
     if not isinstance(raw, dict):
-        raise store.StoreError(f"{path}: expected a JSON object {{protocol: {{benchmark: {{model: score}}}}}}")
+        raise bad("expected a JSON object {protocol: {benchmark: {model: score}}}")
     allowed = set(store.PROTOCOLS) | {p + "_stderr" for p in store.PROTOCOLS}
     unknown = sorted(set(raw) - allowed)
     if unknown:
-        raise store.StoreError(f"{path}: unknown protocol key(s) {unknown}; expected {sorted(allowed)}")
+        raise bad(f"unknown protocol key(s) {unknown}; expected {sorted(allowed)}")
     out: dict[str, dict[str, dict[str, dict[str, float | None]]]] = {}
     for protocol in store.PROTOCOLS:
         if protocol not in raw:
             continue
         scores, errors = raw[protocol], raw.get(protocol + "_stderr", {})
         if not isinstance(scores, dict) or not isinstance(errors, dict):
-            raise store.StoreError(f"{path}: {protocol!r} must map benchmark -> {{model: score}}")
+            raise bad(f"{protocol!r} must map benchmark -> {{model: score}}")
         out[protocol] = {}
         for bench, by_model in scores.items():
             if not isinstance(by_model, dict):
-                raise store.StoreError(f"{path}: {protocol}/{bench}: expected {{model: score}}")
+                raise bad(f"{protocol}/{bench}: expected {{model: score}}")
             errs = errors.get(bench, {}) or {}
             out[protocol][bench] = {}
             for model, score in by_model.items():
                 if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-                    raise store.StoreError(f"{path}: {protocol}/{bench}/{model}: score {score!r} "
-                                           "is not a finite number")
+                    raise bad(f"{protocol}/{bench}/{model}: score {score!r} is not a finite number")
                 err = errs.get(model)
                 if err in MISSING_STDERR:
                     err = None
                 if err is not None and (isinstance(err, bool) or not isinstance(err, (int, float))):
-                    raise store.StoreError(f"{path}: {protocol}_stderr/{bench}/{model}: {err!r} is not a number")
+                    raise bad(f"{protocol}_stderr/{bench}/{model}: {err!r} is not a number")
                 out[protocol][bench][model] = {"score": float(score),
                                                "stderr": float(err) if err is not None else None}
     if not out:
-        raise store.StoreError(f"{path}: none of the protocols {list(store.PROTOCOLS)} is present")
+        raise bad(f"none of the protocols {list(store.PROTOCOLS)} is present")
     return out
 
 
@@ -106,11 +93,8 @@ def _check_metadata(results: dict, path: Path) -> dict[str, metadata.Benchmark]:
 
 def import_store(profile: str, source: str | Path | None = None, force: bool = False) -> dict[str, Any]:
     """Import the published results into ``lib.paths.store_dir(profile)``; returns the import record.
-
-    ``source`` defaults to ``$HARMONY_DATA/lm-harmony/all_results.json``. Skips the work when the
-    store already holds an import of a file with the same sha256 (unless ``force``). Results of an
-    earlier import that the new file no longer contains are removed.
-    """
+    Skips the work when the store already holds an import of a file with the same sha256 (unless
+    ``force``); results of an earlier import that the new file no longer contains are removed."""
     path = Path(source) if source is not None else results_path()
     if not path.is_file():
         raise paths.DataMissing(f"published results not found: {path} ({paths.provide_data()})")
@@ -147,8 +131,7 @@ def import_store(profile: str, source: str | Path | None = None, force: bool = F
 
 
 def published_scores(models: list[str], benchmarks: list[str], protocol: str = store.DIRECT) -> pd.DataFrame:
-    """The published score and standard error of each (model, benchmark) under ``protocol``,
-    from lm-harmony's all_results.json (``HARMONY_DATA`` or ``make data``)."""
+    """The published score and standard error of each (model, benchmark) under ``protocol``."""
     data = json.loads(results_path().read_text())
     rows = []
     for b in benchmarks:
@@ -164,9 +147,8 @@ def published_scores(models: list[str], benchmarks: list[str], protocol: str = s
 
 def compare(store_root: str | Path, models: list[str], benchmarks: list[str], protocol: str = store.DIRECT,
             ) -> pd.DataFrame:
-    """Our scores next to the published ones: ``diff`` (ours - published) and ``z`` (diff over the
-    published standard error); ``within`` is |z| <= 2 (``python -m lib.published --compare PROFILE``:
-    a first run, e.g. ``paper_slice``, against the paper)."""
+    """Our scores next to the published ones: ``diff``, ``z`` (over the published standard error) and
+    ``within`` (|z| <= 2): does a first run, e.g. ``paper_slice``, reproduce the paper?"""
     table = published_scores(models, benchmarks, protocol)
     ours = store.load(store_root, protocol)
     ours = {(r.model, r.benchmark): r.score for r in ours.itertuples()}

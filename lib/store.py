@@ -1,11 +1,7 @@
-"""The results store: one small JSON file per (protocol, benchmark, model).
-
-Files are written atomically (temporary name, then ``os.replace``), so an interrupted run never
-leaves a half-written result that could be read as one. Loading the store gives one tidy
-DataFrame with a row per result. Published results (``lib.published``) and our own runs
-(``lib.pipeline``) land here in the same format, so every analysis reads them the same way.
-
-Layout::
+"""The results store: one small JSON file per (protocol, benchmark, model), written atomically, so
+an interrupted run never leaves a half-written result that could be read as one. Published results
+(``lib.published``) and our own runs (``lib.pipeline``) land here in the same format; loading the
+store gives one tidy DataFrame::
 
     <root>/<protocol>/<benchmark>/<model slug>.json     one result
     <root>/_meta/<kind>.json                             extra metadata (models, benchmarks)
@@ -106,41 +102,33 @@ def write(root: str | os.PathLike, result: Result, fsync: bool = True) -> Path:
     return atomic_write_json(path_for(root, result.protocol, result.benchmark, result.model), record, fsync=fsync)
 
 
-def exists(root: str | os.PathLike, protocol: str, benchmark: str, model: str) -> bool:
-    return path_for(root, protocol, benchmark, model).exists()
-
-
 def read(path: str | os.PathLike) -> Result:
-    """Read one result file; any problem raises :class:`StoreError` naming the file and the command
-    that makes it again."""
+    """Read one result file; a :class:`StoreError` names a bad one and the command that remakes it."""
     path = Path(path)
-    try:
-        return _read(path)
-    except StoreError as exc:
-        raise StoreError(f"{exc}; delete it and run `{paths.make_command(path)}` (it redoes only what is "
-                         "missing)") from None
 
+    def bad(why: str) -> StoreError:
+        fix = f"delete it and run `{paths.make_command(path)}` (it redoes only what is missing)"
+        return StoreError(f"{why}; {fix}")
 
-def _read(path: Path) -> Result:
     try:
         data = read_json(path)
     except CorruptFile as exc:
-        raise StoreError(str(exc)) from None
+        raise bad(str(exc)) from None
     if not isinstance(data, dict):
-        raise StoreError(f"corrupted result file {path}: not a JSON object")
+        raise bad(f"corrupted result file {path}: not a JSON object")
     if data.get("schema") != SCHEMA:
-        raise StoreError(f"corrupted result file {path}: schema {data.get('schema')!r}, expected {SCHEMA}")
+        raise bad(f"corrupted result file {path}: schema {data.get('schema')!r}, expected {SCHEMA}")
     fields = {k: data.get(k) for k in Result.__dataclass_fields__}
     missing = [k for k in ("protocol", "benchmark", "model", "metric", "score") if fields[k] is None]
     if missing:
-        raise StoreError(f"corrupted result file {path}: missing {', '.join(missing)}")
+        raise bad(f"corrupted result file {path}: missing {', '.join(missing)}")
     fields["provenance"] = fields["provenance"] or {}
     if fields["higher_is_better"] is None:
         fields["higher_is_better"] = True
     try:
         return Result(**fields).validate()
     except StoreError as exc:
-        raise StoreError(f"corrupted result file {path}: {exc}") from None
+        raise bad(f"corrupted result file {path}: {exc}") from None
 
 
 def iter_paths(root: str | os.PathLike):
@@ -150,8 +138,7 @@ def iter_paths(root: str | os.PathLike):
 
 
 def load(root: str | os.PathLike, protocol: str | None = None) -> pd.DataFrame:
-    """All results under ``root`` (of one ``protocol`` if given) as one tidy DataFrame (columns
-    :data:`COLUMNS`)."""
+    """All results under ``root`` (of one ``protocol`` if given) as one tidy DataFrame."""
     root = Path(root)
     if not root.is_dir():
         raise StoreError(f"results store {root} does not exist (run the stages that fill it first: "
@@ -201,10 +188,8 @@ def meta_path(root: str | os.PathLike, path: str) -> Path:
 
 
 def relative_meta_path(root: str | os.PathLike, path: str | os.PathLike) -> str:
-    """``path`` as :func:`meta_path` reads it back, naming no folder of this machine: under the
-    outputs folder ``outputs:<profile>/work/models/x`` (so a copy of the store finds the models
-    too), else relative to the store root when it lies in the folder that holds the store, else
-    absolute."""
+    """``path`` as :func:`meta_path` reads it back, naming no folder of this machine: ``outputs:...``
+    under the outputs folder, else relative to the store's parent folder, else absolute."""
     name = paths.portable(path)
     if name.startswith("outputs:"):
         return name
@@ -232,12 +217,9 @@ def directions(df: pd.DataFrame) -> dict[str, bool]:
 
 
 def orient(scores, higher_is_better: Mapping[str, bool] | bool):
-    """Scores turned so that higher is better: lower-is-better ones (bits-per-byte) are negated.
-
-    ``scores`` is a model x benchmark matrix with ``higher_is_better`` a ``{benchmark: bool}``
-    mapping (missing benchmarks count as higher-is-better), or one Series / array with a bool.
-    The one place where the direction of a score is applied.
-    """
+    """Scores turned so that higher is better (lower-is-better ones negated): the one place where the
+    direction of a score is applied. ``scores``: a model x benchmark matrix with a ``{benchmark: bool}``
+    mapping (missing benchmarks count as higher-is-better), or one Series / array with a bool."""
     if isinstance(higher_is_better, bool):
         return scores if higher_is_better else -scores
     out = scores.copy()

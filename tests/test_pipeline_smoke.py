@@ -177,7 +177,7 @@ def test_killed_run_resumes_to_the_same_results_and_same_seed_same_scores(smoke,
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the job finished before it could be killed"
     assert first.exists() and not (second / layout.UNIT_FILE).exists()
-    assert not store.exists(spec_b.store_root, spec_b.protocol, "mw_quiz", spec_b.model)
+    assert not store.path_for(spec_b.store_root, spec_b.protocol, "mw_quiz", spec_b.model).exists()
     assert store.load(spec_b.store_root).empty                         # nothing half-written is read
 
     # 3) resume: the finished unit is reused, the killed one redone; same results as uninterrupted
