@@ -538,7 +538,8 @@ def rank_figure(data: dict, reference: str = "reference"):
     return plots.set_caption(fig, (
         "Where the new models stand: mean rank over benchmarks (1 = best, top right) under direct evaluation "
         "and under train-before-test. Grey: the reference models ranked among themselves; coloured: each new "
-        "model ranked among the reference and the new models, with 95 % bootstrap intervals over benchmarks. "
+        "model ranked among the reference and the new models, with 95 % bootstrap intervals over the reference "
+        "models (drawn with replacement, each draw re-ranked). "
         "Above the diagonal a model gains places under train-before-test."))
 
 
