@@ -139,18 +139,21 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
         loss = model(input_ids=batch, labels=labels).loss     # the model shifts labels itself
         losses.append(optimizer_step(loss, model.parameters(), opt, sched))
     model.eval()
+    run = {"steps": steps, "batch_size": batch_size, "seq_len": seq_len, "lr": lr, "seed": seed,
+           "corpus_docs": len(texts), "corpus_tokens": int(len(stream))}
+    curve = [[i, losses[i]] for i in range(0, steps, max(1, steps // 50))]
+    return _save_trained(out_dir, model, tokenizer, t0, steps * batch_size * seq_len, run,
+                         float(sum(losses[-10:]) / len(losses[-10:])), curve)
+
+
+def _save_trained(out_dir, model, tokenizer, t0: float, tokens: int, run: dict, final_loss: float,
+                  curve: list) -> dict:
+    """Save a trained tiny model with its stats (``flops``: 6 x parameters x tokens) in ``pretrain.json``."""
     seconds = time.time() - t0
     n_params = sum(p.numel() for p in model.parameters())
-    tokens = steps * batch_size * seq_len
-    every = max(1, steps // 50)
     stats = {"family": model.config.model_type, "n_params": n_params, "tokens": tokens,
-             "flops": 6.0 * n_params * tokens, "steps": steps, "batch_size": batch_size,
-             "seq_len": seq_len, "lr": lr, "seed": seed, "corpus_docs": len(texts),
-             "corpus_tokens": int(len(stream)), "vocab_size": len(tokenizer),
-             "final_loss": float(sum(losses[-10:]) / len(losses[-10:])),
-             "loss_curve": [[i, losses[i]] for i in range(0, steps, every)],
-             "seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9)}
-
+             "flops": 6.0 * n_params * tokens, **run, "vocab_size": len(tokenizer), "final_loss": final_loss,
+             "loss_curve": curve, "seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9)}
     return save_model(out_dir, model, tokenizer, STATS_FILE, stats)
 
 
@@ -201,16 +204,9 @@ def posttrain(model, tokenizer, texts: Sequence[str], *, epochs: int, batch_size
     curve = [point["train_loss"] for point in train_epochs(model, examples, epochs=epochs, batch_size=batch_size,
                                                           lr=lr, weight_decay=0.01, seed=seed,
                                                           pad_id=tokenizer.pad_token_id)]
-    seconds = time.time() - t0
-    n_params = sum(p.numel() for p in model.parameters())
-    tokens = epochs * sum(len(ids) for ids, _ in examples)
-    stats = {"family": model.config.model_type, "n_params": n_params, "tokens": tokens,
-             "flops": 6.0 * n_params * tokens, "epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed,
-             "documents": len(examples), "vocab_size": len(tokenizer), "final_loss": float(curve[-1]),
-             "loss_curve": [[i + 1, v] for i, v in enumerate(curve)], "seconds": seconds,
-             "tokens_per_second": tokens / max(seconds, 1e-9)}
-
-    return save_model(out_dir, model, tokenizer, STATS_FILE, stats)
+    run = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed, "documents": len(examples)}
+    return _save_trained(out_dir, model, tokenizer, t0, epochs * sum(len(ids) for ids, _ in examples), run,
+                         float(curve[-1]), [[i + 1, v] for i, v in enumerate(curve)])
 
 
 # --------------------------------------------------------------------------- fine-tuning
@@ -257,19 +253,30 @@ def _checkpointing_on(model) -> bool:
     return True
 
 
-def _rng_state():
+def random_states() -> dict:
+    """Every random state training and validation may draw from: torch's (CPU and accelerators),
+    Python's and numpy's global generators (in forms ``torch.load(weights_only=True)`` accepts)."""
+    import numpy as np
     import torch
 
-    return torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
+            "numpy": [kind, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(gauss)]}
 
 
-def _set_rng_state(state) -> None:
+def set_random_states(states: dict) -> None:
+    import numpy as np
     import torch
 
-    cpu, cuda = state
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
 
 
 def batch_loss(model, batch, pad_id: int, micro_batch_size: int, device, backward: bool = True) -> float:
@@ -336,29 +343,20 @@ class RunState:
 def train_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: int, batch_size: int,
                 lr: float, weight_decay: float, seed: int, pad_id: int, micro_batch_size: int = 0,
                 oom_backoff: bool = True, log=None, resume: dict | None = None, on_step=None) -> Iterator[dict]:
-    """Train the parameters of ``model`` that require a gradient (a LoRA adapter's, or every one for
-    ``method`` "full" and the zoo's last phase); yields after each epoch, with the
-    model in eval mode (the caller validates, then the next epoch resumes training), a dict:
-    ``epoch``, ``train_loss`` (mean batch loss), ``train_seconds``, ``micro_batch_size`` (the
-    one in use at the epoch's end).
+    """Train the parameters of ``model`` that require a gradient; yields after each epoch, with the
+    model in eval mode (the caller validates), ``epoch``, ``train_loss`` (mean batch loss),
+    ``train_seconds``, ``micro_batch_size`` (in use at the epoch's end) and ``state``, a function
+    returning the loop's state (:meth:`RunState.state`): given back as ``resume`` (the trainable
+    parameters restored by the caller) the loop goes on exactly as without the interruption.
 
-    AdamW with a linear decay to zero over all epochs, no warm-up, gradient norm clipped to 1
-    (transformers' Trainer defaults); the data order of every epoch comes from a generator seeded
-    with ``seed``. Each step's batch of ``batch_size`` examples runs in micro-batches of
-    ``micro_batch_size`` rows with gradient accumulation (0: the whole batch at once), so the
-    effective batch is the recipe's whatever the memory. With ``oom_backoff`` an out-of-memory
-    error halves the micro-batch and redoes the step from the same random state (dropout draws
-    included), and when a single row does not fit switches gradient checkpointing on; the
-    effective batch stays the same (transformers' ``auto_find_batch_size`` halves the batch
-    instead). ``log(message)`` hears about each back-off. ``on_step(step, loss, lr)`` hears about each
-    optimiser step (counted over the whole run, resumes included; the learning rate the step used):
-    it only watches, the arithmetic is the same without it.
-
-    Each yielded dict also holds ``state``: a function returning the loop's state after that epoch
-    (``epoch``, the optimiser's, the schedule's and the data-order generator's states, the micro-batch
-    in use); given back as ``resume`` (with the trainable parameters already restored by the caller)
-    the loop continues with the next epoch exactly as it would have without the interruption.
-    """
+    AdamW with a linear decay to zero, no warm-up, gradient norm clipped to 1 (transformers'
+    Trainer defaults); each epoch's data order from a generator seeded with ``seed``. A batch runs
+    in micro-batches of ``micro_batch_size`` rows (0: whole) with gradient accumulation. With
+    ``oom_backoff`` an out-of-memory error halves the micro-batch and redoes the step from the same
+    random state, and when one row does not fit switches gradient checkpointing on: the effective
+    batch stays the recipe's (transformers' ``auto_find_batch_size`` halves the batch instead).
+    ``log`` hears about each back-off; ``on_step(step, loss, lr)`` about each optimiser step (it
+    only watches)."""
     import torch
 
     device = next(model.parameters()).device
@@ -380,7 +378,7 @@ def train_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: 
         losses = []
         for i in range(0, len(order), batch_size):
             batch = [examples[j] for j in order[i:i + batch_size]]
-            state = _rng_state() if oom_backoff else None
+            state = random_states() if oom_backoff else None
             while True:
                 try:
                     loss = batch_loss(model, batch, pad_id, micro, device)
@@ -391,7 +389,7 @@ def train_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: 
                     opt.zero_grad(set_to_none=True)
                     del exc
                     free_memory()
-                    _set_rng_state(state)
+                    set_random_states(state)
                     if (micro or len(batch)) > 1:
                         micro = max(1, (micro or len(batch)) // 2)
                         note = f"micro-batch halved to {micro} (effective batch stays {batch_size})"
