@@ -1,25 +1,10 @@
 """The job grid: every (protocol, model, benchmark, learning rate) unit, resumable, run locally or on Slurm.
 
-What one (model, benchmark) does is :mod:`lib.pipeline.protocols`; what a job runs and what
-determines its results, :class:`lib.pipeline.spec.JobSpec`; where the files go, :mod:`lib.layout`
-and :mod:`lib.store`. This module plans the grid, runs jobs under locks and launches them; what a
-job outcomes and the failure list, :mod:`lib.pipeline.launch.outcome`; Slurm,
-:mod:`lib.pipeline.launch.slurm`.
-
-Every file is written atomically and the last one of a unit marks it done, so finished units are
-skipped, a unit killed mid-training resumes after its last finished epoch (bit for bit,
-:func:`lib.pipeline.finetune.train_units`), and nothing is read half-written. A
-(model, benchmark) is worked on under its lock (:mod:`lib.pipeline.launch.locks`): a second job for the
-same unit (a re-run while the first still runs) skips it instead of deleting its work.
-
 A *job* is one model with a list of benchmarks: the base model is loaded once per job and kept
-in memory across benchmarks, learning rates and epochs (adapters are attached and removed). A
-benchmark that fails does not stop the others; every failure is collected and reported at the end
-with the command that retries it. Jobs run in this process (``executor="local"``) or through
-submitit: ``"submitit_local"`` (subprocesses on this machine, at most ``max_jobs`` at a time) or
-``"slurm"`` (job arrays of at most ``max_array`` tasks). While they run, a console line reports
-units done of total, elapsed and time left (:class:`lib.progress.Progress`), counted from the
-files the jobs write.
+in memory across benchmarks, learning rates and epochs (adapters are attached and removed). Each
+(model, benchmark) runs under its lock (:mod:`lib.pipeline.launch.locks`), so a second job for the
+same unit skips it instead of deleting its work; a benchmark that fails does not stop the others,
+and every failure is reported at the end with the command that retries it (:func:`launch`).
 """
 
 from __future__ import annotations
@@ -439,8 +424,7 @@ def _wait(running: list, queue: list[JobSpec], submit, counter: UnitCounter, bar
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m lib.pipeline.launch.jobs SPEC.json``: run one job spec (a JobSpec, a list of them, or a
-    failure record from ``<work>/failed/``, which holds the spec that retries it)."""
+    """``python -m lib.pipeline.launch.jobs SPEC.json``: run a JobSpec, a list of them, or a failure record."""
     ap = argparse.ArgumentParser(prog="python -m lib.pipeline.launch.jobs", description=main.__doc__)
     ap.add_argument("spec", help="a JSON file holding one JobSpec, a list of them, or a failure record")
     args = ap.parse_args(argv)

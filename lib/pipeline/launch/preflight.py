@@ -41,16 +41,11 @@ DEFAULT_CHARS = 400            # characters of a training example when notebook 
 # model sizes and the cost of a unit
 
 
-def _local(source: str) -> str:
-    """A model folder recorded by its portable name (``outputs:mini/work/models/x``, as results record
-    it) as the path it stands for now; a hub id unchanged."""
-    return str(paths.located(source))
-
-
 def model_shape(source: str) -> dict:
     """Architecture numbers of a model from its config alone (no weights are loaded): family,
-    parameters, layers, width, heads, vocabulary."""
-    return _shape(_local(source))
+    parameters, layers, width, heads, vocabulary. ``source``: a folder, also by the portable name
+    results record (``outputs:mini/work/models/x``), or a hub id."""
+    return _shape(str(paths.located(source)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -409,9 +404,7 @@ def preflight_profile(profile: str) -> Preflight:
 
     prof = params.load_profile(profile)
     s1, s2 = prof.params("01_select_benchmarks"), prof.params("02_finetune")
-    rule = tk.SplitRule(caps={"train": s1["cap_train"], "validation": s1["cap_validation"], "test": s1["cap_test"]},
-                        seed=s1["split_seed"], procedure=s1["split_procedure"], val_fraction=s1["val_fraction"],
-                        shared_test=s1["shared_test"])
+    rule = tk.SplitRule.from_params(s1)
     try:
         selection = outputs.read_selection(profile)
     except FileNotFoundError:

@@ -1,23 +1,7 @@
-"""Everything about Slurm in one place: the scheduler's answers, the executor that submits our jobs,
-the waiter that follows them, and the record of what a stage submitted, so that a run can be left
-and come back to.
-
-submitit writes the job scripts, submits them and runs our function inside the job
-(:class:`RequeueableJob`); the rest is asked of the scheduler itself:
-
-- :func:`limits`: the partition's real time limit and the cluster's ``MaxArraySize``
-  (``scontrol``), applied to what the preflight plans with (:func:`scheduler_resources`) and to
-  the size of the job arrays (:func:`array_size`);
-- :func:`states`: every job's state and reason, from ``squeue`` while it is queued or running and
-  from ``sacct`` once it has left the queue; :class:`SchedulerDown` when neither answers (the
-  waiting process keeps polling);
-- :func:`run`: submits the jobs not yet queued as job arrays, re-attaches to those still queued or
-  running, and waits for all (:func:`wait`), saying why jobs pend when someone must act; a job that
-  left the queue without a result ends in :func:`ended_outcome`. With ``TBT_SUBMIT_ONLY=1``
-  (``make submit``) it raises :class:`JobsSubmitted` instead of waiting;
-- :class:`Record`: ``submitted.json`` beside submitit's logs, one entry per job spec with its job
-  id, written the moment ``sbatch`` returns, so a process that dies while waiting loses nothing
-  and the next run re-attaches to the jobs instead of submitting them again.
+"""Everything about Slurm in one place: the scheduler's answers (:func:`limits`, :func:`states`), the
+executor that submits our jobs (submitit runs :class:`RequeueableJob` inside them), the waiter that
+follows them (:func:`run`, :func:`wait`), and the record of what a stage submitted (:class:`Record`),
+written the moment ``sbatch`` returns, so that a run can be left and the next one re-attaches.
 """
 
 from __future__ import annotations
@@ -36,7 +20,7 @@ from ... import paths
 from ...errors import UserError
 from ...progress import clock, tell
 from ...util import atomic_write_json
-from .outcome import JobError, JobOutcome, write_failure
+from .outcome import JobError, JobOutcome
 
 SUBMIT_ONLY_ENV = "TBT_SUBMIT_ONLY"   # `make submit`: a Slurm stage submits its jobs and returns (:func:`run`)
 ACCOUNTING_LAG_S = 60.0                 # how long a job may be in neither squeue nor sacct
@@ -355,10 +339,8 @@ class Record:
     def read(self) -> dict[str, dict]:
         try:
             data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
         except (OSError, ValueError):
-            return {}                    # damaged: forget it (the unit locks still stop a second job)
+            return {}                    # none, or damaged: forget it (the unit locks still stop a second job)
         return data if isinstance(data, dict) else {}
 
     def add(self, pairs: list[tuple]) -> None:
@@ -537,10 +519,5 @@ ENDED = {"CANCELLED": "was cancelled", "TIMEOUT": "reached its time limit too of
 def ended_outcome(spec, jid: str, st: JobState) -> JobOutcome:
     """The outcome of a job that left the queue without a result of its own (cancelled, killed at
     its time limit, node failure): what it finished is in the store, the rest failed."""
-    word = st.state.split()[0] if st.state else "UNKNOWN"
-    why = ENDED.get(word, "ended")
-    failed = {}
-    for bench in spec.pending():
-        failed[bench] = f"job {jid} {why} ({st.state}) before finishing it"
-        write_failure(spec, bench, failed[bench], f"slurm job {jid}: {st.state}")
-    return JobOutcome.of(spec, failed=failed)
+    why = ENDED.get(st.state.split()[0] if st.state else "UNKNOWN", "ended")
+    return JobOutcome.failing(spec, f"job {jid} {why} ({st.state}) before finishing it", f"slurm job {jid}: {st.state}")
