@@ -1,15 +1,10 @@
 """Train-before-test fine-tuning: LoRA on a task's training split, as lm-eval renders it.
 
-A training example is the task's own prompt and target, rendered by
-:func:`lib.pipeline.tasks.render`: the context comes from lm-eval's ``fewshot_context`` (zero-shot,
-optionally through the model's chat template), the continuation is the gold request lm-eval
-itself would score (multiple choice: the gold choice's request from ``construct_requests``;
-generative: ``target_delimiter + doc_to_target``; perplexity corpora: the text in model-length
-windows). This module tokenises it with lm-eval's own ``_encode_pair``, so training and scoring
-see identical tokens. Which tokens carry the loss, whether an end-of-text token follows the
-answer, how a list of gold answers and the task's description are rendered and how an overlong
-example is cut are recipe fields (:class:`Recipe`; the paper's values are notebook 02's defaults:
-TRL's SFT trainer on ``prompt + " " + answer + EOS`` with the loss on every token).
+A training example is the gold request lm-eval itself would score (:func:`lib.pipeline.tasks.render`),
+tokenised with lm-eval's own ``_encode_pair``, so training and scoring see identical tokens. Where
+the loss lies and how an example is rendered and cut are recipe fields (:class:`Recipe`; the paper's
+values are notebook 02's defaults: TRL's SFT trainer on ``prompt + " " + answer + EOS`` with the
+loss on every token).
 
 One learning-rate *unit* (:func:`train_units`) trains, validates after every epoch, keeps the best
 epoch and resumes after a kill bit for bit; with ``tensorboard`` set it also writes its curves
@@ -157,14 +152,10 @@ def lora_targets(model, modules: str = "default") -> list[str] | str | None:
 
 def training_examples(task, info: TaskInfo, lm, recipe: Recipe, chat_template: bool = False,
                       role: str = "train") -> list[tuple[list[int], list[int]]]:
-    """(input_ids, labels) per example of ``role``; labels are -100 where no loss is taken.
-
-    ``recipe.loss_on``: ``"all"`` labels every token, ``"target"`` the continuation only;
-    ``recipe.end_of_text``: ``"every"`` appends EOS after every answer, ``"generative"`` after
-    generative answers only (so a model learns to stop); an example longer than
-    ``recipe.max_length`` loses its ``recipe.truncate`` side. Perplexity corpora are cut into
-    disjoint windows of ``max_length`` tokens with the loss on every token.
-    """
+    """(input_ids, labels) per example of ``role`` (labels -100 where no loss is taken), as the
+    recipe's ``loss_on``, ``end_of_text`` (EOS after generative answers only: a model learns to
+    stop) and ``truncate`` say. Perplexity corpora are cut into disjoint windows of ``max_length``
+    tokens with the loss on every token."""
     eos = lm.tokenizer.eos_token_id
     max_length = recipe.max_length
     out = []
@@ -387,13 +378,9 @@ class _Unit:
 
 
 class _Curves:
-    """A unit's TensorBoard event files, in its folder (``recipe.tensorboard``): every optimiser step's
-    training loss and learning rate (``train/loss``, ``train/learning_rate``), and at each epoch's last
-    step the epoch (``train/epoch``), its mean training loss (``train/epoch_loss``), the validation
-    criterion (``validation/val_loss`` or ``validation/val_score``) and the epoch whose adapter the
-    unit keeps so far (``checkpoint/best_epoch``). A resumed unit writes a new file and drops what the
-    killed run wrote after the state it resumes from (TensorBoard's ``purge_step``). It only watches:
-    a unit's numbers are the same without it."""
+    """A unit's TensorBoard event files, in its folder (``recipe.tensorboard``): each optimiser step's
+    loss and learning rate, each epoch's loss, validation value and best epoch so far. A resumed unit
+    drops what the killed run wrote after its state (TensorBoard's ``purge_step``). It only watches."""
 
     def __init__(self, unit_dir: Path, resume: dict | None):
         from torch.utils.tensorboard import SummaryWriter
@@ -434,9 +421,8 @@ STATE_TENSORS = "state.pt"       # trainable weights, optimiser, schedule, data 
 
 def save_state(unit_dir: str | Path, model, res: UnitResult, loop_state: dict) -> Path:
     """Replace ``unit_dir/resume/`` atomically with the unit's state after ``loop_state["epoch"]``:
-    the trainable parameters (the LoRA adapter's, or every parameter for ``method`` "full"), the
-    optimiser, schedule and data-order states (:func:`lib.pipeline.training.train_epochs`), the
-    random states as they are now (after validation, before the next epoch) and the curve so far."""
+    the trainable parameters, the loop's state, the random states as they are now (after validation,
+    before the next epoch) and the curve so far."""
     import torch
 
     trainable = {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}

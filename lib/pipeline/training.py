@@ -1,12 +1,6 @@
-"""The two training loops of the project, side by side, sharing one optimiser step.
-
-- :func:`pretrain`: next-token pre-training of a tiny model from scratch (``lib.pipeline.tiny``,
-  the mini world's zoo) on documents separated by EOS.
-- :func:`train_epochs`: fine-tuning (a LoRA adapter or every parameter) on (input ids, labels)
-  examples, one epoch per iteration, so the caller validates and keeps the best epoch
-  (``lib.pipeline.finetune``), started or resumed from a :class:`RunState`.
-
-Both are deterministic for a seed: data order and initialisation come from seeded generators.
+"""The two training loops of the project, sharing one optimiser step: :func:`pretrain` (a tiny
+model from scratch, the mini world's zoo) and :func:`train_epochs` (fine-tuning, one epoch per
+iteration, so the caller validates and keeps the best epoch). Both are deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -50,24 +44,9 @@ def optimizer_step(loss, params, opt, sched, max_norm: float = 1.0) -> float:
 def _token_stream(tokenizer, texts: Sequence[str], prompt_chars: Sequence[int] | None = None
                   ) -> tuple[list[int], list[bool]]:
     """All documents concatenated, each followed by EOS (so models learn to end an answer), and
-    whether each token carries loss: every token does, except a document's first
-    ``prompt_chars[i]`` characters (a formatted example's prompt: loss on its answer only)."""
-    eos = tokenizer.eos_token_id
-    prompt_chars = [0] * len(texts) if prompt_chars is None else list(prompt_chars)
-    if len(prompt_chars) != len(texts):
-        raise TrainingError(f"prompt_chars has {len(prompt_chars)} entries for {len(texts)} texts")
-    enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=any(prompt_chars))
-    stream: list[int] = []
-    scored: list[bool] = []
-    for i, ids in enumerate(enc["input_ids"]):
-        stream.extend(ids)
-        if prompt_chars[i]:
-            scored.extend(end > prompt_chars[i] for _, end in enc["offset_mapping"][i])
-        else:
-            scored.extend([True] * len(ids))
-        stream.append(eos)
-        scored.append(True)
-    return stream, scored
+    whether each token carries loss (:func:`document_examples`)."""
+    examples = document_examples(tokenizer, texts, prompt_chars, max_len=None)
+    return [t for ids, _ in examples for t in ids], [y != -100 for _, labels in examples for y in labels]
 
 
 def document_starts(ids: Sequence[int], eos: int, seq_len: int):
@@ -82,19 +61,12 @@ def document_starts(ids: Sequence[int], eos: int, seq_len: int):
 def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: int, seq_len: int,
              lr: float, seed: int, out_dir: str | os.PathLike, warmup: float = 0.05,
              prompt_chars: Sequence[int] | None = None) -> dict:
-    """Pre-train ``model`` on ``texts`` (EOS between documents) and save it to ``out_dir``.
-
-    ``prompt_chars`` (one per text, 0 = a plain document) leaves the loss off a text's first
-    characters: a formatted example then trains its answer only, as instruction tuning does.
+    """Pre-train ``model`` on ``texts`` (EOS between documents; ``prompt_chars``: as in
+    :func:`document_examples`) and save it to ``out_dir`` with its stats (returned).
 
     Each step draws ``batch_size`` windows of ``seq_len`` tokens from the concatenated stream, each
     starting where a document starts (a seeded generator), so a document is learnt whole rather
-    than cut at a random point (a window may run on into the next documents); AdamW with linear
-    warm-up and cosine decay. Model, tokenizer and
-    ``pretrain.json`` (the returned stats: tokens seen, parameter count, training FLOPs 6 x N x
-    tokens, final loss, loss curve, seconds) are saved into a folder that appears at ``out_dir``
-    only when complete.
-    """
+    than cut at a random point; AdamW with linear warm-up and cosine decay."""
     import torch
 
     from .device import setup_torch
@@ -170,10 +142,13 @@ def save_model(out_dir: str | os.PathLike, model, tokenizer, record_file: str, r
 
 
 def document_examples(tokenizer, texts: Sequence[str], prompt_chars: Sequence[int] | None = None,
-                      max_len: int = 64) -> list[tuple[list[int], list[int]]]:
+                      max_len: int | None = 64) -> list[tuple[list[int], list[int]]]:
     """(ids, labels) of whole documents, each followed by EOS and cut to ``max_len`` tokens; the
-    labels leave out a document's first ``prompt_chars[i]`` characters (an example's prompt)."""
+    labels leave out a document's first ``prompt_chars[i]`` characters (a formatted example's
+    prompt: loss on its answer only)."""
     prompt_chars = [0] * len(texts) if prompt_chars is None else list(prompt_chars)
+    if len(prompt_chars) != len(texts):
+        raise TrainingError(f"prompt_chars has {len(prompt_chars)} entries for {len(texts)} texts")
     enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
     out = []
     for i, ids in enumerate(enc["input_ids"]):
@@ -184,14 +159,9 @@ def document_examples(tokenizer, texts: Sequence[str], prompt_chars: Sequence[in
 
 def posttrain(model, tokenizer, texts: Sequence[str], *, epochs: int, batch_size: int, lr: float, seed: int,
               out_dir: str | os.PathLike, prompt_chars: Sequence[int] | None = None, max_len: int = 64) -> dict:
-    """Continue training every parameter of a pre-trained ``model`` on whole documents (the zoo's
-    last phase of pre-training, where preparation happens) and save it to ``out_dir``.
-
-    Batches of whole documents (:func:`document_examples`), the data order seeded; AdamW (weight
-    decay 0.01) with a linear decay to zero (:func:`train_epochs`, which trains whatever requires a
-    gradient). The stats (``tokens`` that carried loss or context, ``flops`` 6 x N x tokens, final
-    loss, seconds) are saved with the model as in :func:`pretrain`.
-    """
+    """Continue training every parameter of a pre-trained ``model`` on whole documents
+    (:func:`document_examples`; the zoo's last phase of pre-training, where preparation happens)
+    through :func:`train_epochs` (weight decay 0.01), and save it as :func:`pretrain` does."""
     from .device import setup_torch
 
     setup_torch()
