@@ -57,11 +57,8 @@ class TaskError(UserError, ValueError):
 
 
 def check_task_yaml(include_paths: Iterable[str | Path]) -> list[Path]:
-    """Parse every task YAML under ``include_paths`` the way lm-eval does; returns the files.
-
-    lm-eval silently skips a YAML it cannot parse (the task then looks unknown); here a malformed
-    file is an error that names it.
-    """
+    """Parse every task YAML under ``include_paths`` the way lm-eval does; returns the files. lm-eval
+    silently skips a YAML it cannot parse (the task then looks unknown); here it is an error naming it."""
     from lm_eval.tasks._yaml_loader import load_yaml
 
     files = []
@@ -122,12 +119,8 @@ def check_names(manager, names: Iterable[str]) -> None:
 
 
 def load_task(manager, name: str, timeout: float | None = 300.0, revision: str | None = None):
-    """The lm-eval ``Task`` ``name`` with its dataset loaded (at ``revision`` of its repository when
-    given: :func:`lib.pipeline.datasets.pinned_config`).
-
-    Dataset access runs in a daemon thread bounded by ``timeout`` seconds, so an unreachable hub
-    gives a :class:`TaskError` naming the task instead of a hang.
-    """
+    """The lm-eval ``Task`` ``name`` with its dataset loaded (at ``revision`` when given), in a daemon
+    thread bounded by ``timeout`` seconds, so an unreachable hub is a :class:`TaskError`, not a hang."""
     check_names(manager, [name])
     spec = name if revision is None else datasets.pinned_config(manager, name, revision)
     box: dict[str, Any] = {}
@@ -325,10 +318,8 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
 
 
 def dataset_lines(profile: str, names: list[str], s1: dict) -> list[str]:
-    """What ``make models`` can say about a profile's datasets before loading any (notebook 01's
-    parameters ``s1``): :func:`lib.pipeline.datasets.config_lines` from the tasks' YAML, and when the
-    hub cannot be asked (``HF_HUB_OFFLINE``, or it does not answer) one line for what needs the data
-    itself (:func:`lib.pipeline.datasets.unknown_line`). Raises :class:`lib.pipeline.datasets.DatasetError`."""
+    """What ``make models`` can say about a profile's datasets before loading any (``s1``: notebook
+    01's parameters), from the tasks' YAML; raises :class:`lib.pipeline.datasets.DatasetError`."""
     from . import hub
 
     if not names:
@@ -349,11 +340,9 @@ def dataset_lines(profile: str, names: list[str], s1: dict) -> list[str]:
 
 def preview_selection(names: list[str], rule: SplitRule, include_paths: Iterable[str | Path] = (),
                       include_defaults: bool = True) -> dict:
-    """A stand-in for notebook 01's summary without loading any dataset (offline, for the preflight of
-    a profile that has not run): each task's split names from its lm-eval YAML, the paper's cached
-    training count, planned sizes under ``rule`` where they follow from it, and the caps where the
-    size of a validation or test split is unknown (upper bounds). ``chars_per_example`` is left out
-    (the estimate assumes its default)."""
+    """A stand-in for notebook 01's summary without loading any dataset (the preflight of a profile
+    that has not run): split names from the tasks' YAML, the paper's cached training counts, and
+    planned sizes under ``rule`` where they follow from them, else the caps (upper bounds)."""
     from lm_eval.tasks._yaml_loader import load_yaml
 
     manager = task_manager(include_paths, include_defaults)
@@ -498,10 +487,8 @@ class SplitPlan:
 
 
 def paper_carve(n: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """(train, validation) indices of ``n`` training documents as the paper's ``random_split``
-    made them: ``numpy.random.seed(seed)``, ``order = permutation(n)``, train ``order[:int((1 - f) n)]``,
-    validation the next ``int(f n)``. Both come *in the permuted order*: the paper's
-    ``train_dataset.select(indices)`` kept it, and its cap then indexed positions in that order."""
+    """(train, validation) indices of ``n`` training documents as the paper's ``random_split`` made
+    them (:class:`SplitRule`), *in the permuted order*: its ``select`` kept it, and its cap indexed that."""
     import numpy as np
 
     order = np.random.RandomState(seed).permutation(n).tolist()
@@ -510,9 +497,7 @@ def paper_carve(n: int, val_fraction: float, seed: int) -> tuple[list[int], list
 
 
 def paper_cap(ids: list[int], cap: int | None, seed: int) -> list[int]:
-    """The paper's cap on a split whose documents are ``ids`` *in the split's order* (its own order,
-    or the permuted order of a carved split): ``numpy.random.seed(seed)``, then the documents at
-    positions ``permutation(len(ids))[:cap]``, in that order."""
+    """The paper's cap (:class:`SplitRule`) on a split whose documents are ``ids`` in the split's order."""
     import numpy as np
 
     if not cap or cap <= 0:
@@ -584,7 +569,6 @@ def plan_splits(task, info: TaskInfo, rule: SplitRule | dict, seed: int | None =
 def install_splits(task, plan: SplitPlan, num_fewshot: int = 0, seed: int = 0) -> list[int]:
     """Put the planned subsets into the task's dataset as ``tbt_train/validation/test`` and point
     the task's split config at them (lm-eval then renders and scores exactly those documents).
-
     Zero-shot, as in the paper, unless ``num_fewshot`` = k > 0: then every prompt starts with the
     same k documents of the planned *training* split, the first k of its seeded shuffle (so the
     1-shot example is the first of the 5-shot ones), in that order, through lm-eval's own few-shot

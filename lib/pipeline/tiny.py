@@ -1,14 +1,7 @@
-"""Tiny causal language models built offline: the tokenizer and model primitives.
-
-- :func:`train_tokenizer`: a byte-level BPE tokenizer trained with the ``tokenizers`` library,
-  wrapped as a ``transformers.PreTrainedTokenizerFast`` with bos/eos/pad/unk special tokens.
-- :func:`make_model`: a randomly initialised ``llama``, ``gpt2`` or ``gpt_neox`` model (three
-  architectures, so LoRA target modules differ as they do for hub models).
-- :func:`built` / :func:`load`: a finished model folder (pre-trained by
-  :func:`lib.pipeline.training.pretrain`, which writes ``pretrain.json`` last).
-
-The mini world's zoo (``lib.miniworld.zoo``) builds every self-built model of the project (the
-``smoke`` profile's too) from these.
+"""Tiny causal language models built offline: a byte-level BPE tokenizer, randomly initialised
+models of three architectures (so LoRA target modules differ as they do for hub models), and the
+finished model folders :func:`lib.pipeline.training.pretrain` writes. The mini world's zoo
+(``lib.miniworld.zoo``) builds every self-built model of the project from these.
 """
 
 from __future__ import annotations

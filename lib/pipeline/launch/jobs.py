@@ -27,7 +27,7 @@ from .. import finetune as ft
 from .. import protocols
 from .. import tasks as tk
 from ..device import free_memory, pin_arithmetic
-from ..spec import JobSpec, fine_tunes, planned_benchmarks
+from ..spec import JobSpec, planned_benchmarks
 from . import slurm
 from .locks import UnitBusy, UnitLock
 from .outcome import JobError, JobOutcome, record_failure, summarise
@@ -62,7 +62,7 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
     """
     from ... import metadata
 
-    trains = fine_tunes(protocol)
+    trains = store.base_protocol(protocol) == store.TBT
     if trains and recipe is None:
         raise ValueError("plan: train-before-test needs a recipe")
     if dtype not in ev.DTYPES:
@@ -226,13 +226,10 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
     with nothing pending are not submitted, nor jobs whose every pending unit is locked by a live
     job elsewhere. A console line reports progress every ``progress_every`` seconds.
 
-    On Slurm a job stopped at its time limit or preempted is requeued (at most ``max_requeues``
-    times after time limits) and resumes after its units' last finished epochs; every job id is
-    recorded the moment it is submitted (:class:`lib.pipeline.launch.slurm.Record`), so a later launch of
-    the same grid re-attaches to the jobs still queued or running instead of submitting them again,
-    and a process killed while waiting loses nothing. With ``TBT_SUBMIT_ONLY=1`` (``make submit``)
-    it submits (or finds queued) and raises :class:`lib.pipeline.launch.slurm.JobsSubmitted` instead of
-    waiting.
+    On Slurm a job stopped at its time limit (at most ``max_requeues`` times) or preempted is
+    requeued and resumes; a later launch re-attaches to the recorded jobs still queued or running.
+    With ``TBT_SUBMIT_ONLY=1`` (``make submit``) it raises :class:`lib.pipeline.launch.slurm.JobsSubmitted`
+    instead of waiting.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}{did_you_mean(executor, EXECUTORS)}; "
@@ -274,7 +271,8 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
             todo.append(spec)
             continue
         held = {b: unit_lock(spec, b) for b in pending}
-        busy = {b: lk.describe(lk.holder()) for b, lk in held.items() if lk.holder() is not None and not lk.stale()}
+        busy = {b: lk.describe(lk.holder()) for b, lk in held.items()
+                if lk.holder() is not None and lk.why_stale() is None}
         if len(busy) == len(pending):                  # all of it runs elsewhere: do not resubmit
             outcomes.append(JobOutcome.of(spec, busy=busy))
         else:

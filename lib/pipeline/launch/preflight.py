@@ -1,15 +1,8 @@
-"""The preflight: before any job is submitted, what each (model, benchmark) of notebook 02 costs in
-GPU-hours and memory, and whether it can finish within the time limit (``make preflight``).
-
-Per unit, :func:`unit_flops` counts the training, validation and test FLOPs from notebook 01's
-planned sizes; :func:`throughput` turns them into hours (a measured ``paper_slice`` run's TFLOP/s
-when there is one, :func:`measured_tflops`); :func:`training_memory_gb` estimates the peak memory
-of a training step from the model's config (:func:`model_shape`, no weights loaded). The
-estimates are rough by design (stated assumptions): they say which units need micro-batches or
-gradient checkpointing on the GPUs at hand, which must be split into one job per learning rate,
-and which cannot run at all (:class:`PreflightError`, one line each with what to change).
-
-``python -m lib.pipeline.launch.preflight PROFILE``   the preflight of a profile's notebook 02
+"""The preflight (``make preflight``, ``python -m lib.pipeline.launch.preflight PROFILE``): before any
+job is submitted, what each (model, benchmark) of notebook 02 costs in GPU-hours and memory, and
+whether it can finish within the time limit. The estimates are rough by design (stated
+assumptions): they say which units need micro-batches or gradient checkpointing, which must be
+split into one job per learning rate, and which cannot run at all (:class:`PreflightError`).
 """
 
 from __future__ import annotations
@@ -389,11 +382,8 @@ def _source(model: str, profile: str) -> str:
 
 
 def preflight_profile(profile: str) -> Preflight:
-    """The preflight of a profile's notebook 02, as the notebook would print it before submitting
-    (its reduced budget and its notebook 03's k-shot evaluations, where the profile asks for them, included):
-    from notebook 01's summary when it has run, else from :func:`lib.pipeline.tasks.preview_selection`
-    (offline: no dataset or model is loaded; model sizes from their configs where cached, else from
-    ``lib.metadata``)."""
+    """The preflight of a profile's notebook 02 (with its reduced budget and 03's k-shot evaluations),
+    from notebook 01's summary when it has run, else offline from :func:`lib.pipeline.tasks.preview_selection`."""
     from dataclasses import replace
 
     from ... import outputs, params

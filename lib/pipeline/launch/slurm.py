@@ -358,12 +358,9 @@ class Record:
 
 # --------------------------------------------------------------------------- submitting and waiting
 class RequeueableJob:
-    """What a Slurm job runs: ``fn(spec)`` (:func:`lib.pipeline.launch.jobs.run_job`), requeued at a
-    time limit or a preemption. submitit sends the job USR2 ``slurm_signal_delay_s`` before its limit
-    (and a preempting scheduler does too); it then calls :meth:`checkpoint` and requeues the job as
-    it was: the requeued run skips the finished units and resumes the interrupted one after its last
-    finished epoch (every epoch's state is on disk, :func:`lib.pipeline.finetune.train_units`), so the
-    numbers are those of an uninterrupted run."""
+    """What a Slurm job runs: ``fn(spec)``, requeued as it was when submitit's signal before a time
+    limit or a preemption calls :meth:`checkpoint`; the requeued run resumes after the last finished
+    epoch, so the numbers are those of an uninterrupted run."""
 
     def __init__(self, fn):
         self.fn = fn
