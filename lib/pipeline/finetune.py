@@ -249,10 +249,7 @@ def tunable(base, recipe: Recipe):
         p.requires_grad_(True)
     if recipe.gradient_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
         model.gradient_checkpointing_enable({"use_reentrant": False})
-    try:
-        yield model
-    finally:
-        del model
+    yield model
 
 
 @contextmanager
@@ -264,12 +261,7 @@ def adapter(base, adapter_dir: str | Path):
     if not (adapter_dir / "adapter_config.json").exists() and (adapter_dir / "config.json").exists():
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(str(adapter_dir), dtype=base.dtype).to(base.device)
-        model.eval()
-        try:
-            yield model
-        finally:
-            del model
+        yield AutoModelForCausalLM.from_pretrained(str(adapter_dir), dtype=base.dtype).to(base.device).eval()
         return
     from peft import PeftModel
 

@@ -274,10 +274,8 @@ def batch_loss(model, batch, pad_id: int, micro_batch_size: int, device, backwar
 
 @dataclass
 class RunState:
-    """What one training run carries from step to step besides its weights: the trainable
-    parameters, AdamW (weight decay, the run's learning rate), the linear decay to zero over
-    ``steps`` without warm-up (transformers' Trainer defaults), the data-order generator seeded with
-    ``seed``, and the epochs done (:func:`train_epochs`)."""
+    """What one run of :func:`train_epochs` carries from step to step besides its weights: the
+    trainable parameters, AdamW, its schedule, the data-order generator and the epochs done."""
     params: list
     opt: object
     sched: object
