@@ -427,12 +427,11 @@ class SplitRule:
     revisions: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.procedure not in SPLIT_PROCEDURES:
-            raise TaskError(f"split procedure must be one of {list(SPLIT_PROCEDURES)}, got {self.procedure!r}"
-                            f"{did_you_mean(str(self.procedure), SPLIT_PROCEDURES)}")
-        if self.shared_test not in SHARED_TEST:
-            raise TaskError(f"shared_test must be one of {list(SHARED_TEST)}, got {self.shared_test!r}"
-                            f"{did_you_mean(str(self.shared_test), SHARED_TEST)}")
+        for what, value, allowed in (("split procedure", self.procedure, SPLIT_PROCEDURES),
+                                     ("shared_test", self.shared_test, SHARED_TEST)):
+            if value not in allowed:
+                raise TaskError(f"{what} must be one of {list(allowed)}, got {value!r}"
+                                f"{did_you_mean(str(value), allowed)}")
         if not 0 < self.val_fraction < 1:
             raise TaskError(f"val_fraction must lie strictly between 0 and 1, got {self.val_fraction}")
         unknown = sorted(set(self.caps) - set(SPLITS))

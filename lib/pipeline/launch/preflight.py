@@ -272,9 +272,8 @@ class Preflight:
 ONE_JOB, SPLIT, REFUSED = "one job", "one job per learning rate", "refused"
 
 
-def _names(rows: pd.DataFrame, n: int = 4) -> str:
-    names = [f"{m} / {b}" for m, b in zip(rows["model"], rows["benchmark"])]
-    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+def _names(rows: pd.DataFrame) -> str:
+    return slurm.first_few([f"{m} / {b}" for m, b in zip(rows["model"], rows["benchmark"])], 4)
 
 
 def preflight(specs, selection: dict, resources: dict | None = None, tflops: float = 0.0,

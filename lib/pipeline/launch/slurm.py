@@ -416,7 +416,7 @@ def run(fn, todo: list, queued: dict[str, str], resources: dict, folder: Path, m
     fresh = [s for s in todo if spec_key(s) not in queued]
     if attached:
         tell(f"slurm: re-attached to {len(attached)} job(s) still queued or running: "
-             f"{_id_list([j for _, j in attached])}")
+             f"{first_few([j for _, j in attached])}")
     submitted = []
     if fresh:
         ex = executor(folder, resources, max_requeues)
@@ -427,7 +427,7 @@ def run(fn, todo: list, queued: dict[str, str], resources: dict, folder: Path, m
             record.add([(spec, job.job_id) for spec, job in zip(part, jobs)])   # at once: nothing is submitted twice
             submitted += [(spec, job.job_id) for spec, job in zip(part, jobs)]
         tell(f"slurm: submitted {len(submitted)} job(s) in {len(parts)} array(s): "
-             f"{_id_list([j for _, j in submitted])}; logs in {paths.show(folder)}")
+             f"{first_few([j for _, j in submitted])}; logs in {paths.show(folder)}")
     entries = [(spec, jid, submitit.SlurmJob(folder=folder, job_id=jid)) for spec, jid in attached + submitted]
     if os.environ.get(SUBMIT_ONLY_ENV):
         raise JobsSubmitted(f"{len(submitted)} job(s) submitted, {len(attached)} already queued or running")
@@ -441,8 +441,9 @@ def chunks(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def _id_list(ids: list[str], n: int = 6) -> str:
-    return ", ".join(ids[:n]) + (f" and {len(ids) - n} more" if len(ids) > n else "")
+def first_few(items: list[str], n: int = 6) -> str:
+    """The first ``n`` of ``items`` and how many more."""
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 def wait(entries: list[tuple], counter, bar, poll: float) -> list[JobOutcome]:
@@ -503,7 +504,7 @@ def pending_note(items: list[tuple]) -> str | None:
     if not stuck:
         return None
     spec, st = stuck[0]
-    ids = _id_list([s.job_id for _, s in stuck])
+    ids = first_few([s.job_id for _, s in stuck])
     return f"slurm: {len(stuck)} job(s) pending ({st.reason}): {st.stuck} [{ids}]"
 
 
