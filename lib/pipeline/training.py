@@ -11,7 +11,6 @@ import os
 import random
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..util import atomic_dir
@@ -272,50 +271,15 @@ def batch_loss(model, batch, pad_id: int, micro_batch_size: int, device, backwar
     return total
 
 
-@dataclass
-class RunState:
-    """What one run of :func:`train_epochs` carries from step to step besides its weights: the
-    trainable parameters, AdamW, its schedule, the data-order generator and the epochs done."""
-    params: list
-    opt: object
-    sched: object
-    gen: object
-    epoch: int = 0
-
-    @classmethod
-    def build(cls, model, *, lr: float, weight_decay: float, steps: int, seed: int,
-              resume: dict | None = None) -> RunState:
-        """The state of a run of ``model``'s trainable parameters: fresh, or (``resume``, a loop state
-        of :meth:`state`, the parameters already restored by the caller) after its last epoch."""
-        import torch
-
-        params = [p for p in model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / steps))
-        gen = torch.Generator().manual_seed(seed)
-        run = cls(params, opt, sched, gen)
-        if resume is not None:
-            opt.load_state_dict(resume["optimizer"])
-            sched.load_state_dict(resume["scheduler"])
-            gen.set_state(resume["generator"])
-            run.epoch = int(resume["epoch"])
-        return run
-
-    def state(self, epoch: int, micro: int = 0) -> dict:
-        """The loop's state after ``epoch`` (``micro``: the micro-batch in use, 0 for whole batches),
-        as a unit saves it and :meth:`build` takes it back."""
-        return {"epoch": epoch, "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
-                "generator": self.gen.get_state(), "micro": micro}
-
-
 def train_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: int, batch_size: int,
                 lr: float, weight_decay: float, seed: int, pad_id: int, micro_batch_size: int = 0,
                 oom_backoff: bool = True, log=None, resume: dict | None = None, on_step=None) -> Iterator[dict]:
     """Train the parameters of ``model`` that require a gradient; yields after each epoch, with the
     model in eval mode (the caller validates), ``epoch``, ``train_loss`` (mean batch loss),
     ``train_seconds``, ``micro_batch_size`` (in use at the epoch's end) and ``state``, a function
-    returning the loop's state (:meth:`RunState.state`): given back as ``resume`` (the trainable
-    parameters restored by the caller) the loop goes on exactly as without the interruption.
+    returning the loop's state (optimiser, schedule, data-order generator, micro-batch): given back
+    as ``resume`` (the trainable parameters restored by the caller) the loop goes on exactly as
+    without the interruption.
 
     AdamW with a linear decay to zero, no warm-up, gradient norm clipped to 1 (transformers'
     Trainer defaults); each epoch's data order from a generator seeded with ``seed``. A batch runs
@@ -328,16 +292,22 @@ def train_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: 
     import torch
 
     device = next(model.parameters()).device
-    run = RunState.build(model, lr=lr, weight_decay=weight_decay, steps=math.ceil(len(examples) / batch_size) * epochs,
-                         seed=seed, resume=resume)
-    params, opt, sched, gen = run.params, run.opt, run.sched, run.gen
+    steps = math.ceil(len(examples) / batch_size) * epochs
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / steps))
+    gen = torch.Generator().manual_seed(seed)
     micro = micro_batch_size if 0 < micro_batch_size < batch_size else 0
-    start = run.epoch
+    start = 0
     if resume is not None:
-        micro = int(resume["micro"])
+        opt.load_state_dict(resume["optimizer"])
+        sched.load_state_dict(resume["scheduler"])
+        gen.set_state(resume["generator"])
+        start, micro = int(resume["epoch"]), int(resume["micro"])
 
     def loop_state(epoch: int) -> dict:
-        return run.state(epoch, micro)
+        return {"epoch": epoch, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "generator": gen.get_state(), "micro": micro}
 
     for epoch in range(start + 1, epochs + 1):
         t0 = time.time()
