@@ -329,8 +329,7 @@ def _run_submitit(todo: list[JobSpec], executor: str, resources: dict, folder: P
                                                        "nodes", "tasks_per_node", "visible_gpus")}
     if res:
         ex.update_parameters(**res)
-    limit = max_jobs or default_max_jobs()
-    return _wait([], list(todo), lambda spec: ex.submit(run_job, spec), counter, bar, limit,
+    return _wait(todo, lambda spec: ex.submit(run_job, spec), counter, bar, max_jobs or default_max_jobs(),
                  poll=POLL_SECONDS[executor])
 
 
@@ -396,19 +395,17 @@ def worker_pool(workers: int, folder: Path):
 def _run_processes(todo: list[JobSpec], folder: Path, max_jobs: int, counter: UnitCounter,
                    bar: Progress) -> list[JobOutcome]:
     with worker_pool(min(max_jobs or default_max_jobs(), len(todo)), folder) as pool:
-        futures = [pool.submit(_pool_job, spec) for spec in todo]
-        return _wait(list(zip(todo, futures)), [], None, counter, bar, poll=POLL_SECONDS["processes"])
+        return _wait(todo, lambda spec: pool.submit(_pool_job, spec), counter, bar, len(todo),
+                     poll=POLL_SECONDS["processes"])
 
 
-def _wait(running: list, queue: list[JobSpec], submit, counter: UnitCounter, bar: Progress,
-          limit: int = 0, poll: float = 2.0) -> list[JobOutcome]:
-    """Wait for ``running`` (spec, job) pairs; with ``submit`` start the specs of ``queue`` so that
-    at most ``limit`` run at once. Returns one outcome per job (a failed job: all its pending
-    benchmarks failed, with the job's log file)."""
-    outcomes = []
-    queue = list(queue)
+def _wait(queue: list[JobSpec], submit, counter: UnitCounter, bar: Progress, limit: int,
+          poll: float = 2.0) -> list[JobOutcome]:
+    """Start the specs of ``queue`` with ``submit``, at most ``limit`` at once, and wait for them.
+    Returns one outcome per job (a failed job: all its pending benchmarks failed, with its log file)."""
+    outcomes, running, queue = [], [], list(queue)
     while running or queue:
-        while submit is not None and queue and len(running) < limit:
+        while queue and len(running) < limit:
             spec = queue.pop(0)
             running.append((spec, submit(spec)))
         finished = [(s, j) for s, j in running if j.done()]
