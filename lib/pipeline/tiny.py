@@ -58,12 +58,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int):
 
 def make_model(family: str, tokenizer, *, d_model: int, n_layers: int, n_heads: int,
                d_ff: int | None = None, max_len: int = 256, seed: int = 0):
-    """A randomly initialised causal LM of ``family`` in {"llama", "gpt2", "gpt_neox"}.
-
-    Sizes: ``d_model`` hidden width, ``n_layers`` blocks, ``n_heads`` attention heads (must divide
-    ``d_model``), ``d_ff`` feed-forward width (default 4 x d_model), ``max_len`` positions. Dropout
-    is off (tiny models, short training). Initialisation is deterministic for ``seed``.
-    """
+    """A randomly initialised causal LM of ``family`` (``d_ff`` default 4 x ``d_model``), deterministic
+    for ``seed``. Dropout is off (tiny models, short training)."""
     import torch
     import transformers as tf
 

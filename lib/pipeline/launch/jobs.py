@@ -51,14 +51,9 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
          bootstrap_iters: int = 1000, benchmarks_per_job: int = 0, dtype: str = "float32",
          add_bos_token: bool = True, max_gen_toks: int = 256, num_fewshot: int = 0,
          train_fraction: float = 1.0) -> list[JobSpec]:
-    """One :class:`JobSpec` per model (and chunk of ``benchmarks_per_job`` benchmarks, 0 = all).
-
-    ``selection`` is notebook 01's summary: ``selected`` tasks, ``include_paths``,
-    ``include_defaults``, ``split_rule`` and ``task_timeout`` (so 02 and 03 test on the same
-    documents). ``models`` are names from the store's model metadata (with a ``path``), local
-    folders or hub ids. ``chat_template`` applies the chat template to instruction-tuned models
-    only (by ``lib.metadata``). Unknown models/tasks, tasks that cannot be trained on and an
-    unknown ``dtype`` raise here.
+    """One :class:`JobSpec` per model (and chunk of ``benchmarks_per_job`` benchmarks, 0 = all) of
+    notebook 01's ``selection`` (so 02 and 03 test on the same documents). ``chat_template`` applies
+    to instruction-tuned models only. Unknown models, tasks or dtype raise here, before any training.
     """
     from ... import metadata
 

@@ -129,12 +129,10 @@ def limits(partition: str | None = None) -> Limits:
 
 
 def scheduler_resources(resources: dict) -> tuple[dict, list[str]]:
-    """``resources`` with the Slurm partition's real time limit applied (``scontrol``): a
-    ``timeout_min`` over the partition's ``MaxTime`` would be refused or pend forever, so the
-    preflight plans (and jobs are submitted) with the partition's limit, and one line says so. Where
-    no scheduler answers, ``resources`` as they are and one line saying they are trusted. An unknown
-    partition, or a request no node of the partition can meet (:func:`node_problems`), raises
-    ValueError naming the partitions there are or the key and what the nodes have."""
+    """(``resources`` with the partition's real time limit applied, lines that say so): a
+    ``timeout_min`` over its ``MaxTime`` would be refused or pend forever. Where no scheduler answers,
+    ``resources`` as they are. An unknown partition, or a request no node of the partition can meet
+    (:func:`node_problems`), raises ValueError."""
     try:
         lim = limits(resources.get("slurm_partition"))
     except SchedulerDown as exc:
@@ -153,11 +151,9 @@ def scheduler_resources(resources: dict) -> tuple[dict, list[str]]:
 
 
 def node_problems(resources: dict, partition: str) -> list[tuple[str, str]]:
-    """(key of ``resources``, why) for every request no node of ``partition`` can meet: memory
-    (``mem_gb`` against ``RealMemory``), CPUs (``cpus_per_task`` against ``CPUTot``), GPUs
-    (``gpus_per_node`` against the ``gpu`` of ``Gres``), from ``scontrol show node``
-    (:class:`SchedulerDown` when it does not answer). sbatch would refuse them at 02 with
-    "Memory specification can not be satisfied"; here it is before any work."""
+    """(key of ``resources``, why) for every request (``mem_gb``, ``cpus_per_task``, ``gpus_per_node``)
+    no node of ``partition`` can meet, from ``scontrol show node``: before any work, not sbatch's
+    "Memory specification can not be satisfied" at 02."""
     nodes = [_fields(line) for line in _run(["scontrol", "show", "node", "--oneliner"]).splitlines() if line.strip()]
     nodes = [n for n in nodes if partition in n.get("Partitions", "").split(",")]
     if not nodes:
