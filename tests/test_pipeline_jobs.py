@@ -125,7 +125,7 @@ def test_unit_lock_heartbeat_and_stale_takeover(tmp_path):
         assert lock.holder()["pid"] == os.getpid()
     assert not path.exists()
     path.write_text(json.dumps({"host": "another-node", "pid": 1, "since": "yesterday"}))
-    assert not UnitLock(path, stale_after=600).stale()              # another host, recently touched: alive
+    assert UnitLock(path, stale_after=600).why_stale() is None            # another host, recently touched: alive
     old = time.time() - 3600
     os.utime(path, (old, old))
     with UnitLock(path, stale_after=600):                           # silent for an hour: taken over

@@ -194,4 +194,4 @@ def test_a_model_recorded_by_its_portable_name_is_read_where_it_lies_now(tmp_pat
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path)
     shape = preflight.model_shape("outputs:prof/work/models/tiny")
     assert shape["n_params"] > 0
-    assert preflight._local("Qwen/Qwen2-7B") == "Qwen/Qwen2-7B"
+    assert str(paths.located("Qwen/Qwen2-7B")) == "Qwen/Qwen2-7B"             # a hub id: as it is

@@ -24,8 +24,7 @@ every chosen document while the positions stay the same. So every unit records
   hash, so two runs that chose "the same" documents of different data can be told apart
   (:func:`differences`; the placement calibration names them, :mod:`lib.placement`).
 
-``make models`` prints the table of a profile's tasks (:func:`config_lines`: what the YAML says,
-offline, :func:`lib.pipeline.tasks.dataset_lines`) and, once the datasets are loaded, their records
+``make models`` prints what the YAML says (:func:`config_lines`) and, once loaded, the records
 (:func:`record_lines`). This module imports nothing of the pipeline: :mod:`lib.pipeline.tasks` uses it.
 """
 

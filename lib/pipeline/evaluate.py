@@ -18,6 +18,7 @@ from typing import Any
 from .. import layout, store
 from ..errors import UserError
 from ..util import did_you_mean, digest, sha256_bytes
+from . import hub
 from .tasks import TaskError, TaskInfo, docs, use_split
 
 log = logging.getLogger(__name__)
@@ -43,31 +44,21 @@ def resolve_model(entry: str, store_root: str | Path | None = None, offline: boo
                              "has no config.json; rebuild it (run the profile's prepare step)")
         return entry, str(path)
     path = Path(entry).expanduser()
+    known = [k for k, v in meta.items() if v.get("path")]
     if path.is_absolute() or entry.startswith(".") or path.exists():
         if not (path / "config.json").exists():
-            known = [k for k, v in meta.items() if v.get("path")]
             raise ModelError(f"unknown model path {entry!r}: no config.json there{did_you_mean(entry, known, n=3)}")
         return path.name, str(path.resolve())
-    if offline is None:
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
-    if offline:
-        try:
-            from huggingface_hub import try_to_load_from_cache
-            hit = try_to_load_from_cache(entry, "config.json")
-        except Exception:  # invalid repo id format and the like
-            hit = None
-        if not isinstance(hit, str):
-            known = [k for k, v in meta.items() if v.get("path")]
+    if hub.offline() if offline is None else offline:
+        if not hub.cached(entry):
             raise ModelError(f"unknown model {entry!r}: not a local folder, a model of the store's "
                              f"metadata{did_you_mean(entry, known, n=3)}, nor a hub id in the local cache "
                              "(HF_HUB_OFFLINE is set)")
     else:
-        from .hub import HubUnreachable, require
-
         profile = Path(store_root).parent.name if store_root else "<profile>"     # outputs/<profile>/store
         try:
-            require(f"model {entry!r}", f"make models PROFILE={profile}")
-        except HubUnreachable as exc:
+            hub.require(f"model {entry!r}", f"make models PROFILE={profile}")
+        except hub.HubUnreachable as exc:
             raise ModelError(str(exc)) from None
     return entry, entry
 
@@ -101,7 +92,7 @@ def _hub_revision(repo_id: str) -> str | None:
         hit = try_to_load_from_cache(repo_id, "config.json")
         if isinstance(hit, str):                       # .../snapshots/<commit>/config.json
             return Path(hit).parent.name
-        if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
+        if hub.offline():
             return None
         from huggingface_hub import HfApi
 

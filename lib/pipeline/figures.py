@@ -32,10 +32,8 @@ def _count(x: float, _pos=None) -> str:
 
 
 def train_sizes(table: pd.DataFrame, min_train: int):
-    """Training documents per task (log scale, a dot per task: a bar's length means nothing on a log
-    axis): selected benchmarks, rejected ones and perplexity corpora in three colours and markers, the
-    ``min_train`` threshold as a dashed line. ``table`` is notebook
-    01's selection table (index: task; columns ``n_train``, ``selected``, optional ``role``)."""
+    """Training documents per task of notebook 01's selection ``table`` (log scale, a dot per task: a
+    bar's length means nothing on a log axis), the ``min_train`` threshold as a dashed line."""
     sizes = table["n_train"].astype(float).fillna(0)
     role = table["role"] if "role" in table else pd.Series("benchmark", index=table.index)
     colors = [CORPUS if r == "corpus" else SELECTED if s else REJECTED
@@ -81,12 +79,9 @@ def _panels(n: int, panel_h: float, extra_h: float, width: float = plots.WIDTH_D
 
 def val_curves(curves: pd.DataFrame, benchmarks: Iterable[str], corpora: Iterable[str] = (),
                value: str = "val_score", store=None):
-    """The validation value the best epoch is chosen on (``val_score`` or ``val_loss``) after each
-    epoch, one panel per benchmark: a thin line per (model, learning rate) in the model's family colour
-    (sizes as shades; ``store`` holds the metadata of self-built models), the learning rate as line
-    style, and the median over models per learning rate in black, so the panels stay readable with
-    any number of models. ``curves`` has columns ``model``, ``benchmark``, ``lr``, ``epoch`` and
-    ``value``."""
+    """The validation ``value`` the best epoch is chosen on after each epoch, one panel per benchmark:
+    a thin line per (model, learning rate), the learning rate as line style, and the median over
+    models per learning rate in black, so the panels stay readable with any number of models."""
     label = "validation loss" if value == "val_loss" else "validation score"
     benchmarks, corpora = list(benchmarks), set(corpora)
     fig, axes = _panels(len(benchmarks), 1.55, 1.1)

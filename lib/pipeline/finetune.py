@@ -1,23 +1,14 @@
 """Train-before-test fine-tuning: LoRA on a task's training split, as lm-eval renders it.
 
-A training example is the task's own prompt and target, rendered by
-:func:`lib.pipeline.tasks.render`: the context comes from lm-eval's ``fewshot_context`` (zero-shot,
-optionally through the model's chat template), the continuation is the gold request lm-eval
-itself would score (multiple choice: the gold choice's request from ``construct_requests``;
-generative: ``target_delimiter + doc_to_target``; perplexity corpora: the text in model-length
-windows). This module tokenises it with lm-eval's own ``_encode_pair``, so training and scoring
-see identical tokens. Which tokens carry the loss, whether an end-of-text token follows the
-answer, how a list of gold answers and the task's description are rendered and how an overlong
-example is cut are recipe fields (:class:`Recipe`; the paper's values are notebook 02's defaults:
-TRL's SFT trainer on ``prompt + " " + answer + EOS`` with the loss on every token).
+A training example is the gold request lm-eval itself would score (:func:`lib.pipeline.tasks.render`),
+tokenised with lm-eval's own ``_encode_pair``, so training and scoring see identical tokens. Where
+the loss lies and how an example is rendered and cut are recipe fields (:class:`Recipe`; the paper's
+values are notebook 02's defaults: TRL's SFT trainer on ``prompt + " " + answer + EOS`` with the
+loss on every token).
 
-One learning-rate *unit* trains ``epochs`` epochs, validates after each (the validation loss, as
-the paper's trainer chose its checkpoint, or the benchmark's own lm-eval metric), keeps the best
-epoch's adapter in ``lr=<lr>/epoch=<e>/`` and writes ``unit.json`` (its curve) last: a unit
-without ``unit.json`` is unfinished, so a killed run leaves nothing that is read as a result. After
-every epoch the unit's whole state is saved (``lr=<lr>/resume/``), so a killed unit resumes after
-its last finished epoch and ends bit for bit as an uninterrupted run. With ``tensorboard`` set, a unit
-also writes its training curves as TensorBoard event files into its folder (:class:`_Curves`).
+One learning-rate *unit* (:func:`train_units`) trains, validates after every epoch, keeps the best
+epoch and resumes after a kill bit for bit; with ``tensorboard`` set it also writes its curves
+(:class:`_Curves`).
 """
 
 from __future__ import annotations
@@ -35,7 +26,7 @@ from pathlib import Path
 from .. import layout
 from ..util import atomic_dir, did_you_mean
 from .tasks import TaskInfo, docs, render
-from .training import train_epochs
+from .training import random_states, set_random_states, train_epochs
 
 CHOICES = {
     "loss_on": ("all", "target"),             # every token (the paper: TRL's default) or the answer only
@@ -161,14 +152,10 @@ def lora_targets(model, modules: str = "default") -> list[str] | str | None:
 
 def training_examples(task, info: TaskInfo, lm, recipe: Recipe, chat_template: bool = False,
                       role: str = "train") -> list[tuple[list[int], list[int]]]:
-    """(input_ids, labels) per example of ``role``; labels are -100 where no loss is taken.
-
-    ``recipe.loss_on``: ``"all"`` labels every token, ``"target"`` the continuation only;
-    ``recipe.end_of_text``: ``"every"`` appends EOS after every answer, ``"generative"`` after
-    generative answers only (so a model learns to stop); an example longer than
-    ``recipe.max_length`` loses its ``recipe.truncate`` side. Perplexity corpora are cut into
-    disjoint windows of ``max_length`` tokens with the loss on every token.
-    """
+    """(input_ids, labels) per example of ``role`` (labels -100 where no loss is taken), as the
+    recipe's ``loss_on``, ``end_of_text`` (EOS after generative answers only: a model learns to
+    stop) and ``truncate`` say. Perplexity corpora are cut into disjoint windows of ``max_length``
+    tokens with the loss on every token."""
     eos = lm.tokenizer.eos_token_id
     max_length = recipe.max_length
     out = []
@@ -262,10 +249,7 @@ def tunable(base, recipe: Recipe):
         p.requires_grad_(True)
     if recipe.gradient_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
         model.gradient_checkpointing_enable({"use_reentrant": False})
-    try:
-        yield model
-    finally:
-        del model
+    yield model
 
 
 @contextmanager
@@ -277,12 +261,7 @@ def adapter(base, adapter_dir: str | Path):
     if not (adapter_dir / "adapter_config.json").exists() and (adapter_dir / "config.json").exists():
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(str(adapter_dir), dtype=base.dtype).to(base.device)
-        model.eval()
-        try:
-            yield model
-        finally:
-            del model
+        yield AutoModelForCausalLM.from_pretrained(str(adapter_dir), dtype=base.dtype).to(base.device).eval()
         return
     from peft import PeftModel
 
@@ -300,30 +279,34 @@ def train_units(base, tokenizer, examples: Callable[[], list], recipe: Recipe, l
                 reuse: bool = True) -> list[UnitResult]:
     """The learning-rate units of one (model, benchmark), one per rate of ``lrs``, in that order: a
     finished unit of the same configuration (``config(lr)``) in ``unit_dir(lr)`` is read back
-    (``reuse``), the others are trained one after another (:func:`lib.pipeline.training.train_epochs`)
-    on ``examples()``, the (ids, labels) training examples (asked for only when a unit trains).
+    (``reuse``), the others train one after another on ``examples()`` (asked for only then).
 
-    A unit trains a LoRA adapter (or, ``method`` "full", the whole model) at its rate for
-    ``recipe.epochs`` epochs, validating after each (stopping early after ``recipe.patience`` epochs
-    without a better value when it is > 0). ``validate(model) -> value`` of the recipe's criterion
-    (``recipe.select_on``: the validation loss, lower is better, or the benchmark's lm-eval metric,
-    better as ``higher_is_better`` says). The best epoch's adapter is kept in
-    ``unit_dir/epoch=<e>/`` and ``unit.json`` (the curve and the config) is written last. ``base``
-    is left as it was. Deterministic for ``recipe.seed`` (initialisation, dropout and data order).
-
-    After every epoch a unit's state is saved atomically in ``unit_dir/resume/``
-    (:func:`save_state`); a unit killed before ``unit.json`` (time limit, preemption, SIGKILL)
-    resumes after its last finished epoch, when that state was made with the same config, and ends
-    as an uninterrupted run would, bit for bit. Anything else in an unfinished ``unit_dir`` is
-    started again from scratch. A unit's ``seconds`` count its own training and validation."""
+    A unit trains a fresh LoRA adapter (or, ``method`` "full", a copy of the whole model) for
+    ``recipe.epochs`` epochs, stopping early after ``recipe.patience`` epochs without a better
+    ``validate(model)`` (the validation loss, or the lm-eval metric as ``higher_is_better`` says).
+    It keeps the best epoch in ``unit_dir/epoch=<e>/`` and writes ``unit.json`` last: a unit without
+    it is unfinished, so a killed run leaves nothing that is read as a result. After every epoch
+    its state is saved in ``unit_dir/resume/`` (:func:`save_state`), so a unit killed before
+    ``unit.json`` (time limit, preemption, SIGKILL) resumes after its last finished epoch and ends
+    bit for bit as an uninterrupted run; anything else in an unfinished ``unit_dir`` starts again.
+    Deterministic for ``recipe.seed``; ``base`` is left as it was."""
     config = config or (lambda lr: {})
     found = {lr: read_unit(unit_dir(lr), config(lr)) if reuse else None for lr in lrs}
     todo = [lr for lr in lrs if found[lr] is None]
-    if todo:
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        units = [dict(lr=lr, unit_dir=Path(unit_dir(lr)), config=config(lr)) for lr in todo]
-        found.update(zip(todo, _train_one_after_another(base, examples(), recipe, units, pad, validate,
-                                                        higher_is_better, progress)))
+    data = examples() if todo else []
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    for lr in todo:
+        with tunable(base, recipe) as model:
+            unit = _Unit(model, data, recipe, lr, Path(unit_dir(lr)), config(lr), higher_is_better, progress)
+            points = () if unit.finished else train_epochs(
+                model, data, epochs=recipe.epochs, batch_size=recipe.batch_size, lr=lr,
+                weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad,
+                micro_batch_size=recipe.micro_batch_size, log=progress, resume=unit.resume,
+                on_step=unit.curves.step if unit.curves else None)
+            for point in points:
+                if unit.epoch(point, validate):
+                    break                           # the last epoch, or no better value for `patience` epochs
+        found[lr] = unit.finish()
     return [found[lr] for lr in lrs]
 
 
@@ -386,33 +369,10 @@ class _Unit:
         return self.res
 
 
-def _train_one_after_another(base, examples, recipe: Recipe, units: list[dict], pad: int, validate,
-                             higher_is_better: bool, progress) -> list[UnitResult]:
-    """Each unit in turn: a fresh adapter (or copy) of ``base`` (:func:`tunable`), its epochs."""
-    out = []
-    for u in units:
-        with tunable(base, recipe) as model:
-            unit = _Unit(model, examples, recipe, u["lr"], u["unit_dir"], u["config"], higher_is_better, progress)
-            points = () if unit.finished else train_epochs(
-                model, examples, epochs=recipe.epochs, batch_size=recipe.batch_size, lr=u["lr"],
-                weight_decay=recipe.weight_decay, seed=recipe.seed, pad_id=pad,
-                micro_batch_size=recipe.micro_batch_size, log=progress, resume=unit.resume,
-                on_step=unit.curves.step if unit.curves else None)
-            for point in points:
-                if unit.epoch(point, validate):
-                    break                           # the last epoch, or no better value for `patience` epochs
-        out.append(unit.finish())
-    return out
-
-
 class _Curves:
-    """A unit's TensorBoard event files, in its folder (``recipe.tensorboard``): every optimiser step's
-    training loss and learning rate (``train/loss``, ``train/learning_rate``), and at each epoch's last
-    step the epoch (``train/epoch``), its mean training loss (``train/epoch_loss``), the validation
-    criterion (``validation/val_loss`` or ``validation/val_score``) and the epoch whose adapter the
-    unit keeps so far (``checkpoint/best_epoch``). A resumed unit writes a new file and drops what the
-    killed run wrote after the state it resumes from (TensorBoard's ``purge_step``). It only watches:
-    a unit's numbers are the same without it."""
+    """A unit's TensorBoard event files, in its folder (``recipe.tensorboard``): each optimiser step's
+    loss and learning rate, each epoch's loss, validation value and best epoch so far. A resumed unit
+    drops what the killed run wrote after its state (TensorBoard's ``purge_step``). It only watches."""
 
     def __init__(self, unit_dir: Path, resume: dict | None):
         from torch.utils.tensorboard import SummaryWriter
@@ -451,48 +411,17 @@ STATE_JSON = "state.json"        # the curve so far, the best epoch, the config 
 STATE_TENSORS = "state.pt"       # trainable weights, optimiser, schedule, data order, random states
 
 
-def _random_states() -> dict:
-    """Every random state training and validation may draw from: torch's (CPU and accelerators),
-    Python's and numpy's global generators (in forms ``torch.load(weights_only=True)`` accepts)."""
-    import random
-
-    import numpy as np
-    import torch
-
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
-            "numpy": [kind, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(gauss)]}
-
-
-def _set_random_states(states: dict) -> None:
-    import random
-
-    import numpy as np
-    import torch
-
-    torch.set_rng_state(states["torch"])
-    if states["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-    version, internal, gauss = states["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, cached = states["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-
-
 def save_state(unit_dir: str | Path, model, res: UnitResult, loop_state: dict) -> Path:
     """Replace ``unit_dir/resume/`` atomically with the unit's state after ``loop_state["epoch"]``:
-    the trainable parameters (the LoRA adapter's, or every parameter for ``method`` "full"), the
-    optimiser, schedule and data-order states (:func:`lib.pipeline.training.train_epochs`), the
-    random states as they are now (after validation, before the next epoch) and the curve so far."""
+    the trainable parameters, the loop's state, the random states as they are now (after validation,
+    before the next epoch) and the curve so far."""
     import torch
 
     trainable = {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
     record = {**asdict(res), "epoch": loop_state["epoch"]}
 
     def write(tmp: Path) -> None:
-        torch.save({"params": trainable, "loop": loop_state, "random": _random_states()}, tmp / STATE_TENSORS)
+        torch.save({"params": trainable, "loop": loop_state, "random": random_states()}, tmp / STATE_TENSORS)
         (tmp / STATE_JSON).write_text(json.dumps(record, indent=1) + "\n")
 
     return atomic_dir(layout.resume_dir(unit_dir), write)
@@ -537,7 +466,7 @@ def _restore(model, res: UnitResult, saved: dict) -> dict:
     res.seconds = record["seconds"]
     res.resumed_after = [*record.get("resumed_after", []), record["epoch"]]
     _prune(Path(record["adapter"]).parent, record["adapter"])       # an epoch saved after the state was
-    _set_random_states(saved["random"])
+    set_random_states(saved["random"])
     return saved["loop"]
 
 

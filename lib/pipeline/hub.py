@@ -44,14 +44,9 @@ def _probe(url: str, timeout: float) -> str | None:
     try:
         requests.head(url, timeout=timeout, allow_redirects=False)
     except requests.RequestException as exc:
-        reason = type(exc).__name__
-        text = str(exc)
-        for known in ("Name or service not known", "Temporary failure in name resolution", "Connection refused",
-                      "timed out", "Network is unreachable"):
-            if known in text:
-                reason += f": {known}"
-                break
-        return reason
+        known = next((k for k in ("Name or service not known", "Temporary failure in name resolution",
+                                  "Connection refused", "timed out", "Network is unreachable") if k in str(exc)), None)
+        return type(exc).__name__ + (f": {known}" if known else "")
     return None
 
 

@@ -55,12 +55,9 @@ def write_task(task_dir: str | Path, name: str, kind: str, splits: dict[str, Ite
                metrics: list[str] | None = None, prompt: str | None = None, target: str | None = None,
                choices: list[str] | str | None = None, until: list[str] | None = None,
                max_gen_toks: int = 16, tags: list[str] | None = None, description: str = "") -> Path:
-    """Write ``<task_dir>/<name>/{train,validation,test}.jsonl`` and ``<task_dir>/<name>/<name>.yaml``.
-
-    ``splits`` maps split names (``train``, ``validation``, ``test``; any subset, train required
-    for fine-tuning) to records. ``prompt``/``target``/``choices`` override the Jinja templates
-    (defaults follow the record formats above). Returns the YAML path.
-    """
+    """Write ``<task_dir>/<name>/{split}.jsonl`` for each split of ``splits`` ({split: records}) and
+    ``<task_dir>/<name>/<name>.yaml`` (returned); ``prompt``/``target``/``choices`` override the
+    Jinja templates of the record formats above."""
     if kind not in KINDS:
         raise ValueError(f"local task {name!r}: unknown kind {kind!r}; expected one of {KINDS}")
     metrics = metrics or DEFAULT_METRICS[kind]

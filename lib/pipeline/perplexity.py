@@ -19,8 +19,6 @@ import pandas as pd
 from .. import store
 from .localtasks import write_task
 
-METRIC = "bits_per_byte"
-
 
 def split_documents(texts: Iterable[str], fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
                     seed: int = 0) -> dict[str, list[dict]]:

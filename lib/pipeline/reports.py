@@ -26,12 +26,9 @@ def _ran(df: pd.DataFrame, models: list[str], benchmarks: list[str]) -> pd.DataF
 
 def finetune_report(store_root: str | Path, work: str | Path, models: list[str], selection: dict,
                     recipe: Recipe, executor: str) -> dict:
-    """Notebook 02: ``scores`` (one row per train-before-test result: test score, chosen learning
-    rate and epoch, validation value, split sizes), ``matrix`` (model x benchmark test scores),
-    ``curves`` (validation curves, :func:`lib.layout.curves_frame`), ``examples`` (the decoded first
-    training example of each (model, benchmark), :func:`lib.layout.examples_frame`) and ``summary`` (``n_models``,
-    ``n_benchmarks``, ``n_results``, ``mean_score`` per benchmark, ``chosen_lr_counts``,
-    ``chosen_epoch_counts``, ``train_seconds``, ``recipe``, ``executor``, ``select_on``)."""
+    """Notebook 02: ``scores`` (one row per train-before-test result with its chosen learning rate and
+    epoch), ``matrix`` (model x benchmark), ``curves`` (validation curves), ``examples`` (the decoded
+    first training example of each (model, benchmark)) and ``summary``."""
     bench = selection["selected"]
     results = _ran(store.load(store_root, TBT), models, bench)
     prov = pd.DataFrame(list(results["provenance"]), index=results.index)
@@ -112,12 +109,10 @@ def reduced_summary(store_root: str | Path, models: list[str], selection: dict, 
 
 
 def direct_eval_report(store_root: str | Path, models: list[str], selection: dict) -> dict:
-    """Notebook 03: ``direct`` (one row per direct-evaluation result), ``matrix`` (model x benchmark
-    scores), ``protocols`` (both protocols side by side per (benchmark, model), with ``gain`` =
-    train-before-test - direct where 02 has run), ``perplexity`` (bits per byte of the corpora
-    before and after fine-tuning) and ``summary`` (``n_models``, ``n_benchmarks``, ``n_results``,
-    ``mean_direct``, ``mean_gain_tbt_minus_direct``, ``perplexity_mean_change``, per benchmark or
-    corpus; ``mean_fewshot``, {k-shot protocol: {benchmark: mean}}, where 03 ran k-shot evaluation)."""
+    """Notebook 03: ``direct`` (one row per direct-evaluation result), ``matrix`` (model x benchmark),
+    ``protocols`` (both side by side per (benchmark, model), with ``gain`` = train-before-test -
+    direct where 02 has run), ``perplexity`` (bits per byte before and after fine-tuning) and
+    ``summary`` (with ``mean_fewshot`` where 03 ran k-shot evaluation)."""
     bench = selection["selected"]
     df = _ran(store.load(store_root), models, bench)
     direct = df[df.protocol == DIRECT]

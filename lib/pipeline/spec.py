@@ -85,11 +85,6 @@ def older_code(store_root: str | Path) -> dict[str, int]:
     return found
 
 
-def fine_tunes(protocol: str) -> bool:
-    """Whether a job of ``protocol`` fine-tunes (train-before-test or a form of it)."""
-    return store.base_protocol(protocol) == TBT
-
-
 @dataclass
 class JobSpec:
     """Everything one job needs: a dataclass of plain values and the typed recipe, so it pickles for
@@ -164,14 +159,11 @@ class JobSpec:
     @property
     def trains(self) -> bool:
         """Whether the job fine-tunes (train-before-test or a form of it)."""
-        return fine_tunes(self.protocol)
+        return store.base_protocol(self.protocol) == TBT
 
     def provenance(self, plan: tk.SplitPlan, **extra) -> dict:
-        """The provenance of a result of this job (the one place it is put together). The recipe is
-        in it once, as part of ``config`` (what determines the result: its fields, the learning
-        rates, splits, model source, evaluation settings); what its documents are in ``dataset``
-        (:func:`lib.pipeline.datasets.record`); how a unit ran (micro-batch, gradient checkpointing,
-        seconds) comes in ``extra``."""
+        """The provenance of a result of this job (the one place it is put together): the recipe once,
+        in ``config``; its documents in ``dataset``; how a unit ran (micro-batch, seconds) in ``extra``."""
         rule = tk.SplitRule.from_dict(self.splits)
         return {"source": paths.portable(self.source) if Path(self.source).is_absolute() else self.source,
                 "seed": self.seed, "split_seed": rule.seed,

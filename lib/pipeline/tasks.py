@@ -5,16 +5,9 @@ trains on).
 Tasks come from lm-eval's own registry (the installed package, ``include_defaults``) and from
 ``include_path`` folders of local task YAML (``lib.pipeline.localtasks``). Nothing of lm-eval is
 copied: a task here *is* the lm-eval ``Task`` object, and its prompts, targets, metrics and filters
-are lm-eval's.
-
-Split plan (:func:`plan_splits` under a :class:`SplitRule`): fine-tuning needs train / validation
-/ test. A task with all three keeps them; otherwise validation is carved out of train (the paper's
-procedure by default) and the test split is the task's test split or, without one (GLUE), its
-official validation split. A task whose validation and test are the same split (medmcqa) keeps
-that, as the paper did, or carves validation from train (``shared_test``). Caps (paper: 50k /
-1k / 10k) take a seeded random subset; document ids are always indices into the task's original
-split, so per-item results of different models line up. Notebook 01 plans every task it selects,
-so no task reaches 02 that 02 cannot run.
+are lm-eval's. Fine-tuning needs train / validation / test: :class:`SplitRule` says how they are
+planned (:func:`plan_splits`); notebook 01 plans every task it selects, so no task reaches 02 that
+02 cannot run.
 """
 
 from __future__ import annotations
@@ -64,11 +57,8 @@ class TaskError(UserError, ValueError):
 
 
 def check_task_yaml(include_paths: Iterable[str | Path]) -> list[Path]:
-    """Parse every task YAML under ``include_paths`` the way lm-eval does; returns the files.
-
-    lm-eval silently skips a YAML it cannot parse (the task then looks unknown); here a malformed
-    file is an error that names it.
-    """
+    """Parse every task YAML under ``include_paths`` the way lm-eval does; returns the files. lm-eval
+    silently skips a YAML it cannot parse (the task then looks unknown); here it is an error naming it."""
     from lm_eval.tasks._yaml_loader import load_yaml
 
     files = []
@@ -92,11 +82,7 @@ def check_task_yaml(include_paths: Iterable[str | Path]) -> list[Path]:
 def resolve_include_paths(include_paths: Iterable[str | Path], work: str | Path) -> list[Path]:
     """Absolute include paths; relative ones are taken relative to the profile's work folder
     (where prepare hooks write local tasks, e.g. the mini world's ``world/tasks``)."""
-    out = []
-    for p in include_paths:
-        p = Path(p).expanduser()
-        out.append(p if p.is_absolute() else (Path(work) / p))
-    return [p.resolve() for p in out]
+    return [(Path(work) / Path(p).expanduser()).resolve() for p in include_paths]
 
 
 def selected_include_paths(selection: dict) -> list[Path]:
@@ -133,12 +119,8 @@ def check_names(manager, names: Iterable[str]) -> None:
 
 
 def load_task(manager, name: str, timeout: float | None = 300.0, revision: str | None = None):
-    """The lm-eval ``Task`` ``name`` with its dataset loaded (at ``revision`` of its repository when
-    given: :func:`lib.pipeline.datasets.pinned_config`).
-
-    Dataset access runs in a daemon thread bounded by ``timeout`` seconds, so an unreachable hub
-    gives a :class:`TaskError` naming the task instead of a hang.
-    """
+    """The lm-eval ``Task`` ``name`` with its dataset loaded (at ``revision`` when given), in a daemon
+    thread bounded by ``timeout`` seconds, so an unreachable hub is a :class:`TaskError`, not a hang."""
     check_names(manager, [name])
     spec = name if revision is None else datasets.pinned_config(manager, name, revision)
     box: dict[str, Any] = {}
@@ -198,24 +180,25 @@ def _config_metric(task) -> tuple[str, bool]:
     return name, bool(task.higher_is_better().get(name, True))
 
 
-def _config_filters(task) -> list[str]:
-    return [f["name"] for f in (task.config.filter_list or [])] or ["none"]
+def _known(name: str, store: str | Path | None):
+    """The benchmark's record in ``lib.metadata``, or None."""
+    from .. import metadata
+
+    try:
+        return metadata.benchmark_info(name, store)
+    except metadata.MetadataError:
+        return None
 
 
 def describe(task, name: str, store: str | Path | None = None) -> TaskInfo:
     """Kind, metric, filter and category of ``task``: the metadata tables where they know the
     benchmark (the paper's choices, e.g. cola -> mcc, gsm8k -> flexible-extract), else the task's
     own first metric and filter."""
-    from .. import metadata
-
     kind = task.config.output_type
     metric, hib = _config_metric(task)
-    filters = _config_filters(task)
+    filters = [f["name"] for f in (task.config.filter_list or [])] or ["none"]
     filt, category = filters[0], "Other"
-    try:
-        info = metadata.benchmark_info(name, store)
-    except metadata.MetadataError:
-        info = None
+    info = _known(name, store)
     if info is not None:
         metric, hib, category = info.metric, info.higher_is_better, info.category
         if info.filter != "none":              # "none": whatever the task reports first
@@ -230,22 +213,10 @@ def describe(task, name: str, store: str | Path | None = None) -> TaskInfo:
                     test_on="test" if splits["test"] else "validation")
 
 
-def _raw(task, split: str):
-    return task.dataset[split]
-
-
 def count_docs(task, info: TaskInfo) -> dict[str, int | None]:
     """Documents in each of the task's own splits (after lm-eval's ``process_docs``)."""
-    counts = {}
-    for role, own in info.splits.items():
-        if own is None:
-            counts[role] = None
-            continue
-        docs = _raw(task, own)
-        if task.config.process_docs is not None:
-            docs = task.config.process_docs(docs)
-        counts[role] = len(docs)
-    return counts
+    process = task.config.process_docs or (lambda ds: ds)
+    return {role: None if own is None else len(process(task.dataset[own])) for role, own in info.splits.items()}
 
 
 def validate_for_training(info: TaskInfo) -> None:
@@ -267,18 +238,6 @@ def inspect(manager, name: str, store: str | Path | None = None, timeout: float 
     task = load_task(manager, name, timeout, revision)
     info = describe(task, name, store)
     return task, dataclasses.replace(info, counts=count_docs(task, info))
-
-
-def _known_metadata(name: str, store: str | Path | None) -> dict:
-    """Kind, metric, filter, category of a task from ``lib.metadata`` (for unreachable tasks)."""
-    from .. import metadata
-
-    try:
-        info = metadata.benchmark_info(name, store)
-    except metadata.MetadataError:
-        return {}
-    return {"kind": info.kind, "metric": info.metric, "filter": info.filter,
-            "higher_is_better": info.higher_is_better, "category": info.category}
 
 
 def select(names: list[str], include_paths: Iterable[str | Path] = (), include_defaults: bool = False,
@@ -320,7 +279,9 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
             task, info = inspect(manager, name, store, timeout, rule.revisions.get(name))
         except TaskError as exc:
             cached = CACHED_TRAIN_COUNTS.get(name)
-            row.update(_known_metadata(name, store))
+            known = _known(name, store)
+            row.update({k: getattr(known, k) for k in ("kind", "metric", "filter", "higher_is_better", "category")}
+                       if known else {})
             row.update(count_source="cached" if cached is not None else "unavailable", n_train=cached,
                        note=str(exc))
             keep = allow_unreachable and cached is not None and cached >= min_train and not is_corpus
@@ -357,10 +318,8 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
 
 
 def dataset_lines(profile: str, names: list[str], s1: dict) -> list[str]:
-    """What ``make models`` can say about a profile's datasets before loading any (notebook 01's
-    parameters ``s1``): :func:`lib.pipeline.datasets.config_lines` from the tasks' YAML, and when the
-    hub cannot be asked (``HF_HUB_OFFLINE``, or it does not answer) one line for what needs the data
-    itself (:func:`lib.pipeline.datasets.unknown_line`). Raises :class:`lib.pipeline.datasets.DatasetError`."""
+    """What ``make models`` can say about a profile's datasets before loading any (``s1``: notebook
+    01's parameters), from the tasks' YAML; raises :class:`lib.pipeline.datasets.DatasetError`."""
     from . import hub
 
     if not names:
@@ -381,11 +340,9 @@ def dataset_lines(profile: str, names: list[str], s1: dict) -> list[str]:
 
 def preview_selection(names: list[str], rule: SplitRule, include_paths: Iterable[str | Path] = (),
                       include_defaults: bool = True) -> dict:
-    """A stand-in for notebook 01's summary without loading any dataset (offline, for the preflight of
-    a profile that has not run): each task's split names from its lm-eval YAML, the paper's cached
-    training count, planned sizes under ``rule`` where they follow from it, and the caps where the
-    size of a validation or test split is unknown (upper bounds). ``chars_per_example`` is left out
-    (the estimate assumes its default)."""
+    """A stand-in for notebook 01's summary without loading any dataset (the preflight of a profile
+    that has not run): split names from the tasks' YAML, the paper's cached training counts, and
+    planned sizes under ``rule`` where they follow from them, else the caps (upper bounds)."""
     from lm_eval.tasks._yaml_loader import load_yaml
 
     manager = task_manager(include_paths, include_defaults)
@@ -470,12 +427,11 @@ class SplitRule:
     revisions: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.procedure not in SPLIT_PROCEDURES:
-            raise TaskError(f"split procedure must be one of {list(SPLIT_PROCEDURES)}, got {self.procedure!r}"
-                            f"{did_you_mean(str(self.procedure), SPLIT_PROCEDURES)}")
-        if self.shared_test not in SHARED_TEST:
-            raise TaskError(f"shared_test must be one of {list(SHARED_TEST)}, got {self.shared_test!r}"
-                            f"{did_you_mean(str(self.shared_test), SHARED_TEST)}")
+        for what, value, allowed in (("split procedure", self.procedure, SPLIT_PROCEDURES),
+                                     ("shared_test", self.shared_test, SHARED_TEST)):
+            if value not in allowed:
+                raise TaskError(f"{what} must be one of {list(allowed)}, got {value!r}"
+                                f"{did_you_mean(str(value), allowed)}")
         if not 0 < self.val_fraction < 1:
             raise TaskError(f"val_fraction must lie strictly between 0 and 1, got {self.val_fraction}")
         unknown = sorted(set(self.caps) - set(SPLITS))
@@ -530,10 +486,8 @@ class SplitPlan:
 
 
 def paper_carve(n: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """(train, validation) indices of ``n`` training documents as the paper's ``random_split``
-    made them: ``numpy.random.seed(seed)``, ``order = permutation(n)``, train ``order[:int((1 - f) n)]``,
-    validation the next ``int(f n)``. Both come *in the permuted order*: the paper's
-    ``train_dataset.select(indices)`` kept it, and its cap then indexed positions in that order."""
+    """(train, validation) indices of ``n`` training documents as the paper's ``random_split`` made
+    them (:class:`SplitRule`), *in the permuted order*: its ``select`` kept it, and its cap indexed that."""
     import numpy as np
 
     order = np.random.RandomState(seed).permutation(n).tolist()
@@ -542,9 +496,7 @@ def paper_carve(n: int, val_fraction: float, seed: int) -> tuple[list[int], list
 
 
 def paper_cap(ids: list[int], cap: int | None, seed: int) -> list[int]:
-    """The paper's cap on a split whose documents are ``ids`` *in the split's order* (its own order,
-    or the permuted order of a carved split): ``numpy.random.seed(seed)``, then the documents at
-    positions ``permutation(len(ids))[:cap]``, in that order."""
+    """The paper's cap (:class:`SplitRule`) on a split whose documents are ``ids`` in the split's order."""
     import numpy as np
 
     if not cap or cap <= 0:
@@ -571,7 +523,7 @@ def plan_splits(task, info: TaskInfo, rule: SplitRule | dict, seed: int | None =
         rule = SplitRule(caps=dict(rule), seed=0 if seed is None else seed)
     validate_for_training(info)
     sp = info.splits
-    n = {role: len(_raw(task, own)) for role, own in sp.items() if own}
+    n = {role: len(task.dataset[own]) for role, own in sp.items() if own}
     for role, own in sp.items():
         counted = (info.counts or {}).get(role)
         if own and counted is not None and counted != n[role]:
@@ -598,7 +550,7 @@ def plan_splits(task, info: TaskInfo, rule: SplitRule | dict, seed: int | None =
     else:
         source["validation"] = sp["validation"]
         val_ids = list(range(n["validation"]))
-    test_ids = list(range(len(_raw(task, source["test"]))))
+    test_ids = list(range(len(task.dataset[source["test"]])))
     if rule.procedure == "paper":
         ids = {role: sorted(paper_cap(chosen, caps.get(role), rule.seed))      # capped in the paper's order
                for role, chosen in (("train", train_ids), ("validation", val_ids), ("test", test_ids))}
@@ -607,8 +559,6 @@ def plan_splits(task, info: TaskInfo, rule: SplitRule | dict, seed: int | None =
                "validation": _cap(val_ids, caps.get("validation"), rng),
                "test": _cap(test_ids, caps.get("test"), rng)}
     overlap = source["validation"] == source["test"] and set(ids["validation"]) & set(ids["test"])
-    if overlap and not shared:
-        raise TaskError(f"task {info.name!r}: validation and test overlap")  # defensive: cannot happen
     for role, chosen in ids.items():
         if not chosen:
             raise TaskError(f"task {info.name!r}: the planned {role} split is empty")
@@ -618,13 +568,12 @@ def plan_splits(task, info: TaskInfo, rule: SplitRule | dict, seed: int | None =
 def install_splits(task, plan: SplitPlan, num_fewshot: int = 0, seed: int = 0) -> list[int]:
     """Put the planned subsets into the task's dataset as ``tbt_train/validation/test`` and point
     the task's split config at them (lm-eval then renders and scores exactly those documents).
-
     Zero-shot, as in the paper, unless ``num_fewshot`` = k > 0: then every prompt starts with the
     same k documents of the planned *training* split, the first k of its seeded shuffle (so the
     1-shot example is the first of the 5-shot ones), in that order, through lm-eval's own few-shot
     rendering (its ``first_n`` sampler). Returns their training-split ids (empty zero-shot)."""
     for role in SPLITS:
-        task.dataset[_INSTALLED[role]] = _raw(task, plan.source[role]).select(plan.ids[role])
+        task.dataset[_INSTALLED[role]] = task.dataset[plan.source[role]].select(plan.ids[role])
     task.config.training_split = _INSTALLED["train"]
     task.config.validation_split = _INSTALLED["validation"]
     task.config.test_split = _INSTALLED["test"]
@@ -654,10 +603,6 @@ def reduce_training(plan: SplitPlan, fraction: float, seed: int = 0) -> SplitPla
 
 def use_split(task, role: str) -> None:
     """Make lm-eval evaluate ``role`` (``validation`` or ``test``) of an installed plan."""
-    if role not in ("validation", "test"):
-        raise ValueError(f"use_split: role must be 'validation' or 'test', got {role!r}")
-    if _INSTALLED[role] not in task.dataset:
-        raise TaskError(f"task {task.config.task!r}: call install_splits first")
     task.config.test_split = _INSTALLED[role]
 
 
@@ -669,16 +614,9 @@ def docs(task, role: str):
 
 def selection_summary(rows: list[dict], include_paths: Iterable[str | Path], include_defaults: bool,
                       min_train: int, rule: SplitRule, task_timeout: float = 300.0) -> dict:
-    """Notebook 01's summary.json: what the later stages read (never 01's variables).
-
-    Keys: ``selected`` (benchmarks then corpora, in the order asked), ``benchmarks``, ``corpora``,
-    ``rejected`` ({task: reason}), ``tasks`` ({task: kind, metric, filter, category, splits,
-    counts, test_on, count_source, role, planned sizes, dataset (:func:`lib.pipeline.datasets.record`
-    of the plan), chars_per_example}), ``include_paths``
-    (:func:`lib.paths.portable` names; :func:`selected_include_paths` reads them back),
-    ``include_defaults``, ``min_train``, ``split_rule`` (:class:`SplitRule`), ``caps`` and
-    ``split_seed`` (its caps and seed), ``task_timeout`` (seconds a job waits for a dataset).
-    """
+    """Notebook 01's summary.json: what the later stages read (never 01's variables): the selected
+    tasks, the rejected ones with their reasons, each task's row of :func:`select`, where the task
+    folders lie (:func:`selected_include_paths` reads them back) and the split rule."""
     selected = [r["task"] for r in rows if r["selected"]]
     keys = list(TaskInfo.__dataclass_fields__) + ["role", "plan_train", "plan_validation", "plan_test", "carved",
                                                   "validation_in_test", "dataset", "chars_per_example"]

@@ -1,14 +1,7 @@
-"""Tiny causal language models built offline: the tokenizer and model primitives.
-
-- :func:`train_tokenizer`: a byte-level BPE tokenizer trained with the ``tokenizers`` library,
-  wrapped as a ``transformers.PreTrainedTokenizerFast`` with bos/eos/pad/unk special tokens.
-- :func:`make_model`: a randomly initialised ``llama``, ``gpt2`` or ``gpt_neox`` model (three
-  architectures, so LoRA target modules differ as they do for hub models).
-- :func:`built` / :func:`load`: a finished model folder (pre-trained by
-  :func:`lib.pipeline.training.pretrain`, which writes ``pretrain.json`` last).
-
-The mini world's zoo (``lib.miniworld.zoo``) builds every self-built model of the project (the
-``smoke`` profile's too) from these.
+"""Tiny causal language models built offline: a byte-level BPE tokenizer, randomly initialised
+models of three architectures (so LoRA target modules differ as they do for hub models), and the
+finished model folders :func:`lib.pipeline.training.pretrain` writes. The mini world's zoo
+(``lib.miniworld.zoo``) builds every self-built model of the project from these.
 """
 
 from __future__ import annotations
@@ -65,12 +58,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int):
 
 def make_model(family: str, tokenizer, *, d_model: int, n_layers: int, n_heads: int,
                d_ff: int | None = None, max_len: int = 256, seed: int = 0):
-    """A randomly initialised causal LM of ``family`` in {"llama", "gpt2", "gpt_neox"}.
-
-    Sizes: ``d_model`` hidden width, ``n_layers`` blocks, ``n_heads`` attention heads (must divide
-    ``d_model``), ``d_ff`` feed-forward width (default 4 x d_model), ``max_len`` positions. Dropout
-    is off (tiny models, short training). Initialisation is deterministic for ``seed``.
-    """
+    """A randomly initialised causal LM of ``family`` (``d_ff`` default 4 x ``d_model``), deterministic
+    for ``seed``. Dropout is off (tiny models, short training)."""
     import torch
     import transformers as tf
 

@@ -1,12 +1,6 @@
-"""The two training loops of the project, side by side, sharing one optimiser step.
-
-- :func:`pretrain`: next-token pre-training of a tiny model from scratch (``lib.pipeline.tiny``,
-  the mini world's zoo) on documents separated by EOS.
-- :func:`train_epochs`: fine-tuning (a LoRA adapter or every parameter) on (input ids, labels)
-  examples, one epoch per iteration, so the caller validates and keeps the best epoch
-  (``lib.pipeline.finetune``), started or resumed from a :class:`RunState`.
-
-Both are deterministic for a seed: data order and initialisation come from seeded generators.
+"""The two training loops of the project, sharing one optimiser step: :func:`pretrain` (a tiny
+model from scratch, the mini world's zoo) and :func:`train_epochs` (fine-tuning, one epoch per
+iteration, so the caller validates and keeps the best epoch). Both are deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -17,7 +11,6 @@ import os
 import random
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..util import atomic_dir
@@ -50,24 +43,9 @@ def optimizer_step(loss, params, opt, sched, max_norm: float = 1.0) -> float:
 def _token_stream(tokenizer, texts: Sequence[str], prompt_chars: Sequence[int] | None = None
                   ) -> tuple[list[int], list[bool]]:
     """All documents concatenated, each followed by EOS (so models learn to end an answer), and
-    whether each token carries loss: every token does, except a document's first
-    ``prompt_chars[i]`` characters (a formatted example's prompt: loss on its answer only)."""
-    eos = tokenizer.eos_token_id
-    prompt_chars = [0] * len(texts) if prompt_chars is None else list(prompt_chars)
-    if len(prompt_chars) != len(texts):
-        raise TrainingError(f"prompt_chars has {len(prompt_chars)} entries for {len(texts)} texts")
-    enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=any(prompt_chars))
-    stream: list[int] = []
-    scored: list[bool] = []
-    for i, ids in enumerate(enc["input_ids"]):
-        stream.extend(ids)
-        if prompt_chars[i]:
-            scored.extend(end > prompt_chars[i] for _, end in enc["offset_mapping"][i])
-        else:
-            scored.extend([True] * len(ids))
-        stream.append(eos)
-        scored.append(True)
-    return stream, scored
+    whether each token carries loss (:func:`document_examples`)."""
+    examples = document_examples(tokenizer, texts, prompt_chars, max_len=None)
+    return [t for ids, _ in examples for t in ids], [y != -100 for _, labels in examples for y in labels]
 
 
 def document_starts(ids: Sequence[int], eos: int, seq_len: int):
@@ -82,19 +60,12 @@ def document_starts(ids: Sequence[int], eos: int, seq_len: int):
 def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: int, seq_len: int,
              lr: float, seed: int, out_dir: str | os.PathLike, warmup: float = 0.05,
              prompt_chars: Sequence[int] | None = None) -> dict:
-    """Pre-train ``model`` on ``texts`` (EOS between documents) and save it to ``out_dir``.
-
-    ``prompt_chars`` (one per text, 0 = a plain document) leaves the loss off a text's first
-    characters: a formatted example then trains its answer only, as instruction tuning does.
+    """Pre-train ``model`` on ``texts`` (EOS between documents; ``prompt_chars``: as in
+    :func:`document_examples`) and save it to ``out_dir`` with its stats (returned).
 
     Each step draws ``batch_size`` windows of ``seq_len`` tokens from the concatenated stream, each
     starting where a document starts (a seeded generator), so a document is learnt whole rather
-    than cut at a random point (a window may run on into the next documents); AdamW with linear
-    warm-up and cosine decay. Model, tokenizer and
-    ``pretrain.json`` (the returned stats: tokens seen, parameter count, training FLOPs 6 x N x
-    tokens, final loss, loss curve, seconds) are saved into a folder that appears at ``out_dir``
-    only when complete.
-    """
+    than cut at a random point; AdamW with linear warm-up and cosine decay."""
     import torch
 
     from .device import setup_torch
@@ -139,18 +110,21 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
         loss = model(input_ids=batch, labels=labels).loss     # the model shifts labels itself
         losses.append(optimizer_step(loss, model.parameters(), opt, sched))
     model.eval()
+    run = {"steps": steps, "batch_size": batch_size, "seq_len": seq_len, "lr": lr, "seed": seed,
+           "corpus_docs": len(texts), "corpus_tokens": int(len(stream))}
+    curve = [[i, losses[i]] for i in range(0, steps, max(1, steps // 50))]
+    return _save_trained(out_dir, model, tokenizer, t0, steps * batch_size * seq_len, run,
+                         float(sum(losses[-10:]) / len(losses[-10:])), curve)
+
+
+def _save_trained(out_dir, model, tokenizer, t0: float, tokens: int, run: dict, final_loss: float,
+                  curve: list) -> dict:
+    """Save a trained tiny model with its stats (``flops``: 6 x parameters x tokens) in ``pretrain.json``."""
     seconds = time.time() - t0
     n_params = sum(p.numel() for p in model.parameters())
-    tokens = steps * batch_size * seq_len
-    every = max(1, steps // 50)
     stats = {"family": model.config.model_type, "n_params": n_params, "tokens": tokens,
-             "flops": 6.0 * n_params * tokens, "steps": steps, "batch_size": batch_size,
-             "seq_len": seq_len, "lr": lr, "seed": seed, "corpus_docs": len(texts),
-             "corpus_tokens": int(len(stream)), "vocab_size": len(tokenizer),
-             "final_loss": float(sum(losses[-10:]) / len(losses[-10:])),
-             "loss_curve": [[i, losses[i]] for i in range(0, steps, every)],
-             "seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9)}
-
+             "flops": 6.0 * n_params * tokens, **run, "vocab_size": len(tokenizer), "final_loss": final_loss,
+             "loss_curve": curve, "seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9)}
     return save_model(out_dir, model, tokenizer, STATS_FILE, stats)
 
 
@@ -167,10 +141,13 @@ def save_model(out_dir: str | os.PathLike, model, tokenizer, record_file: str, r
 
 
 def document_examples(tokenizer, texts: Sequence[str], prompt_chars: Sequence[int] | None = None,
-                      max_len: int = 64) -> list[tuple[list[int], list[int]]]:
+                      max_len: int | None = 64) -> list[tuple[list[int], list[int]]]:
     """(ids, labels) of whole documents, each followed by EOS and cut to ``max_len`` tokens; the
-    labels leave out a document's first ``prompt_chars[i]`` characters (an example's prompt)."""
+    labels leave out a document's first ``prompt_chars[i]`` characters (a formatted example's
+    prompt: loss on its answer only)."""
     prompt_chars = [0] * len(texts) if prompt_chars is None else list(prompt_chars)
+    if len(prompt_chars) != len(texts):
+        raise TrainingError(f"prompt_chars has {len(prompt_chars)} entries for {len(texts)} texts")
     enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
     out = []
     for i, ids in enumerate(enc["input_ids"]):
@@ -181,14 +158,9 @@ def document_examples(tokenizer, texts: Sequence[str], prompt_chars: Sequence[in
 
 def posttrain(model, tokenizer, texts: Sequence[str], *, epochs: int, batch_size: int, lr: float, seed: int,
               out_dir: str | os.PathLike, prompt_chars: Sequence[int] | None = None, max_len: int = 64) -> dict:
-    """Continue training every parameter of a pre-trained ``model`` on whole documents (the zoo's
-    last phase of pre-training, where preparation happens) and save it to ``out_dir``.
-
-    Batches of whole documents (:func:`document_examples`), the data order seeded; AdamW (weight
-    decay 0.01) with a linear decay to zero (:func:`train_epochs`, which trains whatever requires a
-    gradient). The stats (``tokens`` that carried loss or context, ``flops`` 6 x N x tokens, final
-    loss, seconds) are saved with the model as in :func:`pretrain`.
-    """
+    """Continue training every parameter of a pre-trained ``model`` on whole documents
+    (:func:`document_examples`; the zoo's last phase of pre-training, where preparation happens)
+    through :func:`train_epochs` (weight decay 0.01), and save it as :func:`pretrain` does."""
     from .device import setup_torch
 
     setup_torch()
@@ -201,16 +173,9 @@ def posttrain(model, tokenizer, texts: Sequence[str], *, epochs: int, batch_size
     curve = [point["train_loss"] for point in train_epochs(model, examples, epochs=epochs, batch_size=batch_size,
                                                           lr=lr, weight_decay=0.01, seed=seed,
                                                           pad_id=tokenizer.pad_token_id)]
-    seconds = time.time() - t0
-    n_params = sum(p.numel() for p in model.parameters())
-    tokens = epochs * sum(len(ids) for ids, _ in examples)
-    stats = {"family": model.config.model_type, "n_params": n_params, "tokens": tokens,
-             "flops": 6.0 * n_params * tokens, "epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed,
-             "documents": len(examples), "vocab_size": len(tokenizer), "final_loss": float(curve[-1]),
-             "loss_curve": [[i + 1, v] for i, v in enumerate(curve)], "seconds": seconds,
-             "tokens_per_second": tokens / max(seconds, 1e-9)}
-
-    return save_model(out_dir, model, tokenizer, STATS_FILE, stats)
+    run = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed, "documents": len(examples)}
+    return _save_trained(out_dir, model, tokenizer, t0, epochs * sum(len(ids) for ids, _ in examples), run,
+                         float(curve[-1]), [[i + 1, v] for i, v in enumerate(curve)])
 
 
 # --------------------------------------------------------------------------- fine-tuning
@@ -257,19 +222,30 @@ def _checkpointing_on(model) -> bool:
     return True
 
 
-def _rng_state():
+def random_states() -> dict:
+    """Every random state training and validation may draw from: torch's (CPU and accelerators),
+    Python's and numpy's global generators (in forms ``torch.load(weights_only=True)`` accepts)."""
+    import numpy as np
     import torch
 
-    return torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
+            "numpy": [kind, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(gauss)]}
 
 
-def _set_rng_state(state) -> None:
+def set_random_states(states: dict) -> None:
+    import numpy as np
     import torch
 
-    cpu, cuda = state
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
 
 
 def batch_loss(model, batch, pad_id: int, micro_batch_size: int, device, backward: bool = True) -> float:
@@ -295,83 +271,43 @@ def batch_loss(model, batch, pad_id: int, micro_batch_size: int, device, backwar
     return total
 
 
-@dataclass
-class RunState:
-    """What one training run carries from step to step besides its weights: the trainable
-    parameters, AdamW (weight decay, the run's learning rate), the linear decay to zero over
-    ``steps`` without warm-up (transformers' Trainer defaults), the data-order generator seeded with
-    ``seed``, and the epochs done (:func:`train_epochs`)."""
-    params: list
-    opt: object
-    sched: object
-    gen: object
-    epoch: int = 0
-
-    @classmethod
-    def build(cls, model, *, lr: float, weight_decay: float, steps: int, seed: int,
-              resume: dict | None = None) -> RunState:
-        """The state of a run of ``model``'s trainable parameters: fresh, or (``resume``, a loop state
-        of :meth:`state`, the parameters already restored by the caller) after its last epoch."""
-        import torch
-
-        params = [p for p in model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / steps))
-        gen = torch.Generator().manual_seed(seed)
-        run = cls(params, opt, sched, gen)
-        if resume is not None:
-            opt.load_state_dict(resume["optimizer"])
-            sched.load_state_dict(resume["scheduler"])
-            gen.set_state(resume["generator"])
-            run.epoch = int(resume["epoch"])
-        return run
-
-    def state(self, epoch: int, micro: int = 0) -> dict:
-        """The loop's state after ``epoch`` (``micro``: the micro-batch in use, 0 for whole batches),
-        as a unit saves it and :meth:`build` takes it back."""
-        return {"epoch": epoch, "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
-                "generator": self.gen.get_state(), "micro": micro}
-
-
 def train_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: int, batch_size: int,
                 lr: float, weight_decay: float, seed: int, pad_id: int, micro_batch_size: int = 0,
                 oom_backoff: bool = True, log=None, resume: dict | None = None, on_step=None) -> Iterator[dict]:
-    """Train the parameters of ``model`` that require a gradient (a LoRA adapter's, or every one for
-    ``method`` "full" and the zoo's last phase); yields after each epoch, with the
-    model in eval mode (the caller validates, then the next epoch resumes training), a dict:
-    ``epoch``, ``train_loss`` (mean batch loss), ``train_seconds``, ``micro_batch_size`` (the
-    one in use at the epoch's end).
+    """Train the parameters of ``model`` that require a gradient; yields after each epoch, with the
+    model in eval mode (the caller validates), ``epoch``, ``train_loss`` (mean batch loss),
+    ``train_seconds``, ``micro_batch_size`` (in use at the epoch's end) and ``state``, a function
+    returning the loop's state (optimiser, schedule, data-order generator, micro-batch): given back
+    as ``resume`` (the trainable parameters restored by the caller) the loop goes on exactly as
+    without the interruption.
 
-    AdamW with a linear decay to zero over all epochs, no warm-up, gradient norm clipped to 1
-    (transformers' Trainer defaults); the data order of every epoch comes from a generator seeded
-    with ``seed``. Each step's batch of ``batch_size`` examples runs in micro-batches of
-    ``micro_batch_size`` rows with gradient accumulation (0: the whole batch at once), so the
-    effective batch is the recipe's whatever the memory. With ``oom_backoff`` an out-of-memory
-    error halves the micro-batch and redoes the step from the same random state (dropout draws
-    included), and when a single row does not fit switches gradient checkpointing on; the
-    effective batch stays the same (transformers' ``auto_find_batch_size`` halves the batch
-    instead). ``log(message)`` hears about each back-off. ``on_step(step, loss, lr)`` hears about each
-    optimiser step (counted over the whole run, resumes included; the learning rate the step used):
-    it only watches, the arithmetic is the same without it.
-
-    Each yielded dict also holds ``state``: a function returning the loop's state after that epoch
-    (``epoch``, the optimiser's, the schedule's and the data-order generator's states, the micro-batch
-    in use); given back as ``resume`` (with the trainable parameters already restored by the caller)
-    the loop continues with the next epoch exactly as it would have without the interruption.
-    """
+    AdamW with a linear decay to zero, no warm-up, gradient norm clipped to 1 (transformers'
+    Trainer defaults); each epoch's data order from a generator seeded with ``seed``. A batch runs
+    in micro-batches of ``micro_batch_size`` rows (0: whole) with gradient accumulation. With
+    ``oom_backoff`` an out-of-memory error halves the micro-batch and redoes the step from the same
+    random state, and when one row does not fit switches gradient checkpointing on: the effective
+    batch stays the recipe's (transformers' ``auto_find_batch_size`` halves the batch instead).
+    ``log`` hears about each back-off; ``on_step(step, loss, lr)`` about each optimiser step (it
+    only watches)."""
     import torch
 
     device = next(model.parameters()).device
-    run = RunState.build(model, lr=lr, weight_decay=weight_decay, steps=math.ceil(len(examples) / batch_size) * epochs,
-                         seed=seed, resume=resume)
-    params, opt, sched, gen = run.params, run.opt, run.sched, run.gen
+    steps = math.ceil(len(examples) / batch_size) * epochs
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / steps))
+    gen = torch.Generator().manual_seed(seed)
     micro = micro_batch_size if 0 < micro_batch_size < batch_size else 0
-    start = run.epoch
+    start = 0
     if resume is not None:
-        micro = int(resume["micro"])
+        opt.load_state_dict(resume["optimizer"])
+        sched.load_state_dict(resume["scheduler"])
+        gen.set_state(resume["generator"])
+        start, micro = int(resume["epoch"]), int(resume["micro"])
 
     def loop_state(epoch: int) -> dict:
-        return run.state(epoch, micro)
+        return {"epoch": epoch, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "generator": gen.get_state(), "micro": micro}
 
     for epoch in range(start + 1, epochs + 1):
         t0 = time.time()
@@ -380,7 +316,7 @@ def train_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: 
         losses = []
         for i in range(0, len(order), batch_size):
             batch = [examples[j] for j in order[i:i + batch_size]]
-            state = _rng_state() if oom_backoff else None
+            state = random_states() if oom_backoff else None
             while True:
                 try:
                     loss = batch_loss(model, batch, pad_id, micro, device)
@@ -391,7 +327,7 @@ def train_epochs(model, examples: list[tuple[list[int], list[int]]], *, epochs: 
                     opt.zero_grad(set_to_none=True)
                     del exc
                     free_memory()
-                    _set_rng_state(state)
+                    set_random_states(state)
                     if (micro or len(batch)) > 1:
                         micro = max(1, (micro or len(batch)) // 2)
                         note = f"micro-batch halved to {micro} (effective batch stays {batch_size})"

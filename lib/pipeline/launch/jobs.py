@@ -1,25 +1,10 @@
 """The job grid: every (protocol, model, benchmark, learning rate) unit, resumable, run locally or on Slurm.
 
-What one (model, benchmark) does is :mod:`lib.pipeline.protocols`; what a job runs and what
-determines its results, :class:`lib.pipeline.spec.JobSpec`; where the files go, :mod:`lib.layout`
-and :mod:`lib.store`. This module plans the grid, runs jobs under locks and launches them; what a
-job outcomes and the failure list, :mod:`lib.pipeline.launch.outcome`; Slurm,
-:mod:`lib.pipeline.launch.slurm`.
-
-Every file is written atomically and the last one of a unit marks it done, so finished units are
-skipped, a unit killed mid-training resumes after its last finished epoch (bit for bit,
-:func:`lib.pipeline.finetune.train_units`), and nothing is read half-written. A
-(model, benchmark) is worked on under its lock (:mod:`lib.pipeline.launch.locks`): a second job for the
-same unit (a re-run while the first still runs) skips it instead of deleting its work.
-
 A *job* is one model with a list of benchmarks: the base model is loaded once per job and kept
-in memory across benchmarks, learning rates and epochs (adapters are attached and removed). A
-benchmark that fails does not stop the others; every failure is collected and reported at the end
-with the command that retries it. Jobs run in this process (``executor="local"``) or through
-submitit: ``"submitit_local"`` (subprocesses on this machine, at most ``max_jobs`` at a time) or
-``"slurm"`` (job arrays of at most ``max_array`` tasks). While they run, a console line reports
-units done of total, elapsed and time left (:class:`lib.progress.Progress`), counted from the
-files the jobs write.
+in memory across benchmarks, learning rates and epochs (adapters are attached and removed). Each
+(model, benchmark) runs under its lock (:mod:`lib.pipeline.launch.locks`), so a second job for the
+same unit skips it instead of deleting its work; a benchmark that fails does not stop the others,
+and every failure is reported at the end with the command that retries it (:func:`launch`).
 """
 
 from __future__ import annotations
@@ -42,7 +27,7 @@ from .. import finetune as ft
 from .. import protocols
 from .. import tasks as tk
 from ..device import free_memory, pin_arithmetic
-from ..spec import JobSpec, fine_tunes, planned_benchmarks
+from ..spec import JobSpec, planned_benchmarks
 from . import slurm
 from .locks import UnitBusy, UnitLock
 from .outcome import JobError, JobOutcome, record_failure, summarise
@@ -66,18 +51,13 @@ def plan(protocol: str, models: list[str], selection: dict, *, store_root: str |
          bootstrap_iters: int = 1000, benchmarks_per_job: int = 0, dtype: str = "float32",
          add_bos_token: bool = True, max_gen_toks: int = 256, num_fewshot: int = 0,
          train_fraction: float = 1.0) -> list[JobSpec]:
-    """One :class:`JobSpec` per model (and chunk of ``benchmarks_per_job`` benchmarks, 0 = all).
-
-    ``selection`` is notebook 01's summary: ``selected`` tasks, ``include_paths``,
-    ``include_defaults``, ``split_rule`` and ``task_timeout`` (so 02 and 03 test on the same
-    documents). ``models`` are names from the store's model metadata (with a ``path``), local
-    folders or hub ids. ``chat_template`` applies the chat template to instruction-tuned models
-    only (by ``lib.metadata``). Unknown models/tasks, tasks that cannot be trained on and an
-    unknown ``dtype`` raise here.
+    """One :class:`JobSpec` per model (and chunk of ``benchmarks_per_job`` benchmarks, 0 = all) of
+    notebook 01's ``selection`` (so 02 and 03 test on the same documents). ``chat_template`` applies
+    to instruction-tuned models only. Unknown models, tasks or dtype raise here, before any training.
     """
     from ... import metadata
 
-    trains = fine_tunes(protocol)
+    trains = store.base_protocol(protocol) == store.TBT
     if trains and recipe is None:
         raise ValueError("plan: train-before-test needs a recipe")
     if dtype not in ev.DTYPES:
@@ -241,13 +221,10 @@ def launch(specs: list[JobSpec], executor: str = "local", resources: dict | None
     with nothing pending are not submitted, nor jobs whose every pending unit is locked by a live
     job elsewhere. A console line reports progress every ``progress_every`` seconds.
 
-    On Slurm a job stopped at its time limit or preempted is requeued (at most ``max_requeues``
-    times after time limits) and resumes after its units' last finished epochs; every job id is
-    recorded the moment it is submitted (:class:`lib.pipeline.launch.slurm.Record`), so a later launch of
-    the same grid re-attaches to the jobs still queued or running instead of submitting them again,
-    and a process killed while waiting loses nothing. With ``TBT_SUBMIT_ONLY=1`` (``make submit``)
-    it submits (or finds queued) and raises :class:`lib.pipeline.launch.slurm.JobsSubmitted` instead of
-    waiting.
+    On Slurm a job stopped at its time limit (at most ``max_requeues`` times) or preempted is
+    requeued and resumes; a later launch re-attaches to the recorded jobs still queued or running.
+    With ``TBT_SUBMIT_ONLY=1`` (``make submit``) it raises :class:`lib.pipeline.launch.slurm.JobsSubmitted`
+    instead of waiting.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}{did_you_mean(executor, EXECUTORS)}; "
@@ -289,7 +266,8 @@ def _launch_wave(specs: list[JobSpec], executor: str, resources: dict, log_folde
             todo.append(spec)
             continue
         held = {b: unit_lock(spec, b) for b in pending}
-        busy = {b: lk.describe(lk.holder()) for b, lk in held.items() if lk.holder() is not None and not lk.stale()}
+        busy = {b: lk.describe(lk.holder()) for b, lk in held.items()
+                if lk.holder() is not None and lk.why_stale() is None}
         if len(busy) == len(pending):                  # all of it runs elsewhere: do not resubmit
             outcomes.append(JobOutcome.of(spec, busy=busy))
         else:
@@ -346,8 +324,7 @@ def _run_submitit(todo: list[JobSpec], executor: str, resources: dict, folder: P
                                                        "nodes", "tasks_per_node", "visible_gpus")}
     if res:
         ex.update_parameters(**res)
-    limit = max_jobs or default_max_jobs()
-    return _wait([], list(todo), lambda spec: ex.submit(run_job, spec), counter, bar, limit,
+    return _wait(todo, lambda spec: ex.submit(run_job, spec), counter, bar, max_jobs or default_max_jobs(),
                  poll=POLL_SECONDS[executor])
 
 
@@ -413,19 +390,17 @@ def worker_pool(workers: int, folder: Path):
 def _run_processes(todo: list[JobSpec], folder: Path, max_jobs: int, counter: UnitCounter,
                    bar: Progress) -> list[JobOutcome]:
     with worker_pool(min(max_jobs or default_max_jobs(), len(todo)), folder) as pool:
-        futures = [pool.submit(_pool_job, spec) for spec in todo]
-        return _wait(list(zip(todo, futures)), [], None, counter, bar, poll=POLL_SECONDS["processes"])
+        return _wait(todo, lambda spec: pool.submit(_pool_job, spec), counter, bar, len(todo),
+                     poll=POLL_SECONDS["processes"])
 
 
-def _wait(running: list, queue: list[JobSpec], submit, counter: UnitCounter, bar: Progress,
-          limit: int = 0, poll: float = 2.0) -> list[JobOutcome]:
-    """Wait for ``running`` (spec, job) pairs; with ``submit`` start the specs of ``queue`` so that
-    at most ``limit`` run at once. Returns one outcome per job (a failed job: all its pending
-    benchmarks failed, with the job's log file)."""
-    outcomes = []
-    queue = list(queue)
+def _wait(queue: list[JobSpec], submit, counter: UnitCounter, bar: Progress, limit: int,
+          poll: float = 2.0) -> list[JobOutcome]:
+    """Start the specs of ``queue`` with ``submit``, at most ``limit`` at once, and wait for them.
+    Returns one outcome per job (a failed job: all its pending benchmarks failed, with its log file)."""
+    outcomes, running, queue = [], [], list(queue)
     while running or queue:
-        while submit is not None and queue and len(running) < limit:
+        while queue and len(running) < limit:
             spec = queue.pop(0)
             running.append((spec, submit(spec)))
         finished = [(s, j) for s, j in running if j.done()]
@@ -439,8 +414,7 @@ def _wait(running: list, queue: list[JobSpec], submit, counter: UnitCounter, bar
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m lib.pipeline.launch.jobs SPEC.json``: run one job spec (a JobSpec, a list of them, or a
-    failure record from ``<work>/failed/``, which holds the spec that retries it)."""
+    """``python -m lib.pipeline.launch.jobs SPEC.json``: run a JobSpec, a list of them, or a failure record."""
     ap = argparse.ArgumentParser(prog="python -m lib.pipeline.launch.jobs", description=main.__doc__)
     ap.add_argument("spec", help="a JSON file holding one JobSpec, a list of them, or a failure record")
     args = ap.parse_args(argv)

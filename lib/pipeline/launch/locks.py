@@ -75,10 +75,6 @@ class UnitLock:
         except (OSError, ValueError):
             return {}                          # being written this instant, or damaged
 
-    def stale(self, info: dict | None = None) -> bool:
-        """True when the holder is gone (:meth:`why_stale`)."""
-        return self.why_stale(info) is not None
-
     def why_stale(self, info: dict | None = None) -> str | None:
         """Why the lock may be taken over (its owner's process died on this host, its record is
         empty or unreadable, its heartbeat stopped), or None while its owner may be alive."""

@@ -1,12 +1,7 @@
-"""How a job ended and what a launch makes of it: :class:`JobOutcome`, the failure record
-of a unit (``<work>/failed/``), the command that retries it, and the list of failures that ends a
-launch (:class:`JobError`).
-
-Every way a job ends gives one :class:`JobOutcome`: it ran (:func:`lib.pipeline.launch.jobs.run_job`),
-its process died (:meth:`JobOutcome.died`), Slurm ended it without a result
-(:func:`lib.pipeline.launch.slurm.ended_outcome`), or all of it runs elsewhere (:meth:`JobOutcome.of`
-with ``busy``). ``make status`` and the failure list name the same retry command
-(:func:`retry_command`).
+"""How a job ended and what a launch makes of it: :class:`JobOutcome` (every way a job ends gives
+one), the failure record of a unit (``<work>/failed/``), the command that retries it (the failure
+list and ``make status`` name the same one), and the list of failures that ends a launch
+(:class:`JobError`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""The preflight: before any job is submitted, what each (model, benchmark) of notebook 02 costs in
-GPU-hours and memory, and whether it can finish within the time limit (``make preflight``).
-
-Per unit, :func:`unit_flops` counts the training, validation and test FLOPs from notebook 01's
-planned sizes; :func:`throughput` turns them into hours (a measured ``paper_slice`` run's TFLOP/s
-when there is one, :func:`measured_tflops`); :func:`training_memory_gb` estimates the peak memory
-of a training step from the model's config (:func:`model_shape`, no weights loaded). The
-estimates are rough by design (stated assumptions): they say which units need micro-batches or
-gradient checkpointing on the GPUs at hand, which must be split into one job per learning rate,
-and which cannot run at all (:class:`PreflightError`, one line each with what to change).
-
-``python -m lib.pipeline.launch.preflight PROFILE``   the preflight of a profile's notebook 02
+"""The preflight (``make preflight``, ``python -m lib.pipeline.launch.preflight PROFILE``): before any
+job is submitted, what each (model, benchmark) of notebook 02 costs in GPU-hours and memory, and
+whether it can finish within the time limit. The estimates are rough by design (stated
+assumptions): they say which units need micro-batches or gradient checkpointing, which must be
+split into one job per learning rate, and which cannot run at all (:class:`PreflightError`).
 """
 
 from __future__ import annotations
@@ -41,16 +34,11 @@ DEFAULT_CHARS = 400            # characters of a training example when notebook 
 # model sizes and the cost of a unit
 
 
-def _local(source: str) -> str:
-    """A model folder recorded by its portable name (``outputs:mini/work/models/x``, as results record
-    it) as the path it stands for now; a hub id unchanged."""
-    return str(paths.located(source))
-
-
 def model_shape(source: str) -> dict:
     """Architecture numbers of a model from its config alone (no weights are loaded): family,
-    parameters, layers, width, heads, vocabulary."""
-    return _shape(_local(source))
+    parameters, layers, width, heads, vocabulary. ``source``: a folder, also by the portable name
+    results record (``outputs:mini/work/models/x``), or a hub id."""
+    return _shape(str(paths.located(source)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -284,9 +272,8 @@ class Preflight:
 ONE_JOB, SPLIT, REFUSED = "one job", "one job per learning rate", "refused"
 
 
-def _names(rows: pd.DataFrame, n: int = 4) -> str:
-    names = [f"{m} / {b}" for m, b in zip(rows["model"], rows["benchmark"])]
-    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+def _names(rows: pd.DataFrame) -> str:
+    return slurm.first_few([f"{m} / {b}" for m, b in zip(rows["model"], rows["benchmark"])], 4)
 
 
 def preflight(specs, selection: dict, resources: dict | None = None, tflops: float = 0.0,
@@ -394,11 +381,8 @@ def _source(model: str, profile: str) -> str:
 
 
 def preflight_profile(profile: str) -> Preflight:
-    """The preflight of a profile's notebook 02, as the notebook would print it before submitting
-    (its reduced budget and its notebook 03's k-shot evaluations, where the profile asks for them, included):
-    from notebook 01's summary when it has run, else from :func:`lib.pipeline.tasks.preview_selection`
-    (offline: no dataset or model is loaded; model sizes from their configs where cached, else from
-    ``lib.metadata``)."""
+    """The preflight of a profile's notebook 02 (with its reduced budget and 03's k-shot evaluations),
+    from notebook 01's summary when it has run, else offline from :func:`lib.pipeline.tasks.preview_selection`."""
     from dataclasses import replace
 
     from ... import outputs, params
@@ -409,9 +393,7 @@ def preflight_profile(profile: str) -> Preflight:
 
     prof = params.load_profile(profile)
     s1, s2 = prof.params("01_select_benchmarks"), prof.params("02_finetune")
-    rule = tk.SplitRule(caps={"train": s1["cap_train"], "validation": s1["cap_validation"], "test": s1["cap_test"]},
-                        seed=s1["split_seed"], procedure=s1["split_procedure"], val_fraction=s1["val_fraction"],
-                        shared_test=s1["shared_test"])
+    rule = tk.SplitRule.from_params(s1)
     try:
         selection = outputs.read_selection(profile)
     except FileNotFoundError:

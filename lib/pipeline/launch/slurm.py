@@ -1,23 +1,7 @@
-"""Everything about Slurm in one place: the scheduler's answers, the executor that submits our jobs,
-the waiter that follows them, and the record of what a stage submitted, so that a run can be left
-and come back to.
-
-submitit writes the job scripts, submits them and runs our function inside the job
-(:class:`RequeueableJob`); the rest is asked of the scheduler itself:
-
-- :func:`limits`: the partition's real time limit and the cluster's ``MaxArraySize``
-  (``scontrol``), applied to what the preflight plans with (:func:`scheduler_resources`) and to
-  the size of the job arrays (:func:`array_size`);
-- :func:`states`: every job's state and reason, from ``squeue`` while it is queued or running and
-  from ``sacct`` once it has left the queue; :class:`SchedulerDown` when neither answers (the
-  waiting process keeps polling);
-- :func:`run`: submits the jobs not yet queued as job arrays, re-attaches to those still queued or
-  running, and waits for all (:func:`wait`), saying why jobs pend when someone must act; a job that
-  left the queue without a result ends in :func:`ended_outcome`. With ``TBT_SUBMIT_ONLY=1``
-  (``make submit``) it raises :class:`JobsSubmitted` instead of waiting;
-- :class:`Record`: ``submitted.json`` beside submitit's logs, one entry per job spec with its job
-  id, written the moment ``sbatch`` returns, so a process that dies while waiting loses nothing
-  and the next run re-attaches to the jobs instead of submitting them again.
+"""Everything about Slurm in one place: the scheduler's answers (:func:`limits`, :func:`states`), the
+executor that submits our jobs (submitit runs :class:`RequeueableJob` inside them), the waiter that
+follows them (:func:`run`, :func:`wait`), and the record of what a stage submitted (:class:`Record`),
+written the moment ``sbatch`` returns, so that a run can be left and the next one re-attaches.
 """
 
 from __future__ import annotations
@@ -36,7 +20,7 @@ from ... import paths
 from ...errors import UserError
 from ...progress import clock, tell
 from ...util import atomic_write_json
-from .outcome import JobError, JobOutcome, write_failure
+from .outcome import JobError, JobOutcome
 
 SUBMIT_ONLY_ENV = "TBT_SUBMIT_ONLY"   # `make submit`: a Slurm stage submits its jobs and returns (:func:`run`)
 ACCOUNTING_LAG_S = 60.0                 # how long a job may be in neither squeue nor sacct
@@ -145,12 +129,10 @@ def limits(partition: str | None = None) -> Limits:
 
 
 def scheduler_resources(resources: dict) -> tuple[dict, list[str]]:
-    """``resources`` with the Slurm partition's real time limit applied (``scontrol``): a
-    ``timeout_min`` over the partition's ``MaxTime`` would be refused or pend forever, so the
-    preflight plans (and jobs are submitted) with the partition's limit, and one line says so. Where
-    no scheduler answers, ``resources`` as they are and one line saying they are trusted. An unknown
-    partition, or a request no node of the partition can meet (:func:`node_problems`), raises
-    ValueError naming the partitions there are or the key and what the nodes have."""
+    """(``resources`` with the partition's real time limit applied, lines that say so): a
+    ``timeout_min`` over its ``MaxTime`` would be refused or pend forever. Where no scheduler answers,
+    ``resources`` as they are. An unknown partition, or a request no node of the partition can meet
+    (:func:`node_problems`), raises ValueError."""
     try:
         lim = limits(resources.get("slurm_partition"))
     except SchedulerDown as exc:
@@ -169,11 +151,9 @@ def scheduler_resources(resources: dict) -> tuple[dict, list[str]]:
 
 
 def node_problems(resources: dict, partition: str) -> list[tuple[str, str]]:
-    """(key of ``resources``, why) for every request no node of ``partition`` can meet: memory
-    (``mem_gb`` against ``RealMemory``), CPUs (``cpus_per_task`` against ``CPUTot``), GPUs
-    (``gpus_per_node`` against the ``gpu`` of ``Gres``), from ``scontrol show node``
-    (:class:`SchedulerDown` when it does not answer). sbatch would refuse them at 02 with
-    "Memory specification can not be satisfied"; here it is before any work."""
+    """(key of ``resources``, why) for every request (``mem_gb``, ``cpus_per_task``, ``gpus_per_node``)
+    no node of ``partition`` can meet, from ``scontrol show node``: before any work, not sbatch's
+    "Memory specification can not be satisfied" at 02."""
     nodes = [_fields(line) for line in _run(["scontrol", "show", "node", "--oneliner"]).splitlines() if line.strip()]
     nodes = [n for n in nodes if partition in n.get("Partitions", "").split(",")]
     if not nodes:
@@ -355,10 +335,8 @@ class Record:
     def read(self) -> dict[str, dict]:
         try:
             data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
         except (OSError, ValueError):
-            return {}                    # damaged: forget it (the unit locks still stop a second job)
+            return {}                    # none, or damaged: forget it (the unit locks still stop a second job)
         return data if isinstance(data, dict) else {}
 
     def add(self, pairs: list[tuple]) -> None:
@@ -376,12 +354,9 @@ class Record:
 
 # --------------------------------------------------------------------------- submitting and waiting
 class RequeueableJob:
-    """What a Slurm job runs: ``fn(spec)`` (:func:`lib.pipeline.launch.jobs.run_job`), requeued at a
-    time limit or a preemption. submitit sends the job USR2 ``slurm_signal_delay_s`` before its limit
-    (and a preempting scheduler does too); it then calls :meth:`checkpoint` and requeues the job as
-    it was: the requeued run skips the finished units and resumes the interrupted one after its last
-    finished epoch (every epoch's state is on disk, :func:`lib.pipeline.finetune.train_units`), so the
-    numbers are those of an uninterrupted run."""
+    """What a Slurm job runs: ``fn(spec)``, requeued as it was when submitit's signal before a time
+    limit or a preemption calls :meth:`checkpoint`; the requeued run resumes after the last finished
+    epoch, so the numbers are those of an uninterrupted run."""
 
     def __init__(self, fn):
         self.fn = fn
@@ -437,7 +412,7 @@ def run(fn, todo: list, queued: dict[str, str], resources: dict, folder: Path, m
     fresh = [s for s in todo if spec_key(s) not in queued]
     if attached:
         tell(f"slurm: re-attached to {len(attached)} job(s) still queued or running: "
-             f"{_id_list([j for _, j in attached])}")
+             f"{first_few([j for _, j in attached])}")
     submitted = []
     if fresh:
         ex = executor(folder, resources, max_requeues)
@@ -448,7 +423,7 @@ def run(fn, todo: list, queued: dict[str, str], resources: dict, folder: Path, m
             record.add([(spec, job.job_id) for spec, job in zip(part, jobs)])   # at once: nothing is submitted twice
             submitted += [(spec, job.job_id) for spec, job in zip(part, jobs)]
         tell(f"slurm: submitted {len(submitted)} job(s) in {len(parts)} array(s): "
-             f"{_id_list([j for _, j in submitted])}; logs in {paths.show(folder)}")
+             f"{first_few([j for _, j in submitted])}; logs in {paths.show(folder)}")
     entries = [(spec, jid, submitit.SlurmJob(folder=folder, job_id=jid)) for spec, jid in attached + submitted]
     if os.environ.get(SUBMIT_ONLY_ENV):
         raise JobsSubmitted(f"{len(submitted)} job(s) submitted, {len(attached)} already queued or running")
@@ -462,8 +437,9 @@ def chunks(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def _id_list(ids: list[str], n: int = 6) -> str:
-    return ", ".join(ids[:n]) + (f" and {len(ids) - n} more" if len(ids) > n else "")
+def first_few(items: list[str], n: int = 6) -> str:
+    """The first ``n`` of ``items`` and how many more."""
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 def wait(entries: list[tuple], counter, bar, poll: float) -> list[JobOutcome]:
@@ -524,7 +500,7 @@ def pending_note(items: list[tuple]) -> str | None:
     if not stuck:
         return None
     spec, st = stuck[0]
-    ids = _id_list([s.job_id for _, s in stuck])
+    ids = first_few([s.job_id for _, s in stuck])
     return f"slurm: {len(stuck)} job(s) pending ({st.reason}): {st.stuck} [{ids}]"
 
 
@@ -537,10 +513,5 @@ ENDED = {"CANCELLED": "was cancelled", "TIMEOUT": "reached its time limit too of
 def ended_outcome(spec, jid: str, st: JobState) -> JobOutcome:
     """The outcome of a job that left the queue without a result of its own (cancelled, killed at
     its time limit, node failure): what it finished is in the store, the rest failed."""
-    word = st.state.split()[0] if st.state else "UNKNOWN"
-    why = ENDED.get(word, "ended")
-    failed = {}
-    for bench in spec.pending():
-        failed[bench] = f"job {jid} {why} ({st.state}) before finishing it"
-        write_failure(spec, bench, failed[bench], f"slurm job {jid}: {st.state}")
-    return JobOutcome.of(spec, failed=failed)
+    why = ENDED.get(st.state.split()[0] if st.state else "UNKNOWN", "ended")
+    return JobOutcome.failing(spec, f"job {jid} {why} ({st.state}) before finishing it", f"slurm job {jid}: {st.state}")
