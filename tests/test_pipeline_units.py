@@ -343,5 +343,5 @@ def test_evaluation_scores_one_document_at_a_time_unless_told_auto(tokenizer):
     for bad in (0, "fast", True):
         with pytest.raises(ValueError, match="eval_batch_size must be a positive int or 'auto'"):
             ev.check_batch_size(bad)
-    assert params._allowed("eval_batch_size", 1, "auto") and not params._allowed("eval_batch_size", 1, "fast")
-    assert not params._allowed("batch_size", 8, "auto")
+    assert params.value_allowed("eval_batch_size", 1, "auto") and not params.value_allowed("eval_batch_size", 1, "fast")
+    assert not params.value_allowed("batch_size", 8, "auto")
