@@ -14,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,12 +93,6 @@ def _context(profile: str, name: str, final: dict[str, Any], changed: dict[str, 
     return ctx
 
 
-def make_run(profile: str, stages: list[str]) -> str:
-    """The command that runs ``stages`` of ``profile``: ``make run PROFILE=mini STAGES="01 02"``."""
-    numbers = " ".join(s.split("_")[0] for s in stages)
-    return f"make run PROFILE={profile} STAGES={shlex.quote(numbers) if ' ' in numbers else numbers}"
-
-
 def ran_profiles() -> list[str]:
     """Profiles of params/ with a finished run under outputs/ (their ``run_log.json``), the most
     recent first."""
@@ -172,11 +165,10 @@ def check_prerequisites(prof: params.Profile, name: str) -> None:
     else:
         what = (f"profile {prof.name!r} has not been prepared with {paths.show(prof.path)} as it is now "
                 "(its prepare hook builds what the notebooks read)")
-    cmd = make_run(prof.name, missing or [name])
+    cmd = paths.make_command(prof.name, " ".join(s[:2] for s in missing or [name]))
     others = [p for p in ran_profiles() if p != prof.name and name in params.load_profile(p, validate=False).stages]
     alt = f", or set profile = {others[0]!r} in the parameters cell (it has run)" if others else ""
-    make_all = "make all" if prof.name == params.DEFAULT_PROFILE else f"make all PROFILE={prof.name}"
-    raise params.PrerequisiteError(f"{name}: {what}: run `{cmd}` (or `{make_all}`){alt}")
+    raise params.PrerequisiteError(f"{name}: {what}: run `{cmd}` (or `{paths.make_command(prof.name)}`){alt}")
 
 
 def _same(a: Any, b: Any) -> bool:
