@@ -20,7 +20,6 @@ The ground floor:
     store         the results store: one small JSON file per (protocol, benchmark, model)
     layout        the work folder: every path under outputs/<profile>/work/, one reader per file kind
     metadata      what we know about benchmarks and models: category, metric, family, size, compute
-    figreview     the checks of a figure as a reviewer reads it, recorded when it is saved
     plots         one figure style for every notebook; figures saved as PDF and PNG
     outputs       what every stage leaves behind: summary.json, CSV tables, numbers.tex; number formats
     data          the published reference data: pinned commits and sha256, a corrupt file's advice
@@ -39,7 +38,7 @@ __version__ = "0.1.0"
 
 LAYERS = (
     ("lib.errors", "lib.util", "lib.paths", "lib.progress", "lib.stages", "lib.params", "lib.notebook", "lib.store",
-     "lib.layout", "lib.metadata", "lib.figreview", "lib.plots", "lib.outputs", "lib.data", "lib.published"),
+     "lib.layout", "lib.metadata", "lib.plots", "lib.outputs", "lib.data", "lib.published"),
     ("lib.pipeline",),
     ("lib.analysis", "lib.placement"),
     ("lib.benchalign",),

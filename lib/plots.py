@@ -1,14 +1,15 @@
 """One figure style for every notebook; figures saved as PDF (paper) and PNG (review).
 
 Everything a figure shares lives here, so one edit changes every figure: the page widths and the
-smallest text (the rules of :mod:`lib.figreview`), the names a reader sees (:func:`display`), one
+smallest text (the rules :mod:`runner.figreview` checks), the names a reader sees (:func:`display`), one
 colour per protocol and one hue per model family (sizes as its shades), legends off the data, and
-saving with a caption and the record of the checks (:func:`savefig`)."""
+saving with a caption and the notebook cell that made it (:func:`savefig`)."""
 
 from __future__ import annotations
 
 import colorsys
 import hashlib
+import pickle
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,10 +18,12 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 from matplotlib.colors import to_hex, to_rgb
 
-from . import figreview
-from .figreview import MIN_FONT_PT, WIDTH_DOUBLE, WIDTH_SINGLE  # noqa: F401  (the rules live with their checks)
 from .store import DIRECT, REDUCED, TBT
-from .util import atomic_write_json
+from .util import atomic_write_bytes
+
+WIDTH_SINGLE = 3.4   # inches: one column of a two-column paper
+WIDTH_DOUBLE = 7.0   # inches: the full text width
+MIN_FONT_PT = 7.0    # no text smaller than this at print size (runner.figreview checks it)
 
 PROTOCOL_LABELS = {DIRECT: "Direct evaluation", TBT: "Train-before-test"}
 # orange and dark blue: told apart in colour (also by most colour-blind readers) and in greyscale print
@@ -214,7 +217,7 @@ def wrap(text: str, width_in: float, size: float = FONT["title"]) -> str:
 
 def title(fig, text: str):
     """The figure's title, recorded (``figures/<name>.json``) and not drawn: the paper's caption carries
-    it (:mod:`lib.figreview` flags a drawn one)."""
+    it (:mod:`runner.figreview` flags a drawn one)."""
     fig._tbt_title = " ".join(str(text).split())
     return fig
 
@@ -260,16 +263,27 @@ def caption(fig) -> str | None:
 
 
 def savefig(fig, out_dir: str | Path, name: str, close: bool = False) -> None:
-    """Save ``fig`` as ``figures/<name>.pdf`` and ``.png`` in ``out_dir``, with its record ``<name>.json``
-    (:func:`lib.figreview.record`; each problem printed, the figure still saved). Returns nothing, so a
-    notebook cell ending with it shows the figure and no return value."""
+    """Save ``fig`` as ``figures/<name>.pdf`` and ``.png`` in ``out_dir``, and the figure itself with its
+    caption, notebook cell and style (matplotlib remakes ticks from the style when a kept figure is drawn
+    again) as ``<name>.pickle``, which :mod:`runner.figreview` checks after the stage (``make
+    check-figures`` after a run in JupyterLab). Returns nothing, so a notebook cell ending with it shows
+    the figure and no return value."""
     folder = Path(out_dir) / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     for ext in ("pdf", "png"):
         fig.savefig(folder / f"{name}.{ext}")
-    record = figreview.record(fig, folder / f"{name}.png", caption=caption(fig))
-    atomic_write_json(folder / f"{name}.json", record)
-    for problem in record["problems"]:
-        print(f"figure {name}: {problem}")
+    style = {k: v for k, v in plt.rcParams.items() if not k.startswith("backend")}
+    saved = {"figure": fig, "caption": caption(fig), "cell": _cell()}
+    atomic_write_bytes(folder / f"{name}.pickle", pickle.dumps(style) + pickle.dumps(saved))   # style first
     if close:
         plt.close(fig)
+
+
+def _cell() -> int | None:
+    """The ``In [N]`` of the notebook cell running now (IPython's counter is one ahead while it runs)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    ip = get_ipython()
+    return int(ip.execution_count) - 1 if ip is not None and getattr(ip, "execution_count", None) else None

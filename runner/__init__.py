@@ -8,6 +8,7 @@
     doctables     the docs' results tables: their registry and the summaries they read
     tables        the tables themselves, one module per part of the study
     docblocks     the docs' results tables written and checked (`make docs`, `make check-docs`)
+    figreview     the checks of a saved figure as a reviewer of a two-column paper reads it
     contactsheet  a profile's figures checked and shown at print size (`make check-figures`)
     leaderboard   a profile's leaderboard page
     download      `make data`: the published reference data downloaded and converted

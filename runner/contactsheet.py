@@ -1,6 +1,6 @@
-"""A profile's figures checked and shown: :func:`check` reads the records :mod:`lib.figreview` wrote
-when each figure was saved and returns the problems, plus those it sees itself (a PNG without PDF or
-record, a record older than its PNG, a PDF page wider than 7.0 in). :func:`contact_sheet` writes
+"""A profile's figures checked and shown: :func:`check` reads the records :mod:`runner.figreview` makes
+of each figure :func:`lib.plots.savefig` saved and returns the problems, plus those it sees itself (a PNG
+without PDF or record, a PNG saved again another way, a PDF page wider than 7.0 in). :func:`contact_sheet` writes
 ``outputs/<profile>/figures.html``: every figure at its print size with its caption, notebook and
 checks. ``python -m runner.contactsheet PROFILE`` (``make check-figures``) does both and exits 1 when
 a figure has a problem.
@@ -11,14 +11,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import html
-import json
 import re
 import sys
 from pathlib import Path
 
 from lib import paths
-from lib.figreview import SHEET, WIDTH_DOUBLE, WIDTH_SINGLE
+from lib.plots import WIDTH_DOUBLE, WIDTH_SINGLE
 from lib.util import atomic_write_text
+from runner.figreview import SHEET, record
 
 
 # --------------------------------------------------------------------------- checking saved figures
@@ -26,12 +26,6 @@ def _pdf_width_in(pdf: Path) -> float | None:
     """Width of the first page of a matplotlib PDF (its MediaBox), in inches."""
     m = re.search(rb"/MediaBox\s*\[\s*([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s*\]", pdf.read_bytes())
     return (float(m.group(3)) - float(m.group(1))) / 72.0 if m else None
-
-
-def record(png: Path) -> dict:
-    """What :mod:`lib.figreview` recorded when the figure was saved ({} when nothing was)."""
-    path = png.with_suffix(".json")
-    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def figures(where: str | Path) -> list[Path]:
@@ -49,19 +43,19 @@ def check(where: str | Path) -> dict[str, list[str]]:
     for png in figures(where):
         key = f"{png.parent.parent.name}/{png.stem}"
         problems = []
-        pdf, rec_path = png.with_suffix(".pdf"), png.with_suffix(".json")
+        pdf, kept = png.with_suffix(".pdf"), png.with_suffix(".pickle")
         if not pdf.exists():
             problems.append("no PDF next to the PNG")
         else:
             w = _pdf_width_in(pdf)
             if w is None or w > WIDTH_DOUBLE + 0.01:
                 problems.append(f"PDF page {w if w is None else round(w, 2)} in wide (at most {WIDTH_DOUBLE} in)")
-        if not rec_path.exists():
-            problems.append(f"no record {rec_path.name}: saved without lib.plots.savefig, or before the checks "
-                            f"existed (`{paths.make_command(png.parent.parent)}` re-makes it)")
+        if not kept.exists():
+            problems.append(f"no record {png.stem}.json: saved without lib.plots.savefig, or before it kept the "
+                            f"figure (`{paths.make_command(png.parent.parent)}` re-makes it)")
         else:
-            if rec_path.stat().st_mtime + 1 < png.stat().st_mtime:
-                problems.append("record older than the PNG (the figure was saved another way)")
+            if kept.stat().st_mtime + 1 < png.stat().st_mtime:
+                problems.append("the PNG is newer than the figure lib.plots.savefig kept (saved again another way)")
             problems += record(png).get("problems", [])
         out[key] = problems
     return out

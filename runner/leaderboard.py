@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lib import figreview, metadata, params, paths, placement, plots, store
+from lib import metadata, params, paths, placement, plots, store
 from lib.util import atomic_write_text, read_json
 from runner import contactsheet
 
@@ -237,7 +237,7 @@ def _figures(profile: str, benchmarks: pd.DataFrame) -> list[dict]:
         named = [b for b, label in benchmarks["label"].items() if _names(title, label)]
         downstream = [b for b, cat in benchmarks["category"].items() if cat != metadata.PERPLEXITY]
         out.append({"stage": stage, "name": name, "title": title,
-                    "href": f"{figreview.SHEET}#{stage}-{name}", "png": f"{stage}/figures/{png.name}",
+                    "href": f"{contactsheet.SHEET}#{stage}-{name}", "png": f"{stage}/figures/{png.name}",
                     "models": name in FIGURES_OF["models"], "ranks": name in FIGURES_OF["ranks"],
                     "benchmarks": ([*benchmarks.index] if name in FIGURES_OF["benchmarks"] else
                                    downstream if name in FIGURES_OF["downstream"] else named)})

@@ -63,7 +63,7 @@ def test_published_agreement_has_intervals_noise_ceiling_and_robustness(publishe
 @pytest.mark.published
 def test_published_figures_pass_the_review(published_analyses):
     """At most 7.0 in wide, no text under 7 pt at print size, no overlapping text, every axis labelled,
-    a title and a caption (lib.figreview), for every figure of 04-06 (07's: test_benchalign_experiments)."""
+    a title and a caption (runner.figreview), for every figure of 04-06 (07's: test_benchalign_experiments)."""
     counts = {}
     for stage in ("04_rank_agreement", "05_perplexity", "06_pca"):
         review = contactsheet.check(paths.stage_dir("published", stage))

@@ -278,7 +278,7 @@ def test_notebook_runs_on_leaderboard_items(published_run):
     figs = out / "figures"
     assert {p.name for p in figs.iterdir()} >= {"methods.pdf", "methods.png", "weights.png", "cross_paper_weights.png",
                                                   "learning_curve.png", "data_needs.png"}
-    review = contactsheet.check(out)                  # sizes, text, overlap, labels (lib.figreview)
+    review = contactsheet.check(out)                  # sizes, text, overlap, labels (runner.figreview)
     assert not any(review.values()), review
 
 

@@ -1,4 +1,4 @@
-"""The figure checks (lib.figreview) catch each defect a reviewer would, pass a clean figure, and the
+"""The figure checks (runner.figreview) catch each defect a reviewer would, pass a clean figure, and the
 figure functions stay within them for zoos and benchmark sets larger than today's (40 models, 8
 benchmarks: what the mini world may grow to). The figures the profiles write are checked where the
 suite runs them (test_smoke_profile, test_analysis_notebooks, test_benchalign_experiments)."""
@@ -16,8 +16,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from lib import figreview, plots, store  # noqa: E402
-from runner import contactsheet
+from lib import plots, store  # noqa: E402
+from runner import contactsheet, figreview  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +30,7 @@ def style():
 def _save(fig, tmp_path, name="fig"):
     out = tmp_path / "07_stage"
     plots.savefig(fig, out, name, close=True)
-    return json.loads((out / "figures" / f"{name}.json").read_text()), contactsheet.check(out)[f"07_stage/{name}"]
+    return figreview.record(out / "figures" / f"{name}.png"), contactsheet.check(out)[f"07_stage/{name}"]
 
 
 def _clean(width=plots.WIDTH_SINGLE):
@@ -188,10 +188,17 @@ def _no_caption():
     (_cut_off, "drawn outside the canvas"),
     (_panel_title, "a panel title repeats the figure's title"),
 ])
-def test_each_defect_is_caught(tmp_path, make, expected, capsys):
+def test_each_defect_is_caught(tmp_path, make, expected):
     rec, problems = _save(make(), tmp_path)
     assert any(expected in p for p in problems), problems
-    assert any(expected in line for line in capsys.readouterr().out.splitlines())    # savefig says so at once
+    assert set(rec["problems"]) <= set(problems)          # the check adds what the files show
+
+
+def test_a_figure_saved_again_is_checked_again(tmp_path):
+    rec, _ = _save(_clean(), tmp_path)
+    assert rec["problems"] == [] and json.loads((tmp_path / "07_stage" / "figures" / "fig.json").read_text()) == rec
+    rec, problems = _save(_overlap(), tmp_path)              # the same name, a figure with a defect
+    assert any("overlaps" in p for p in rec["problems"]) and problems == rec["problems"]
 
 
 def test_a_wide_figure_is_judged_at_its_printed_size(tmp_path):
@@ -228,6 +235,7 @@ def test_contact_sheet_shows_every_figure_with_caption_and_notebook(tmp_path, mo
     assert "A clean figure." in text and "04_rank_agreement.ipynb" in text
     assert "1 with problems" in text and "overlaps" in text
     plots.savefig(_clean(), tmp_path / "prof" / "04_rank_agreement", "aaa_made_later", close=True)
+    contactsheet.check(tmp_path / "prof")                              # makes the records
     for name, cell in (("clean", 3), ("aaa_made_later", 9)):          # as the notebook's cells made them
         rec = tmp_path / "prof" / "04_rank_agreement" / "figures" / f"{name}.json"
         rec.write_text(json.dumps({**json.loads(rec.read_text()), "cell": cell}))

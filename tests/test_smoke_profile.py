@@ -45,7 +45,7 @@ def test_every_stage_ran_and_left_its_outputs(full_smoke):
 def test_every_figure_passes_the_review_and_is_on_the_contact_sheet(full_smoke):
     """Every figure the smoke profile writes: at most 7.0 in wide, no text under 7 pt at print size,
     no overlapping text, every axis labelled, no legend on data, a title and a caption
-    (lib.figreview); outputs/smoke/figures.html shows each with its notebook."""
+    (runner.figreview); outputs/smoke/figures.html shows each with its notebook."""
     review = contactsheet.check(paths.profile_dir("smoke"))
     assert len(review) >= 16
     assert {k: v for k, v in review.items() if v} == {}

@@ -461,7 +461,7 @@ def _narrow_log_ticks(ax, values) -> None:
     values = [v for v in values if v > 0]
     if values and max(values) / min(values) < 10:
         ax.xaxis.set_major_locator(mticker.MaxNLocator(nbins=3))
-        ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:.3g}"))
+        ax.xaxis.set_major_formatter(mticker.StrMethodFormatter("{x:.3g}"))   # a lambda cannot be pickled
     if values and max(values) / min(values) < 1000:   # under three decades matplotlib labels minor ticks too
         ax.xaxis.set_minor_formatter(mticker.NullFormatter())
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter, LogLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from .. import plots
 
@@ -47,7 +47,7 @@ def train_sizes(table: pd.DataFrame, min_train: int):
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(_count))
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlim(lowest, max(sizes.max(), min_train) * 1.6)
     ax.set_xlabel("documents in the training split (log scale)")
     ax.set_yticks(np.arange(len(table)), plots.displays(table.index))

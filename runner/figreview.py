@@ -1,8 +1,9 @@
 """Checks of a figure as a reviewer of a two-column paper reads it.
 
-:func:`lib.plots.savefig` calls :func:`record` on every figure it saves: the figure is drawn once
-more, noting every text it draws, and ``figures/<name>.json`` holds the printed size, the smallest
-text, the caption, the notebook cell and the problems found:
+:func:`lib.plots.savefig` keeps every figure it saves (``figures/<name>.pickle``, with its caption and
+notebook cell). :func:`record` draws it once more, noting every text it draws, and writes
+``figures/<name>.json``: the printed size, the smallest text, the caption, the notebook cell and the
+problems found:
 
 - **width**: wider than the full text width (:data:`WIDTH_DOUBLE`, 7.0 in), content drawn outside
   the figure's canvas (the saved file is wider than designed), taller than a page (:data:`MAX_HEIGHT`);
@@ -16,14 +17,18 @@ text, the caption, the notebook cell and the problems found:
   closer than :data:`GREY_STEP`), a legend entry's line wholly under another line, bars on a log
   axis, text outside the canvas, a panel title that repeats the figure's title.
 
-:mod:`runner.contactsheet` reads the records back (``make check-figures``).
+:mod:`runner.contactsheet` asks for the records (``make check-figures``, and the runner at the end of a
+profile's run); a record is made the first time it is asked for and again after the figure is saved again.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
+import pickle
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.backends.backend_agg import RendererAgg
 from matplotlib.collections import Collection, LineCollection, PathCollection, QuadMesh
@@ -36,9 +41,8 @@ from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 from PIL import Image
 
-WIDTH_SINGLE = 3.4   # inches: one column of a two-column paper
-WIDTH_DOUBLE = 7.0   # inches: the full text width
-MIN_FONT_PT = 7.0    # no text smaller than this at print size
+from lib.plots import MIN_FONT_PT, WIDTH_DOUBLE, WIDTH_SINGLE
+from lib.util import atomic_write_json
 
 MAX_HEIGHT = 9.0         # in: the text height of a page
 OVERLAP_PT = 0.5         # text boxes may touch by this much (glyph boxes include line spacing)
@@ -321,19 +325,27 @@ def inspect(fig) -> dict:
             "problems": problems}
 
 
-def _cell() -> int | None:
-    """The ``In [N]`` of the notebook cell running now (IPython's counter is one ahead while it runs)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    ip = get_ipython()
-    return int(ip.execution_count) - 1 if ip is not None and getattr(ip, "execution_count", None) else None
-
-
-def record(fig, png: str | Path, caption: str | None = None) -> dict:
-    """The record of a figure just saved as ``png``: its printed size, smallest text and problems."""
+def record(png: str | Path) -> dict:
+    """The record of the figure saved as ``png`` (``<name>.json``): made from ``<name>.pickle`` when
+    there is none or the figure was saved since; {} for a figure saved without :func:`lib.plots.savefig`."""
     png = Path(png)
+    path, kept = png.with_suffix(".json"), png.with_suffix(".pickle")
+    if path.exists() and (not kept.exists() or kept.stat().st_mtime_ns <= path.stat().st_mtime_ns):
+        return json.loads(path.read_text())
+    if not kept.exists():
+        return {}
+    with open(kept, "rb") as f, plt.rc_context(pickle.load(f)):     # the style first: the figure's ticks use it
+        saved = pickle.load(f)
+        try:
+            out = _measure(saved["figure"], png, saved["caption"], saved["cell"])
+        finally:
+            plt.close(saved["figure"])
+    atomic_write_json(path, out)
+    return out
+
+
+def _measure(fig, png: Path, caption: str | None, cell: int | None) -> dict:
+    """A saved figure's printed size (from its PNG), smallest text and problems."""
     info = inspect(fig)
     with Image.open(png) as im:
         px_w, px_h = im.size
@@ -359,7 +371,7 @@ def record(fig, png: str | Path, caption: str | None = None) -> dict:
     return {
         "name": png.stem, "stage": png.parent.parent.name,
         "title": info["title"] or (caption or "").split(". ")[0].rstrip("."), "caption": caption or "",
-        "cell": _cell(),
+        "cell": cell,
         "width_in": round(width, 3), "height_in": round(height, 3), "designed_in": [round(v, 3) for v in designed],
         "fits": "one column" if width <= WIDTH_SINGLE + 0.01 else "full width" if width <= WIDTH_DOUBLE + 0.01
                 else "too wide",
