@@ -13,6 +13,7 @@
     leaderboard   a profile's leaderboard page
     download      `make data`: the published reference data downloaded and converted
     fetch         `make models`: every model and dataset of a profile fetched and checked before GPU jobs
+    realmodel     the real_cpu profile's prepare hook: a real pretrained LM and lm-eval's own task configs, offline
     status        `make status`: units done / running / pending / failed per stage, from the store and Slurm
     export        a profile's results as Every Eval Ever records (`make export`); TensorBoard on its curves
 """

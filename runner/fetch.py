@@ -4,6 +4,8 @@ and not hours later in a job.
 
 Whether the hub answers at all is asked once first (:mod:`lib.pipeline.hub`); weights go into the
 hub cache (``HF_HOME``), never into the repository's own (the paper's 61 models take about 0.7 TB).
+What it prints of the datasets: the table their YAML gives before any is loaded (:func:`dataset_lines`)
+and, once loaded, each one's record (:func:`record_lines`; :func:`lib.pipeline.datasets.record`).
 
 ``python -m runner.fetch PROFILE [--check-only] [--allow-repo-cache]``
 """
@@ -136,6 +138,80 @@ def hub_cache() -> Path:
     return Path(constants.HF_HUB_CACHE).expanduser().resolve()
 
 
+def _short(rev: str | None) -> str:
+    return "-" if not rev else rev[:12]
+
+
+def config_lines(profile: str, sources: dict[str, dict], pinned: dict[str, str]) -> list[str]:
+    """The dataset table of a profile's tasks as the installed lm-eval's YAML gives it (offline):
+    repository, config name, lm-eval 0.4.8's repository, the pinned revision; then one line naming
+    the tasks whose repository differs from 0.4.8's."""
+    import lm_eval
+
+    paper = datasets.paper_configs()
+    moved = datasets.rehomed(sources)
+    head = ("task", f"repository (lm-eval {lm_eval.__version__})", "config", f"lm-eval {datasets.PAPER_LM_EVAL}",
+            "pinned revision")
+    rows = [head]
+    for task, s in sources.items():
+        old = paper.get(task)
+        then = "not in the paper" if old is None else ("same" if task not in moved else f"{old['dataset_path']}")
+        rows.append((task, str(s["dataset_path"]), str(s["dataset_name"] or "-"), then,
+                     pinned.get(task) or s.get("revision") or "none"))
+    widths = [max(len(r[k]) for r in rows) for k in range(len(head))]
+    lines = [f"[{profile}] datasets of {len(sources)} task(s):"]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    if moved:
+        lines.append(f"[{profile}] dataset_path differs from lm-eval {datasets.PAPER_LM_EVAL}'s (the paper's) for "
+                     f"{len(moved)} of {len(sources)}: " + "; ".join(f"{t}: {a} -> {b}" for t, (a, b) in moved.items()))
+    else:
+        lines.append(f"[{profile}] every dataset_path is lm-eval {datasets.PAPER_LM_EVAL}'s")
+    return lines
+
+
+def unknown_line(profile: str, why: str) -> str:
+    """The one line for what cannot be known without the datasets themselves."""
+    return (f"[{profile}] resolved revisions, split fingerprints and document hashes: not known here ({why}); "
+            f"`make models PROFILE={profile}` where the hub is reachable loads each dataset and prints them")
+
+
+def record_lines(profile: str, rows: list[dict]) -> list[str]:
+    """One line per loaded task of notebook 01's rows (:func:`lib.pipeline.tasks.select`): its
+    resolved revision, split fingerprints and the hash of its chosen documents."""
+    lines = []
+    for r in rows:
+        rec = r.get("dataset")
+        if not rec:
+            continue
+        prints = ", ".join(f"{s} {_short(fp)}" for s, fp in rec["fingerprint"].items())
+        lines.append(f"[{profile}]   {r['task']}: {rec['repository']}"
+                     f"{'/' + rec['name'] if rec['name'] else ''} @ {_short(rec['resolved'] or rec['revision'])}"
+                     f"{' (pinned ' + rec['revision'] + ')' if rec['revision'] else ''}; fingerprints {prints}; "
+                     f"documents {_short(rec['documents']['all'])}")
+    return lines
+
+
+def dataset_lines(profile: str, names: list[str], s1: dict) -> list[str]:
+    """What ``make models`` can say about a profile's datasets before loading any (``s1``: notebook
+    01's parameters), from the tasks' YAML; raises :class:`lib.pipeline.datasets.DatasetError`."""
+    from lib.pipeline import tasks as tk
+
+    if not names:
+        return []
+    try:
+        manager = tk.task_manager(tk.resolve_include_paths(s1.get("include_paths", []), paths.work_dir(profile)),
+                                  s1.get("include_defaults", True))
+        tk.check_names(manager, names)
+    except tk.TaskError as exc:
+        raise datasets.DatasetError(str(exc)) from None
+    pinned = datasets.check_revisions(s1.get("dataset_revisions") or {}, names)
+    lines = config_lines(profile, {n: datasets.task_source(manager, n) for n in names}, pinned)
+    why = "HF_HUB_OFFLINE is set" if hub.offline() else hub.unreachable()
+    if why:
+        lines.append(unknown_line(profile, why if hub.offline() else f"the hub does not answer: {why}"))
+    return lines
+
+
 def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_repo_cache: bool = False) -> None:
     """``make models PROFILE=...``: fetch and check every model and dataset the profile needs,
     before any GPU job starts; raises :class:`HubError` naming what is missing. Weights are not
@@ -150,7 +226,7 @@ def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_rep
               f"and tasks: `make all PROFILE={profile}`)", flush=True)
         return
     models, task_names = profile_needs(profile)
-    for line in tk.dataset_lines(profile, task_names, prof.params("01_select_benchmarks")):
+    for line in dataset_lines(profile, task_names, prof.params("01_select_benchmarks")):
         print(line, flush=True)                    # what the task configs say, known offline
     cache = hub_cache()
     hub_models = [m for m in models if not Path(m).expanduser().is_dir()]
@@ -179,7 +255,7 @@ def fetch(profile: str, download: bool = True, timeout: float = 600.0, allow_rep
                      rule=tk.SplitRule.from_params(s1)) if task_names else []
     unreachable = [f"{r['task']} ({r['note']})" for r in rows if r.get("count_source") != "dataset"]
     print(f"[{profile}] datasets: {len(rows) - len(unreachable)} of {len(rows)} loaded", flush=True)
-    for line in datasets.record_lines(profile, rows):   # each dataset as loaded: revision, fingerprints, documents
+    for line in record_lines(profile, rows):   # each dataset as loaded: revision, fingerprints, documents
         print(line, flush=True)
     error = models_error(problems, profile)
     if unreachable:

@@ -16,6 +16,7 @@ from lib.metadata import BENCHMARKS
 from lib.pipeline import datasets as ds
 from lib.pipeline import localtasks
 from lib.pipeline import tasks as tk
+from runner import fetch
 
 PAPER_24 = [n for n, b in BENCHMARKS.items() if not b.is_perplexity]
 RULE = tk.SplitRule(caps={"train": 20, "validation": 5, "test": 0})         # the paper's procedure, caps that bite
@@ -115,8 +116,8 @@ def test_a_pinned_revision_reaches_the_loader_and_the_record(tmp_path, monkeypat
 @pytest.mark.slow
 def test_make_models_prints_the_dataset_table_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    lines = tk.dataset_lines("paper_slice", ["arc_easy", "rte", "medmcqa"],
-                             {"include_paths": [], "include_defaults": True, "dataset_revisions": {"rte": "v1"}})
+    lines = fetch.dataset_lines("paper_slice", ["arc_easy", "rte", "medmcqa"],
+                                {"include_paths": [], "include_defaults": True, "dataset_revisions": {"rte": "v1"}})
     table = "\n".join(lines)
     assert lines[0] == "[paper_slice] datasets of 3 task(s):"
     assert "nyu-mll/glue" in table and "openlifescienceai/medmcqa" in table

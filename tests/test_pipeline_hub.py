@@ -88,7 +88,7 @@ def test_the_make_models_command_prints_one_line(tmp_path):
     """`make models PROFILE=paper_slice CHECK_ONLY=1`'s command, offline and with a dead hub: one line
     on stderr, exit status 1 (measured: about 3 s on the loaded 2-core machine); stdout holds only the
     datasets table the task configs give and one line for what needs the data
-    (:func:`lib.pipeline.tasks.dataset_lines`)."""
+    (:func:`runner.fetch.dataset_lines`)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     for extra in ({"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": DEAD}):
         env = {**base, "HF_HOME": str(tmp_path / "hf"), **extra}

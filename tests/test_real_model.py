@@ -12,9 +12,9 @@ import pytest
 
 from lib import layout, params, paths, store
 from lib.pipeline import finetune as ft
-from lib.pipeline import realmodel
 from lib.pipeline import tasks as tk
 from lib.pipeline.launch import jobs
+from runner import realmodel
 
 pytestmark = [pytest.mark.slow, pytest.mark.real]
 

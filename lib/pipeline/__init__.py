@@ -17,7 +17,6 @@ subpackage :mod:`lib.pipeline.launch`.
     reports     the tables and summaries of notebooks 02 and 03
     figures     the figures of notebooks 01-03
     tiny        tiny causal LMs built offline: tokenizer and model primitives
-    realmodel   a real pretrained LM and lm-eval's own task configs, offline (the real_cpu profile)
     localtasks  writes local lm-eval task YAML + JSONL
     device      torch device, CPU thread count and the pinned CPU arithmetic
     hub         whether the Hugging Face Hub can be used, found out once and within seconds

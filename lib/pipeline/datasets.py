@@ -24,8 +24,8 @@ every chosen document while the positions stay the same. So every unit records
   hash, so two runs that chose "the same" documents of different data can be told apart
   (:func:`differences`; the placement calibration names them, :mod:`lib.placement`).
 
-``make models`` prints what the YAML says (:func:`config_lines`) and, once loaded, the records
-(:func:`record_lines`). This module imports nothing of the pipeline: :mod:`lib.pipeline.tasks` uses it.
+``make models`` prints what the YAML says and, once loaded, the records (:mod:`runner.fetch`). This
+module imports nothing of the pipeline: :mod:`lib.pipeline.tasks` uses it.
 """
 
 from __future__ import annotations
@@ -225,61 +225,3 @@ def differences(ours: dict[str, dict], theirs: dict[str, dict]) -> list[str]:
                 why.append(f"{key} {a.get(key)} vs {b.get(key)}")
         out.append(f"{bench} ({', '.join(why)})")
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# what `make models` prints
-
-
-def _short(rev: str | None) -> str:
-    return "-" if not rev else rev[:12]
-
-
-def config_lines(profile: str, sources: dict[str, dict], pinned: dict[str, str]) -> list[str]:
-    """The dataset table of a profile's tasks as the installed lm-eval's YAML gives it (offline):
-    repository, config name, lm-eval 0.4.8's repository, the pinned revision; then one line naming
-    the tasks whose repository differs from 0.4.8's."""
-    import lm_eval
-
-    paper = paper_configs()
-    moved = rehomed(sources)
-    head = ("task", f"repository (lm-eval {lm_eval.__version__})", "config", f"lm-eval {PAPER_LM_EVAL}",
-            "pinned revision")
-    rows = [head]
-    for task, s in sources.items():
-        old = paper.get(task)
-        then = "not in the paper" if old is None else ("same" if task not in moved else f"{old['dataset_path']}")
-        rows.append((task, str(s["dataset_path"]), str(s["dataset_name"] or "-"), then,
-                     pinned.get(task) or s.get("revision") or "none"))
-    widths = [max(len(r[k]) for r in rows) for k in range(len(head))]
-    lines = [f"[{profile}] datasets of {len(sources)} task(s):"]
-    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    if moved:
-        lines.append(f"[{profile}] dataset_path differs from lm-eval {PAPER_LM_EVAL}'s (the paper's) for "
-                     f"{len(moved)} of {len(sources)}: " + "; ".join(f"{t}: {a} -> {b}" for t, (a, b) in moved.items()))
-    else:
-        lines.append(f"[{profile}] every dataset_path is lm-eval {PAPER_LM_EVAL}'s")
-    return lines
-
-
-def unknown_line(profile: str, why: str) -> str:
-    """The one line for what cannot be known without the datasets themselves."""
-    return (f"[{profile}] resolved revisions, split fingerprints and document hashes: not known here ({why}); "
-            f"`make models PROFILE={profile}` where the hub is reachable loads each dataset and prints them")
-
-
-def record_lines(profile: str, rows: list[dict]) -> list[str]:
-    """One line per loaded task of notebook 01's rows (:func:`lib.pipeline.tasks.select`): its
-    resolved revision, split fingerprints and the hash of its chosen documents."""
-    lines = []
-    for r in rows:
-        rec = r.get("dataset")
-        if not rec:
-            continue
-        prints = ", ".join(f"{s} {_short(fp)}" for s, fp in rec["fingerprint"].items())
-        lines.append(f"[{profile}]   {r['task']}: {rec['repository']}"
-                     f"{'/' + rec['name'] if rec['name'] else ''} @ {_short(rec['resolved'] or rec['revision'])}"
-                     f"{' (pinned ' + rec['revision'] + ')' if rec['revision'] else ''}; fingerprints {prints}; "
-                     f"documents {_short(rec['documents']['all'])}")
-    return lines
-

