@@ -159,16 +159,16 @@ def _file_id(*parts: str) -> str:
 @functools.cache
 def _published_context() -> dict:
     """What the published results were made with, as far as the paper says: notebook 02's defaults
-    are its recipe, notebook 01's its split rule, lm-eval 0.4.8 its harness (lib.pipeline.datasets)."""
-    from lib.pipeline import datasets
+    are its recipe, notebook 01's its split rule, lm-eval 0.4.8 its harness (runner.fetch)."""
     from lib.pipeline.finetune import Recipe
+    from runner import fetch
 
     recipe = Recipe.default()
     split, run = params.notebook_parameters("01_select_benchmarks"), params.notebook_parameters("02_finetune")
     return {"recipe": {k: v for k, v in recipe.key().items() if k != "lrs"}, "lrs": list(recipe.lrs),
             "caps": {r: split[f"cap_{r}"] for r in ("train", "validation", "test")},
             "split_procedure": split["split_procedure"], "split_seed": split["split_seed"],
-            "configs": datasets.paper_configs(), "lm_eval": datasets.PAPER_LM_EVAL, "settings": run}
+            "configs": fetch.paper_configs(), "lm_eval": fetch.PAPER_LM_EVAL, "settings": run}
 
 
 def _libraries(prov: dict) -> dict[str, str]:

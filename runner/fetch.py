@@ -4,8 +4,10 @@ and not hours later in a job.
 
 Whether the hub answers at all is asked once first (:mod:`lib.pipeline.hub`); weights go into the
 hub cache (``HF_HOME``), never into the repository's own (the paper's 61 models take about 0.7 TB).
-What it prints of the datasets: the table their YAML gives before any is loaded (:func:`dataset_lines`)
-and, once loaded, each one's record (:func:`record_lines`; :func:`lib.pipeline.datasets.record`).
+What it prints of the datasets: the table their YAML gives before any is loaded (:func:`dataset_lines`),
+beside the repositories of lm-eval 0.4.8, the paper's (:func:`paper_configs`, kept as data in
+``lm_eval_0.4.8.json``, read from the 0.4.8 wheel by :func:`paper_configs_from_wheel`), and, once
+loaded, each one's record (:func:`record_lines`; :func:`lib.pipeline.datasets.record`).
 
 ``python -m runner.fetch PROFILE [--check-only] [--allow-repo-cache]``
 """
@@ -13,13 +15,19 @@ and, once loaded, each one's record (:func:`record_lines`; :func:`lib.pipeline.d
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import sys
+import tempfile
+import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from lib import paths
 from lib.errors import UserError
 from lib.params import profile_needs
 from lib.pipeline import datasets, hub
+from lib.util import sha256_file
 
 GATED_HELP = ("request access on each model's hub page with the account whose token this machine uses "
               "(HF_TOKEN, or `hf auth login`), then run `make models PROFILE={profile}` again")
@@ -138,6 +146,76 @@ def hub_cache() -> Path:
     return Path(constants.HF_HUB_CACHE).expanduser().resolve()
 
 
+# --------------------------------------------------------------------------- the paper's lm-eval configs
+PAPER_LM_EVAL = "0.4.8"
+PAPER_CONFIGS_FILE = Path(__file__).with_name("lm_eval_0.4.8.json")    # read from its wheel, kept as data
+
+
+@functools.lru_cache(maxsize=1)
+def paper_configs() -> dict[str, dict]:
+    """{task: {"dataset_path", "dataset_name", "yaml"}} of lm-eval 0.4.8 (:data:`PAPER_CONFIGS_FILE`)."""
+    try:
+        data = json.loads(PAPER_CONFIGS_FILE.read_text())
+        return {name: dict(cfg) for name, cfg in data["tasks"].items()}
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
+        raise datasets.DatasetError(f"{PAPER_CONFIGS_FILE}: cannot read the lm-eval {PAPER_LM_EVAL} configs "
+                           f"({type(exc).__name__}: {exc}); restore it with `git checkout -- {PAPER_CONFIGS_FILE.name}`"
+                           ) from None
+
+
+def _yaml_source(path: str | Path) -> dict:
+    """``dataset_path``, ``dataset_name`` and the pinned ``revision`` of a task YAML (includes
+    resolved, functions not imported)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    cfg = load_yaml(Path(path), resolve_func=False, recursive=True)
+    return {"task": cfg.get("task"), "dataset_path": cfg.get("dataset_path"), "dataset_name": cfg.get("dataset_name"),
+            "revision": (cfg.get("dataset_kwargs") or {}).get("revision")}
+
+
+def task_source(manager, name: str) -> dict:
+    """What the installed lm-eval's YAML of ``name`` says about its data (no dataset is loaded)."""
+    entry = manager.task_index[name]
+    if entry.yaml_path is None:
+        return {"task": name, "dataset_path": None, "dataset_name": None, "revision": None}
+    return _yaml_source(entry.yaml_path)
+
+
+def rehomed(sources: dict[str, dict]) -> dict[str, tuple[str, str]]:
+    """{task: (0.4.8 dataset_path, installed dataset_path)} for the tasks of ``sources``
+    ({task: :func:`task_source`}) whose repository is not the one lm-eval 0.4.8 named."""
+    paper = paper_configs()
+    return {t: (paper[t]["dataset_path"], s["dataset_path"]) for t, s in sources.items()
+            if t in paper and paper[t]["dataset_path"] != s["dataset_path"]}
+
+
+def paper_configs_from_wheel(wheel: str | Path, tasks: Iterable[str]) -> dict:
+    """The content of :data:`PAPER_CONFIGS_FILE` for ``tasks``, read from an lm-eval wheel (``pip
+    download --no-deps lm_eval==0.4.8``) with lm-eval's own YAML loader; the wheel is named with its
+    sha256 so the file says where it came from."""
+    wheel, tasks = Path(wheel), list(tasks)
+    found: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(wheel) as zf:
+        zf.extractall(tmp, [n for n in zf.namelist() if n.startswith("lm_eval/tasks/")])
+        root = Path(tmp) / "lm_eval" / "tasks"
+        for path in sorted(root.glob("**/*.yaml")):
+            try:
+                src = _yaml_source(path)
+            except Exception:  # noqa: BLE001 - lm-eval's own registry skips YAML it cannot parse, so does this
+                continue
+            if src["task"] in tasks and src["task"] not in found:
+                found[src["task"]] = {"dataset_path": src["dataset_path"], "dataset_name": src["dataset_name"],
+                                      "yaml": path.relative_to(root).as_posix()}
+    missing = [t for t in tasks if t not in found]
+    if missing:
+        raise datasets.DatasetError(f"{wheel.name}: no task YAML for {missing}")
+    return {"lm_eval": PAPER_LM_EVAL,
+            "source": f"{wheel.name} (sha256 {sha256_file(wheel)}) from PyPI, `pip download --no-deps "
+                      f"lm_eval=={PAPER_LM_EVAL}`; lm_eval/tasks/<yaml> of each task, includes resolved",
+            "tasks": {t: found[t] for t in tasks}}
+
+
+# --------------------------------------------------------------------------- what make models prints
 def _short(rev: str | None) -> str:
     return "-" if not rev else rev[:12]
 
@@ -148,9 +226,9 @@ def config_lines(profile: str, sources: dict[str, dict], pinned: dict[str, str])
     the tasks whose repository differs from 0.4.8's."""
     import lm_eval
 
-    paper = datasets.paper_configs()
-    moved = datasets.rehomed(sources)
-    head = ("task", f"repository (lm-eval {lm_eval.__version__})", "config", f"lm-eval {datasets.PAPER_LM_EVAL}",
+    paper = paper_configs()
+    moved = rehomed(sources)
+    head = ("task", f"repository (lm-eval {lm_eval.__version__})", "config", f"lm-eval {PAPER_LM_EVAL}",
             "pinned revision")
     rows = [head]
     for task, s in sources.items():
@@ -162,10 +240,10 @@ def config_lines(profile: str, sources: dict[str, dict], pinned: dict[str, str])
     lines = [f"[{profile}] datasets of {len(sources)} task(s):"]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     if moved:
-        lines.append(f"[{profile}] dataset_path differs from lm-eval {datasets.PAPER_LM_EVAL}'s (the paper's) for "
+        lines.append(f"[{profile}] dataset_path differs from lm-eval {PAPER_LM_EVAL}'s (the paper's) for "
                      f"{len(moved)} of {len(sources)}: " + "; ".join(f"{t}: {a} -> {b}" for t, (a, b) in moved.items()))
     else:
-        lines.append(f"[{profile}] every dataset_path is lm-eval {datasets.PAPER_LM_EVAL}'s")
+        lines.append(f"[{profile}] every dataset_path is lm-eval {PAPER_LM_EVAL}'s")
     return lines
 
 
@@ -205,7 +283,7 @@ def dataset_lines(profile: str, names: list[str], s1: dict) -> list[str]:
     except tk.TaskError as exc:
         raise datasets.DatasetError(str(exc)) from None
     pinned = datasets.check_revisions(s1.get("dataset_revisions") or {}, names)
-    lines = config_lines(profile, {n: datasets.task_source(manager, n) for n in names}, pinned)
+    lines = config_lines(profile, {n: task_source(manager, n) for n in names}, pinned)
     why = "HF_HUB_OFFLINE is set" if hub.offline() else hub.unreachable()
     if why:
         lines.append(unknown_line(profile, why if hub.offline() else f"the hub does not answer: {why}"))

@@ -1,4 +1,4 @@
-"""lib.pipeline.datasets: the paper's lm-eval 0.4.8 dataset configs (data), a unit's record of what it
+"""lib.pipeline.datasets and runner.fetch: the paper's lm-eval 0.4.8 dataset configs (data), a unit's record of what it
 read, a re-ordered copy of a task told apart, a pinned revision passed to the loader, the dataset
 table of `make models` offline, and the placement calibration naming units whose documents differ."""
 
@@ -39,20 +39,21 @@ def _task(root: Path, name: str, train: list[dict]) -> tuple:
 def test_the_papers_configs_are_lm_eval_048s_and_name_their_source():
     import lm_eval
 
-    data = json.loads(ds.PAPER_CONFIGS_FILE.read_text())
+    data = json.loads(fetch.PAPER_CONFIGS_FILE.read_text())
     assert data["lm_eval"] == "0.4.8" and "lm_eval-0.4.8-py3-none-any.whl (sha256 " in data["source"]
-    paper = ds.paper_configs()
+    paper = fetch.paper_configs()
     assert sorted(paper) == sorted(PAPER_24)
     assert paper["social_iqa"]["dataset_path"] == "social_i_qa" and paper["gsm8k"]["dataset_path"] == "gsm8k"
     assert paper["gsm8k"]["dataset_name"] == "main" and paper["mnli"] == {"dataset_path": "glue",
                                                                          "dataset_name": "mnli",
                                                                          "yaml": "glue/mnli/default.yaml"}
     # the installed lm-eval's YAML (same file names in both releases)
-    installed = {t: ds._yaml_source(Path(lm_eval.__file__).parent / "tasks" / cfg["yaml"]) for t, cfg in paper.items()}
+    tasks = Path(lm_eval.__file__).parent / "tasks"
+    installed = {t: fetch._yaml_source(tasks / cfg["yaml"]) for t, cfg in paper.items()}
     assert all(installed[t]["task"] == t for t in paper)
     assert installed["social_iqa"]["dataset_path"] == "lighteval/siqa"
     assert installed["gsm8k"]["dataset_path"] == "openai/gsm8k"
-    moved = ds.rehomed(installed)
+    moved = fetch.rehomed(installed)
     assert sorted(set(paper) - set(moved)) == ["arc_challenge", "arc_easy", "commonsense_qa", "headqa_en"]
     assert moved["mnli"] == ("glue", "nyu-mll/glue")
 
@@ -65,11 +66,11 @@ def test_the_configs_file_is_read_from_a_wheel_with_lm_evals_loader(tmp_path):
         zf.writestr("lm_eval/tasks/x/_base.yaml", "dataset_path: old/repo\noutput_type: multiple_choice\n")
         zf.writestr("lm_eval/tasks/x/x.yaml", "include: _base.yaml\ntask: x\ndataset_name: cfg\n")
         zf.writestr("lm_eval/tasks/y/y.yaml", "task: y\ndataset_path: y_repo\n")
-    out = ds.paper_configs_from_wheel(wheel, ["x"])
+    out = fetch.paper_configs_from_wheel(wheel, ["x"])
     assert out["tasks"] == {"x": {"dataset_path": "old/repo", "dataset_name": "cfg", "yaml": "x/x.yaml"}}
     assert out["source"].startswith("lm_eval-0.4.8-py3-none-any.whl (sha256 ")
     with pytest.raises(ds.DatasetError, match=r"no task YAML for \['z'\]"):
-        ds.paper_configs_from_wheel(wheel, ["x", "z"])
+        fetch.paper_configs_from_wheel(wheel, ["x", "z"])
 
 
 def test_a_copy_with_its_rows_reordered_chooses_the_same_positions_but_other_documents(tmp_path):

@@ -4,8 +4,8 @@ subpackage :mod:`lib.pipeline.launch`.
 
     tasks       lm-eval registry (built-ins + include_path folders), selection, split rule and plans,
                 one document rendered as lm-eval scores it
-    datasets    each task's dataset repository and revision, lm-eval 0.4.8's configs (the paper's, kept
-                as data in lm_eval_0.4.8.json), pinned revisions, a unit's record of its documents
+    datasets    each task's dataset repository and revision, pinned revisions, a unit's record of its
+                documents
     evaluate    model loading/resolution, lm-eval scoring of a preloaded model, per-item files
     finetune    the recipe (the paper's choices, named), tokenised training examples, one
                 learning-rate unit (and its TensorBoard curves)
@@ -20,8 +20,7 @@ subpackage :mod:`lib.pipeline.launch`.
     localtasks  writes local lm-eval task YAML + JSONL
     device      torch device, CPU thread count and the pinned CPU arithmetic
     hub         whether the Hugging Face Hub can be used, found out once and within seconds
-    launch      how units are run: the job grid, process pool, Slurm, locks, make status / models /
-                preflight
+    launch      how units are run: the job grid, process pool, Slurm, locks, ``make preflight``
 
 Heavy imports (torch, transformers, peft, lm_eval) happen inside functions, so importing a
 module here is cheap.

@@ -1,15 +1,13 @@
-"""Which data a unit reads: each lm-eval task's dataset repository and revision, the configs of the
-lm-eval release the paper ran (0.4.8, kept as data), a profile's pinned revisions, and the record
-every unit keeps of the documents it chose.
+"""Which data a unit reads: each lm-eval task's dataset repository and revision, a profile's pinned
+revisions, and the record every unit keeps of the documents it chose.
 
 The paper vendored lm-eval 0.4.8. The pinned lm-eval keeps the prompts, metrics and filters of the
 paper's 24 tasks, but moved most of them to re-homed hub repositories (``glue`` ->
-``nyu-mll/glue``, ``social_i_qa`` -> ``lighteval/siqa``, ``gsm8k`` -> ``openai/gsm8k``, ...):
-:func:`paper_configs` holds the 0.4.8 ``dataset_path`` and ``dataset_name`` of every task, read
-from the 0.4.8 wheel (:func:`paper_configs_from_wheel`; ``lm_eval_0.4.8.json`` says which wheel).
-The paper's documents are chosen by position (the random_split carve and the permutation caps,
-:func:`lib.pipeline.tasks.plan_splits`), so a repository that orders its rows differently changes
-every chosen document while the positions stay the same. So every unit records
+``nyu-mll/glue``, ``social_i_qa`` -> ``lighteval/siqa``, ``gsm8k`` -> ``openai/gsm8k``, ...;
+``make models`` compares them with 0.4.8's, :mod:`runner.fetch`). The paper's documents are chosen
+by position (the random_split carve and the permutation caps, :func:`lib.pipeline.tasks.plan_splits`),
+so a repository that orders its rows differently changes every chosen document while the positions
+stay the same. So every unit records
 (:func:`record`, in its provenance under ``dataset``):
 
 - ``repository`` and ``name``: the task's ``dataset_path`` and ``dataset_name`` as lm-eval loaded it;
@@ -30,95 +28,20 @@ module imports nothing of the pipeline: :mod:`lib.pipeline.tasks` uses it.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
-import tempfile
-import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import UserError
 
-PAPER_LM_EVAL = "0.4.8"
-PAPER_CONFIGS_FILE = Path(__file__).with_name("lm_eval_0.4.8.json")
 ROLES = ("train", "validation", "test")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 class DatasetError(UserError, ValueError):
     """A pinned revision or the configs file cannot be used (the message names it)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# the paper's lm-eval configs (data) and the installed ones
-
-
-@functools.lru_cache(maxsize=1)
-def paper_configs() -> dict[str, dict]:
-    """{task: {"dataset_path", "dataset_name", "yaml"}} of lm-eval 0.4.8 (:data:`PAPER_CONFIGS_FILE`)."""
-    try:
-        data = json.loads(PAPER_CONFIGS_FILE.read_text())
-        return {name: dict(cfg) for name, cfg in data["tasks"].items()}
-    except (OSError, ValueError, KeyError, AttributeError) as exc:
-        raise DatasetError(f"{PAPER_CONFIGS_FILE}: cannot read the lm-eval {PAPER_LM_EVAL} configs "
-                           f"({type(exc).__name__}: {exc}); restore it with `git checkout -- {PAPER_CONFIGS_FILE.name}`"
-                           ) from None
-
-
-def _yaml_source(path: str | Path) -> dict:
-    """``dataset_path``, ``dataset_name`` and the pinned ``revision`` of a task YAML (includes
-    resolved, functions not imported)."""
-    from lm_eval.tasks._yaml_loader import load_yaml
-
-    cfg = load_yaml(Path(path), resolve_func=False, recursive=True)
-    return {"task": cfg.get("task"), "dataset_path": cfg.get("dataset_path"), "dataset_name": cfg.get("dataset_name"),
-            "revision": (cfg.get("dataset_kwargs") or {}).get("revision")}
-
-
-def task_source(manager, name: str) -> dict:
-    """What the installed lm-eval's YAML of ``name`` says about its data (no dataset is loaded)."""
-    entry = manager.task_index[name]
-    if entry.yaml_path is None:
-        return {"task": name, "dataset_path": None, "dataset_name": None, "revision": None}
-    return _yaml_source(entry.yaml_path)
-
-
-def rehomed(sources: dict[str, dict]) -> dict[str, tuple[str, str]]:
-    """{task: (0.4.8 dataset_path, installed dataset_path)} for the tasks of ``sources``
-    ({task: :func:`task_source`}) whose repository is not the one lm-eval 0.4.8 named."""
-    paper = paper_configs()
-    return {t: (paper[t]["dataset_path"], s["dataset_path"]) for t, s in sources.items()
-            if t in paper and paper[t]["dataset_path"] != s["dataset_path"]}
-
-
-def paper_configs_from_wheel(wheel: str | Path, tasks: Iterable[str]) -> dict:
-    """The content of :data:`PAPER_CONFIGS_FILE` for ``tasks``, read from an lm-eval wheel (``pip
-    download --no-deps lm_eval==0.4.8``) with lm-eval's own YAML loader; the wheel is named with its
-    sha256 so the file says where it came from."""
-    from ..util import sha256_file
-
-    wheel, tasks = Path(wheel), list(tasks)
-    found: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(wheel) as zf:
-        zf.extractall(tmp, [n for n in zf.namelist() if n.startswith("lm_eval/tasks/")])
-        root = Path(tmp) / "lm_eval" / "tasks"
-        for path in sorted(root.glob("**/*.yaml")):
-            try:
-                src = _yaml_source(path)
-            except Exception:  # noqa: BLE001 - lm-eval's own registry skips YAML it cannot parse, so does this
-                continue
-            if src["task"] in tasks and src["task"] not in found:
-                found[src["task"]] = {"dataset_path": src["dataset_path"], "dataset_name": src["dataset_name"],
-                                      "yaml": path.relative_to(root).as_posix()}
-    missing = [t for t in tasks if t not in found]
-    if missing:
-        raise DatasetError(f"{wheel.name}: no task YAML for {missing}")
-    return {"lm_eval": PAPER_LM_EVAL,
-            "source": f"{wheel.name} (sha256 {sha256_file(wheel)}) from PyPI, `pip download --no-deps "
-                      f"lm_eval=={PAPER_LM_EVAL}`; lm_eval/tasks/<yaml> of each task, includes resolved",
-            "tasks": {t: found[t] for t in tasks}}
 
 
 # ---------------------------------------------------------------------------------------------
