@@ -23,7 +23,7 @@ The ground floor:
     plots         one figure style for every notebook; figures saved as PDF and PNG
     outputs       what every stage leaves behind: summary.json, CSV tables, numbers.tex; number formats
     data          the published reference data: pinned commits and sha256, a corrupt file's advice
-    published     the published results imported into a store; a first run compared with them
+    published     the published results file: where it is, read and checked
 The science:
     pipeline      what a unit computes (tasks, fine-tuning, evaluation, the two protocols); its
                   subpackage pipeline.launch runs the units (process pool, Slurm, locks, preflight)

@@ -10,7 +10,7 @@ without a kind lists every stage it runs)::
     base: smoke                         # optional: start from another profile's settings (below)
     offline: true                       # set HF_HUB_OFFLINE / HF_DATASETS_OFFLINE while it runs
     prepare:                            # optional hooks run before the notebooks, in order:
-      - lib.published:import_store      #   "module:function" or {"module:function": {kwargs}}
+      - runner.published:import_store   #   "module:function" or {"module:function": {kwargs}}
     common:                             # optional: values for every stage whose notebook has the key
       models: [a, b]
     stages:

@@ -9,7 +9,7 @@ then reads this module, in this order:
 
 1. :func:`calibration_check`: the calibration models' scores here next to the reference's. Direct
    evaluation must lie within two of the reference's standard errors (``|z| <= 2``, the rule of
-   ``python -m lib.published --compare``): the same documents scored by the same weights differ
+   ``python -m runner.published --compare``): the same documents scored by the same weights differ
    only by arithmetic, so a larger gap is a difference of set-up, not noise. Train-before-test must
    lie within :func:`tbt_bound` standard errors: a fine-tuning run on other hardware or software is
    another draw of the fine-tuned model, and two draws scored on the same ``n`` items differ by at
@@ -43,7 +43,7 @@ from . import metadata, params, paths, published, store
 from .analysis import agreement, structure, uncertainty
 from .util import jsonable, note_read
 
-DIRECT_BOUND = 2.0          # |z| of a calibration model's direct-evaluation score (lib.published.compare's rule)
+DIRECT_BOUND = 2.0          # |z| of a calibration model's direct-evaluation score (runner.published.compare's rule)
 ALPHA = 0.05                # family-wise error of the train-before-test checks
 # what usually makes a run differ from its reference, in the words of the failure lines
 CAUSES = ("precision (dtype: the paper ran float32; half precision changes log-likelihoods and so answers)",

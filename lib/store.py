@@ -1,6 +1,6 @@
 """The results store: one small JSON file per (protocol, benchmark, model), written atomically, so
 an interrupted run never leaves a half-written result that could be read as one. Published results
-(``lib.published``) and our own runs (``lib.pipeline``) land here in the same format; loading the
+(``runner.published``) and our own runs (``lib.pipeline``) land here in the same format; loading the
 store gives one tidy DataFrame::
 
     <root>/<protocol>/<benchmark>/<model slug>.json     one result

@@ -12,6 +12,7 @@
     contactsheet  a profile's figures checked and shown at print size (`make check-figures`)
     leaderboard   a profile's leaderboard page
     download      `make data`: the published reference data downloaded and converted
+    published     the published results imported into a store (a prepare hook); a first run compared with them
     fetch         `make models`: every model and dataset of a profile fetched and checked before GPU jobs
     realmodel     the real_cpu profile's prepare hook: a real pretrained LM and lm-eval's own task configs, offline
     status        `make status`: units done / running / pending / failed per stage, from the store and Slurm

@@ -222,9 +222,9 @@ def print_plan(profiles: list[str], force: bool = False) -> None:
 
 # --------------------------------------------------------------------------- published data
 def needs_published_data(prof: Profile) -> bool:
-    """A profile that imports the published results (its prepare hook is ``lib.published``'s) or is
+    """A profile that imports the published results (its prepare hook is ``runner.published``'s) or is
     placed among them (``reference: published``)."""
-    return any(s.startswith("lib.published:") for s, _ in plan.hooks(prof)) or prof.reference == "published"
+    return any(s.startswith("runner.published:") for s, _ in plan.hooks(prof)) or prof.reference == "published"
 
 
 def ensure_published_data(label: str = "[published]") -> str | None:

@@ -11,6 +11,7 @@ import pytest
 
 from lib import paths, published, store, util
 from runner import export
+from runner.published import import_store
 
 
 def _records(folder, **where):
@@ -128,7 +129,7 @@ def test_the_published_results_export_as_documentation_with_the_papers_recipe(ha
               for protocol, per in raw.items()}
     (tmp_path / "all_results.json").write_text(json.dumps(subset))
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "outputs")
-    published.import_store("published", source=tmp_path / "all_results.json")
+    import_store("published", source=tmp_path / "all_results.json")
     export.export("published", out=tmp_path / "export")
     back = export.read(tmp_path / "export")
     results = store.load(paths.store_dir("published"))

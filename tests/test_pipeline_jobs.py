@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from lib import layout, params, paths, published, store
+from lib import layout, params, paths, store
 from lib.pipeline import finetune as ft
 from lib.pipeline import localtasks, tiny
 from lib.pipeline import tasks as tk
 from lib.pipeline.launch import jobs, outcome, preflight
 from lib.pipeline.launch.locks import UnitBusy, UnitLock
 from runner import fetch
+from runner.published import compare, published_scores
 
 RECIPE = dict(lrs=(1e-3, 3e-3), epochs=1, lora_r=4, lora_alpha=8, lora_dropout=0.0, max_length=64)  # 02's, small
 
@@ -315,11 +316,11 @@ def test_memory_and_time_estimate(world, tmp_path):
 def test_published_comparison_of_a_first_run(harmony_data, tmp_path):
     models, benchmarks = ["EleutherAI/pythia-160m-deduped", "Qwen/Qwen2.5-0.5B"], ["arc_easy", "rte", "medmcqa"]
     assert params.profile_needs("paper_slice") == (models, benchmarks)
-    pub = published.published_scores(models, benchmarks)
+    pub = published_scores(models, benchmarks)
     first = pub.iloc[0]
     store.write(tmp_path, store.Result(protocol=store.DIRECT, benchmark=first["benchmark"], model=first["model"],
                                        metric="acc_norm", score=first["published"] + first["published_stderr"]))
-    table = published.compare(tmp_path, models, benchmarks)
+    table = compare(tmp_path, models, benchmarks)
     assert table.iloc[0]["z"] == pytest.approx(1.0) and table.iloc[0]["within"]
     assert table["ours"].isna().sum() == 5
     # docs/cluster.md's table of what paper_slice should reproduce is the published data

@@ -1,4 +1,4 @@
-"""lib.published (importer) and the analysis notebooks 04-06 run end to end through runner.run.
+"""runner.published (importer) and the analysis notebooks 04-06 run end to end through runner.run.
 
 The published-data test runs the real notebooks on the paper's results and checks their
 summary.json against the paper's numbers and against values computed here, independently, from
@@ -17,6 +17,7 @@ from scipy import stats
 
 from lib import metadata, outputs, paths, published, store, util
 from runner import run
+from runner.published import import_store
 
 PAPER_BENCHMARKS = 24
 
@@ -36,7 +37,7 @@ SMALL = {"direct_eval": {"mnli": {"openai-community/gpt2": 0.35, "google/gemma-2
 def test_import_small_file_is_faithful_and_idempotent(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "OUTPUTS", tmp_path / "out")
     src = _write(tmp_path / "all_results.json", SMALL)
-    rec = published.import_store("p", source=src)
+    rec = import_store("p", source=src)
     assert rec["n_results"] == 6 and rec["sha256"] == util.sha256_file(src)
     df = store.load(paths.store_dir("p"))
     row = df[(df.protocol == "direct_eval") & (df.benchmark == "mnli") & (df.model == "google/gemma-2b")].iloc[0]
@@ -46,10 +47,10 @@ def test_import_small_file_is_faithful_and_idempotent(tmp_path, monkeypatch):
     assert wiki.iloc[0].metric == "bits_per_byte" and row.provenance["sha256"] == rec["sha256"]
     first = store.path_for(paths.store_dir("p"), "direct_eval", "mnli", "google/gemma-2b")
     mtime = first.stat().st_mtime_ns
-    assert published.import_store("p", source=src)["sha256"] == rec["sha256"]
+    assert import_store("p", source=src)["sha256"] == rec["sha256"]
     assert first.stat().st_mtime_ns == mtime                                   # skipped: same file hash
     changed = {k: v for k, v in SMALL.items() if k != "train_before_test"}
-    published.import_store("p", source=_write(src, changed))
+    import_store("p", source=_write(src, changed))
     assert set(store.load(paths.store_dir("p"))["protocol"]) == {"direct_eval"}   # stale results removed
 
 
@@ -58,20 +59,20 @@ def test_import_rejects_bad_files_before_writing(tmp_path, monkeypatch):
     broken = tmp_path / "broken.json"
     broken.write_text('{"direct_eval": {"mnli": ')
     with pytest.raises(store.StoreError, match=r"corrupt data file .*broken\.json \(.*\): replace it"):
-        published.import_store("p", source=broken)
+        import_store("p", source=broken)
     bad = _write(tmp_path / "bad.json", {"direct_eval": {"mnli": {"gpt2": "0.5"}}})
     with pytest.raises(store.StoreError, match=r"bad\.json \(direct_eval/mnli/gpt2: score '0\.5'"):
-        published.import_store("p", source=bad)
+        import_store("p", source=bad)
     unknown = _write(tmp_path / "unknown.json", {"direct_eval": {"mnli": {"openai-community/gpt3": 0.5}}})
     with pytest.raises(metadata.MetadataError, match=r"unknown\.json: no metadata for model 'openai-community/gpt3'"):
-        published.import_store("p", source=unknown)
+        import_store("p", source=unknown)
     assert not paths.store_dir("p").exists()                                   # nothing half-written
 
 
 def test_missing_data_folder_is_one_clear_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HARMONY_DATA", str(tmp_path / "nowhere"))
     with pytest.raises(paths.DataMissing, match="published data not found.*HARMONY_DATA"):
-        published.import_store("published")
+        import_store("published")
     assert run.main(["published"]) == 2                                        # the runner stops before any stage
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: published data not found") and "HARMONY_DATA" in err[0]

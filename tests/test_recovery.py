@@ -33,6 +33,7 @@ from lib.pipeline import finetune as ft
 from lib.pipeline import spec as spec_mod
 from lib.pipeline.spec import JobSpec
 from runner import failures, kernel, run, stagecache
+from runner.published import import_store
 
 # --------------------------------------------------------------------------- a tiny project of notebooks
 # notebook, WRITER, READER and the project fixture: tests/notebook_project.py
@@ -395,7 +396,7 @@ def test_a_corrupt_data_file_is_named_with_how_to_restore_it(tmp_path, monkeypat
     results.write_text(results.read_text()[:5000])
     with pytest.raises(store.StoreError, match="corrupt data file .*all_results.json .*a good copy has sha256 "
                                                + data.expected_sha256(published.RESULTS_FILE)):
-        published.import_store("p", source=None)
+        import_store("p", source=None)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "nan"])
