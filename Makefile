@@ -158,10 +158,10 @@ tensorboard: $(STAMP) ## TensorBoard on PROFILE's fine-tuning curves (profiles w
 
 .PHONY: align score
 align: $(STAMP) ## align a benchmark to your preferences: ITEMS="a.npz b.npz" PREFS=prefs.csv OUT=bench.json (docs/align.md)
-	$(PY) -m lib.benchalign.align align --items $(ITEMS) --prefs $(PREFS) --out $(OUT) $(ALIGN_ARGS)
+	$(PY) -m runner.align align --items $(ITEMS) --prefs $(PREFS) --out $(OUT) $(ALIGN_ARGS)
 
 score: $(STAMP) ## aligned scores and ranks of new models: BENCH=bench.json ITEMS="c.npz" [OUT=scores.csv]
-	@$(PY) -m lib.benchalign.align score --bench $(BENCH) --items $(ITEMS) $(if $(OUT),--out $(OUT),) $(ALIGN_ARGS)
+	@$(PY) -m runner.align score --bench $(BENCH) --items $(ITEMS) $(if $(OUT),--out $(OUT),) $(ALIGN_ARGS)
 
 docs: $(STAMP) ## rewrite the results tables of README.md and docs/ from outputs/ (and the headline figure)
 	$(PY) -m runner.docblocks write

@@ -11,6 +11,7 @@
     figreview     the checks of a saved figure as a reviewer of a two-column paper reads it
     contactsheet  a profile's figures checked and shown at print size (`make check-figures`)
     leaderboard   a profile's leaderboard page
+    align         `make align` / `make score`: BenchAlign on your own preferences, from the command line
     download      `make data`: the published reference data downloaded and converted
     published     the published results imported into a store (a prepare hook); a first run compared with them
     fetch         `make models`: every model and dataset of a profile fetched and checked before GPU jobs

@@ -1,4 +1,4 @@
-"""`align` / `score` (lib.benchalign.align): round trips on synthetic preferences with a known latent
+"""`align` / `score` (runner.align, lib.benchalign.align): round trips on synthetic preferences with a known latent
 and on the published leaderboard items, the one-line errors, the readers, and the pair path of rank."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 
 from lib import paths
 from lib.benchalign import align, rank, studies
+from runner import align as cli
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 BAR = 0.7          # rho of aligned scores with the latent on held-out models (synthetic world below)
@@ -92,7 +93,7 @@ def test_align_is_deterministic_and_scores_per_model_work(tmp_path):
     pd.DataFrame({"model": models, "score": latent}).to_csv(tmp_path / "s.csv", index=False)
     outs = []
     for name in ("a.json", "b.json"):
-        assert align.main(["align", "--items", str(items), "--prefs", str(tmp_path / "s.csv"),
+        assert cli.main(["align", "--items", str(items), "--prefs", str(tmp_path / "s.csv"),
                            "--out", str(tmp_path / name)]) == 0
         outs.append((tmp_path / name).read_bytes())
     assert outs[0] == outs[1]
@@ -117,7 +118,7 @@ def test_round_trip_on_published_items(tmp_path, capsys):
     latent = np.array([acc[m] for m in models])
     w, lo, _ = studies.bt_pairs(latent, np.arange(30), 8, 0.1, seed=0)
     prefs = _write_pairs(tmp_path / "prefs.csv", models, w, lo)
-    assert align.main(["align", "--items", str(small), "--prefs", str(prefs), "--out", str(tmp_path / "b.json")]) == 0
+    assert cli.main(["align", "--items", str(small), "--prefs", str(prefs), "--out", str(tmp_path / "b.json")]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("aligned 120 items to 120 pairs among 30 models (1 component(s))\n")
     assert "cross-validated rho with Bradley-Terry strengths" in printed
@@ -125,7 +126,7 @@ def test_round_trip_on_published_items(tmp_path, capsys):
     assert bench["items"][0] == "musr/0"
     assert bench["source_models"] == list(dict.fromkeys([models[i] for i in [*w, *lo]]))
     rest = _write_items(tmp_path / "rest.npz", X[30:], models[30:], ids=musr.ids[:120])
-    assert align.main(["score", "--bench", str(tmp_path / "b.json"), "--items", str(rest)]) == 0
+    assert cli.main(["score", "--bench", str(tmp_path / "b.json"), "--items", str(rest)]) == 0
     table = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
     assert list(table.columns) == ["model", "aligned_score", "rank", "plain_accuracy", "plain_rank", "in_sample"]
     assert not table.in_sample.any()                                  # models 30+ were not aligned on
@@ -136,7 +137,7 @@ def test_round_trip_on_published_items(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- the one-line errors
 def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lib.benchalign.align", *map(str, args)], cwd=paths.ROOT,
+    return subprocess.run([sys.executable, "-m", "runner.align", *map(str, args)], cwd=paths.ROOT,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -150,7 +151,7 @@ def small(tmp_path):
 
 def test_error_item_ids_do_not_match(small):
     tmp, items, models, prefs = small
-    assert align.main(["align", "--items", str(items), "--prefs", str(prefs), "--out", str(tmp / "b.json"),
+    assert cli.main(["align", "--items", str(items), "--prefs", str(prefs), "--out", str(tmp / "b.json"),
                        "--max-steps", "20"]) == 0
     other = _write_items(tmp / "other.npz", np.ones((2, 12)), ["x/a", "x/b"], ids=[f"musr/{i}" for i in range(12)])
     r = _cli("score", "--bench", tmp / "b.json", "--items", other)
@@ -164,7 +165,7 @@ def test_error_model_without_items(small, capsys):
     df = pd.read_csv(prefs)
     df.loc[3, "loser"] = "org/unknown-7b"
     df.to_csv(tmp / "p2.csv", index=False)
-    assert align.main(["align", "--items", str(items), "--prefs", str(tmp / "p2.csv"), "--out", str(tmp / "b")]) == 2
+    assert cli.main(["align", "--items", str(items), "--prefs", str(tmp / "p2.csv"), "--out", str(tmp / "b")]) == 2
     assert capsys.readouterr().err == (
         f"error: {tmp / 'p2.csv'}: 1 model(s) in the preferences have no items in {items} (first: 'org/unknown-7b'); "
         "give their items or drop their preferences\n")
@@ -173,18 +174,18 @@ def test_error_model_without_items(small, capsys):
 def test_error_preferences_too_few_or_too_disconnected(small, capsys):
     tmp, items, models, _ = small
     few = _write_pairs(tmp / "few.csv", models, [0, 1, 2, 3], [1, 2, 3, 4])
-    assert align.main(["align", "--items", str(items), "--prefs", str(few), "--out", str(tmp / "b")]) == 2
+    assert cli.main(["align", "--items", str(items), "--prefs", str(few), "--out", str(tmp / "b")]) == 2
     assert capsys.readouterr().err == (f"error: {few}: preferences too few to learn from: 4 pair(s) among 5 "
                                        "model(s); need at least 10 pairs among at least 4 models\n")
     # 12 pairs in 6 separate pairs of models: 6 components of 2 out of 12 models
     apart = _write_pairs(tmp / "apart.csv", models, [0, 2, 4, 6, 8, 10] * 2, [1, 3, 5, 7, 9, 11] * 2)
-    assert align.main(["align", "--items", str(items), "--prefs", str(apart), "--out", str(tmp / "b")]) == 2
+    assert cli.main(["align", "--items", str(items), "--prefs", str(apart), "--out", str(tmp / "b")]) == 2
     assert capsys.readouterr().err == (
         f"error: {apart}: preferences too disconnected to learn from: 6 components, the largest holds 2 of 12 "
         "models; need one component holding at least half of them (6): add pairs between the components\n")
     scores = tmp / "s.csv"
     pd.DataFrame({"model": models[:5], "score": [1.0] * 5}).to_csv(scores, index=False)
-    assert align.main(["align", "--items", str(items), "--prefs", str(scores), "--out", str(tmp / "b")]) == 2
+    assert cli.main(["align", "--items", str(items), "--prefs", str(scores), "--out", str(tmp / "b")]) == 2
     assert capsys.readouterr().err == (f"error: {scores}: preferences too few to learn from: 5 model(s) with 1 "
                                        "distinct score(s); need at least 4 models and 2 distinct scores\n")
 
@@ -198,15 +199,15 @@ def test_error_files_that_do_not_parse(small, capsys):
     assert r.stderr == f"error: {bad} does not parse: not an .npz file (a zip archive of arrays)\n"
     cols = tmp / "cols.csv"
     cols.write_text("a,b\nx,y\n")
-    assert align.main(["align", "--items", str(items), "--prefs", str(cols), "--out", str(tmp / "b")]) == 2
+    assert cli.main(["align", "--items", str(items), "--prefs", str(cols), "--out", str(tmp / "b")]) == 2
     assert capsys.readouterr().err == (f"error: {cols} does not parse: preferences need columns winner, loser[, "
                                        "weight] or model, score; found ['a', 'b']\n")
     half = tmp / "half.csv"
     half.write_text("model,i1,i2\norg/a,1,0\norg/b,0.5,2\n")
-    assert align.main(["score", "--bench", str(prefs), "--items", str(half)]) == 2
+    assert cli.main(["score", "--bench", str(prefs), "--items", str(half)]) == 2
     assert capsys.readouterr().err.startswith(f"error: {prefs} does not parse: JSONDecodeError: ")
     pd.DataFrame({"model": models, "score": np.arange(30.0)}).to_csv(tmp / "s.csv", index=False)
-    assert align.main(["align", "--items", str(half), "--prefs", str(tmp / "s.csv"), "--out", str(tmp / "b")]) == 2
+    assert cli.main(["align", "--items", str(half), "--prefs", str(tmp / "s.csv"), "--out", str(tmp / "b")]) == 2
     assert capsys.readouterr().err == (f"error: {half} does not parse: 1 entries are outside [0, 1], first at model "
                                        "'org/b', item 1 (value np.float64(2.0))\n")
 
@@ -306,20 +307,20 @@ def test_noise_study_recovers_the_latent_and_reports_every_condition():
 ])
 def test_a_hand_edited_aligned_file_with_a_bad_weight_is_one_line(small, capsys, weight, says):
     tmp, items, models, prefs = small
-    assert align.main(["align", "--items", str(items), "--prefs", str(prefs), "--out", str(tmp / "b.json"),
+    assert cli.main(["align", "--items", str(items), "--prefs", str(prefs), "--out", str(tmp / "b.json"),
                        "--max-steps", "20"]) == 0
     capsys.readouterr()
     text = (tmp / "b.json").read_text()
     first = json.loads(text)["weights"][0]
     edited = tmp / "e.json"
     edited.write_text(text.replace(f'"weights": [\n  {json.dumps(first)},', f'"weights": [\n  {weight},', 1))
-    assert align.main(["score", "--bench", str(edited), "--items", str(items)]) == 2
+    assert cli.main(["score", "--bench", str(edited), "--items", str(items)]) == 2
     assert capsys.readouterr().err == (f"error: {edited} does not parse: the weight of item 'items/0' {says} "
                                        "(write the file again with `align`)\n")
     bench = json.loads(text)
     bench["items"][1] = bench["items"][0]
     edited.write_text(json.dumps(bench))
-    assert align.main(["score", "--bench", str(edited), "--items", str(items)]) == 2
+    assert cli.main(["score", "--bench", str(edited), "--items", str(items)]) == 2
     assert capsys.readouterr().err == f"error: {edited} does not parse: item id 'items/0' occurs twice\n"
 
 
@@ -346,20 +347,20 @@ def test_out_is_checked_before_the_fit_never_an_input_and_replaced_only_when_ask
     base = ["align", "--items", str(items), "--prefs", str(prefs), "--max-steps", "20"]
     for out, says in ((prefs, f"--out {prefs} is one of the inputs: it would be overwritten; give another file name"),
                       (tmp, f"--out {tmp} is a folder: give a file name")):
-        assert align.main([*base, "--out", str(out)]) == 2
+        assert cli.main([*base, "--out", str(out)]) == 2
         assert capsys.readouterr().err == f"error: {says}\n"
     (tmp / ".b.json.x1y2.tmp").write_text("left by a killed write")
-    assert align.main([*base, "--out", str(tmp / "b.json")]) == 0
+    assert cli.main([*base, "--out", str(tmp / "b.json")]) == 0
     assert not list(tmp.glob(".b.json.*.tmp"))
     capsys.readouterr()
-    assert align.main([*base, "--out", str(tmp / "b.json")]) == 2
+    assert cli.main([*base, "--out", str(tmp / "b.json")]) == 2
     assert capsys.readouterr().err == (f"error: --out {tmp / 'b.json'} exists: add --replace to overwrite it, or "
                                        "give another file name\n")
-    assert align.main([*base, "--out", str(tmp / "b.json"), "--replace"]) == 0
+    assert cli.main([*base, "--out", str(tmp / "b.json"), "--replace"]) == 0
     locked = tmp / "ro"
     locked.mkdir(mode=0o500)
     if not os.access(locked, os.W_OK):                  # (root writes anywhere)
-        assert align.main([*base, "--out", str(locked / "b.json")]) == 2
+        assert cli.main([*base, "--out", str(locked / "b.json")]) == 2
 
 
 def test_the_pair_bootstrap_in_blocks_keeps_its_memory_and_its_small_results(monkeypatch):
@@ -443,7 +444,7 @@ def test_preferences_in_two_groups_warn_and_name_the_models_apart(tmp_path, caps
     w2, l2, _ = studies.bt_pairs(latent, small, 4, 0.0, seed=0)
     prefs = _write_pairs(tmp_path / "p.csv", models, np.r_[w1, w2], np.r_[l1, l2])
     items = _write_items(tmp_path / "i.npz", X, models)
-    assert align.main(["align", "--items", str(items), "--prefs", str(prefs), "--out", str(tmp_path / "b.json"),
+    assert cli.main(["align", "--items", str(items), "--prefs", str(prefs), "--out", str(tmp_path / "b.json"),
                        "--max-steps", "20"]) == 0
     err = capsys.readouterr().err
     assert err.startswith(f"warning: {prefs}: the pairs form 2 groups with no pair between them: the 8 model(s) "
@@ -461,7 +462,7 @@ def test_python_m_and_make_write_the_same_bytes_and_make_score_prints_only_the_c
     w, lo, _ = studies.bt_pairs(latent, np.arange(30), 6, 0.1, seed=0)
     prefs = _write_pairs(tmp_path / "p.csv", models, w, lo)
     bare = {k: v for k, v in os.environ.items() if k not in PINNED_ARITHMETIC}
-    subprocess.run([sys.executable, "-m", "lib.benchalign.align", "align", "--items", str(items), "--prefs", str(prefs),
+    subprocess.run([sys.executable, "-m", "runner.align", "align", "--items", str(items), "--prefs", str(prefs),
                     "--out", str(tmp_path / "m.json"), "--max-steps", "60"], cwd=paths.ROOT, env=bare, check=True,
                    capture_output=True)
     made = subprocess.run(["make", "-s", "align", f"ITEMS={items}", f"PREFS={prefs}", f"OUT={tmp_path / 'make.json'}",
