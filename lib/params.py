@@ -488,14 +488,3 @@ def check_placement(prof: Profile) -> None:
                     raise ParamsError(f"{prof.path}: {scope}.{key}: {value!r} differs from the reference {ref!r}'s "
                                       f"{theirs[key]!r} (a placement runs the reference's recipe, splits and "
                                       "metric: remove the key, or place against another reference)")
-
-
-def profile_needs(profile: str) -> tuple[list[str], list[str]]:
-    """(models, tasks) a profile's stages 01-03 name."""
-    prof = load_profile(profile)
-    models: list[str] = []
-    for stage in ("02_finetune", "03_direct_eval"):
-        if stage in prof.stages:
-            models += [m for m in prof.params(stage)["models"] if m not in models]
-    s1 = prof.params("01_select_benchmarks") if "01_select_benchmarks" in prof.stages else {}
-    return models, list(s1.get("tasks", [])) + list(s1.get("corpora", []))

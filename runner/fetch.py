@@ -25,7 +25,7 @@ from pathlib import Path
 
 from lib import paths
 from lib.errors import UserError
-from lib.params import profile_needs
+from lib.params import load_profile
 from lib.pipeline import datasets, hub
 from lib.util import sha256_file
 
@@ -35,6 +35,17 @@ GATED_HELP = ("request access on each model's hub page with the account whose to
 
 class HubError(UserError, RuntimeError):
     """Models or datasets cannot be fetched (the message names them and what to do)."""
+
+
+def profile_needs(profile: str) -> tuple[list[str], list[str]]:
+    """(models, tasks) a profile's stages 01-03 name."""
+    prof = load_profile(profile)
+    models: list[str] = []
+    for stage in ("02_finetune", "03_direct_eval"):
+        if stage in prof.stages:
+            models += [m for m in prof.params(stage)["models"] if m not in models]
+    s1 = prof.params("01_select_benchmarks") if "01_select_benchmarks" in prof.stages else {}
+    return models, list(s1.get("tasks", [])) + list(s1.get("corpora", []))
 
 
 def _weight_patterns(files: list[str]) -> list[str]:

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from lib import params
+    from runner.fetch import profile_needs
 
     ap = argparse.ArgumentParser(prog="python -m runner.published", description=__doc__.splitlines()[0])
     ap.add_argument("profile", nargs="?", default="published")
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.compare:
-            models, tasks = params.profile_needs(args.profile)
+            models, tasks = profile_needs(args.profile)
             table = compare(paths.store_dir(args.profile), models, tasks)
             print(table.to_string(index=False))
             return 0 if table["within"].all() else 1

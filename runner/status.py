@@ -17,8 +17,23 @@ from pathlib import Path
 from lib import layout, paths, store
 from lib.pipeline.launch import slurm
 from lib.pipeline.launch.outcome import retry_command
-from lib.pipeline.spec import JobSpec, older_code
+from lib.pipeline.spec import JobSpec, code_change
 from lib.stages import BY_NAME, JOB_STAGES
+
+
+def older_code(store_root: str | Path) -> dict[str, int]:
+    """{why: how many} of the fine-tuned or evaluated results in a store that other code than today's
+    computed (:func:`lib.pipeline.spec.code_change`): what ``make status`` lists and the next run redoes."""
+    found: dict[str, int] = {}
+    for path in store.iter_paths(store_root) if Path(store_root).is_dir() else ():
+        try:
+            config = store.read(path).provenance.get("config")
+        except store.StoreError:
+            continue                                   # a damaged result: the run names it when it redoes it
+        why = code_change(config.get("code")) if isinstance(config, dict) else ""
+        if why:
+            found[why] = found.get(why, 0) + 1
+    return found
 
 
 def stage_status(folder: Path) -> dict:

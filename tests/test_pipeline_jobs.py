@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lib import layout, params, paths, store
+from lib import layout, paths, store
 from lib.pipeline import finetune as ft
 from lib.pipeline import localtasks, tiny
 from lib.pipeline import tasks as tk
@@ -315,7 +315,7 @@ def test_memory_and_time_estimate(world, tmp_path):
 
 def test_published_comparison_of_a_first_run(harmony_data, tmp_path):
     models, benchmarks = ["EleutherAI/pythia-160m-deduped", "Qwen/Qwen2.5-0.5B"], ["arc_easy", "rte", "medmcqa"]
-    assert params.profile_needs("paper_slice") == (models, benchmarks)
+    assert fetch.profile_needs("paper_slice") == (models, benchmarks)
     pub = published_scores(models, benchmarks)
     first = pub.iloc[0]
     store.write(tmp_path, store.Result(protocol=store.DIRECT, benchmark=first["benchmark"], model=first["model"],

@@ -32,7 +32,7 @@ from lib.pipeline import evaluate as ev
 from lib.pipeline import finetune as ft
 from lib.pipeline import spec as spec_mod
 from lib.pipeline.spec import JobSpec
-from runner import failures, kernel, run, stagecache
+from runner import failures, kernel, run, stagecache, status
 from runner.published import import_store
 
 # --------------------------------------------------------------------------- a tiny project of notebooks
@@ -333,7 +333,7 @@ def test_a_training_change_redoes_the_units_of_older_code_and_a_comment_does_not
     assert spec.unfinished("b") is None
     monkeypatch.setattr(spec_mod, "code_version", lambda root=None: changed)
     assert spec.unfinished("b") == "computed by other code (lib/pipeline/training.py changed)"
-    assert spec_mod.older_code(spec.store_root) == {"computed by other code (lib/pipeline/training.py changed)": 1}
+    assert status.older_code(spec.store_root) == {"computed by other code (lib/pipeline/training.py changed)": 1}
     assert all(ft.read_unit(layout.unit_dir(spec.work_root, "m", "b", lr), spec.config(lr)) is None
                for lr in spec.recipe.lrs)                      # and no unit of it is reused either
 

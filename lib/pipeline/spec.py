@@ -70,21 +70,6 @@ def code_change(stored: dict | None, current: dict | None = None) -> str:
     return f"computed by other code ({shown})"
 
 
-def older_code(store_root: str | Path) -> dict[str, int]:
-    """{why: how many} of the fine-tuned or evaluated results in a store that other code than today's
-    computed (:func:`code_change`): what ``make status`` lists and the next run redoes."""
-    found: dict[str, int] = {}
-    for path in store.iter_paths(store_root) if Path(store_root).is_dir() else ():
-        try:
-            config = store.read(path).provenance.get("config")
-        except store.StoreError:
-            continue                                   # a damaged result: the run names it when it redoes it
-        why = code_change(config.get("code")) if isinstance(config, dict) else ""
-        if why:
-            found[why] = found.get(why, 0) + 1
-    return found
-
-
 @dataclass
 class JobSpec:
     """Everything one job needs: a dataclass of plain values and the typed recipe, so it pickles for
