@@ -184,7 +184,7 @@ models: $(STAMP) ## download and check every model and dataset of PROFILE before
 	$(PY) -m runner.fetch $(PROFILE) $(if $(CHECK_ONLY),--check-only,)
 
 preflight: $(STAMP) ## GPU-hours, memory and jobs of PROFILE's notebook 02 before submitting (offline: a preview)
-	$(PY) -m lib.pipeline.launch.preflight $(PROFILE)
+	$(PY) -m runner.preflight $(PROFILE)
 
 bench: $(STAMP) ## run the speed benchmarks quoted in the README (writes bench/results/*.json)
 	for s in bench/bench_*.py; do echo "== $$s"; $(PY) $$s || exit 1; done

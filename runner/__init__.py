@@ -14,6 +14,7 @@
     align         `make align` / `make score`: BenchAlign on your own preferences, from the command line
     download      `make data`: the published reference data downloaded and converted
     published     the published results imported into a store (a prepare hook); a first run compared with them
+    preflight     `make preflight`: GPU-hours, memory and jobs of a profile's notebook 02 before submission
     fetch         `make models`: every model and dataset of a profile fetched and checked before GPU jobs
     realmodel     the real_cpu profile's prepare hook: a real pretrained LM and lm-eval's own task configs, offline
     status        `make status`: units done / running / pending / failed per stage, from the store and Slurm

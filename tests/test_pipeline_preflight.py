@@ -12,6 +12,7 @@ from lib import store
 from lib.pipeline import finetune as ft
 from lib.pipeline.launch import preflight
 from lib.pipeline.spec import JobSpec
+from runner import preflight as cli_preflight
 
 N = 1e9                      # parameters of the made-up model
 TOK = 400 / 4 + 2            # tokens of an example of 400 characters
@@ -44,7 +45,7 @@ def test_make_preflight_prices_the_cheaper_protocols_a_profile_asks_for(monkeypa
     rows sit beside the full protocol's, downstream benchmarks only, and add to the GPU-hours."""
     from lib import params
 
-    plain = preflight.preflight_profile("paper")
+    plain = cli_preflight.preflight_profile("paper")
     load = params.load_profile
 
     def with_cheaper(profile, **kw):
@@ -56,7 +57,7 @@ def test_make_preflight_prices_the_cheaper_protocols_a_profile_asks_for(monkeypa
         return prof
 
     monkeypatch.setattr(params, "load_profile", with_cheaper)
-    both = preflight.preflight_profile("paper")
+    both = cli_preflight.preflight_profile("paper")
     t = both.table
     assert set(t["protocol"]) == {store.TBT, store.REDUCED, "direct_eval_5shot"}
     full = t[t.protocol == store.TBT].set_index(["model", "benchmark"])
@@ -166,7 +167,7 @@ def test_the_throughput_comes_from_the_parameter_a_slice_run_or_the_assumption(t
 def test_the_papers_grid_fits_the_time_limit_after_splitting():
     """The paper profile offline (its training counts, validation and test at their caps, model sizes
     from lib.metadata): every job of the split grid fits 90 % of timeout_min and none is refused."""
-    pre = preflight.preflight_profile("paper")
+    pre = cli_preflight.preflight_profile("paper")
     t = pre.table
     assert len(t) == 61 * 24 and not pre.refused and set(t["action"]) <= {preflight.ONE_JOB, preflight.SPLIT}
     units = t.set_index(["model", "benchmark"])

@@ -14,6 +14,7 @@ import pytest
 
 from lib import notebook, outputs, params, paths, placement, store
 from lib.analysis import agreement
+from runner import preflight as cli_preflight
 from runner import run
 
 SLICE = ["EleutherAI/pythia-160m-deduped", "Qwen/Qwen2.5-0.5B"]
@@ -342,9 +343,7 @@ def test_place_smoke_trains_only_new_and_calibration_models_and_reproduces_smoke
 def test_template_preflight_prints_gpu_hours_per_new_model(harmony_data, capsys):
     """`make preflight PROFILE=place_paper` offline: the paper's 24 benchmarks for the two new models
     of the template and the two calibration models, with the GPU-hours of each."""
-    from lib.pipeline.launch import preflight
-
-    preflight.main(["place_paper"])
+    cli_preflight.main(["place_paper"])
     out = capsys.readouterr().out
     lines = out[out.index("GPU-hours per model"):].splitlines()[1:]
     roles = {ln.split(":")[0].strip(): ln.rsplit("(", 1)[1].rstrip(")") for ln in lines if ln.startswith("  ")}
