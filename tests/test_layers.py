@@ -1,6 +1,6 @@
 """The packages' shape: lib's imports follow the layer list in lib/__init__.py, runner sits above all
-of lib (lib never imports it), no import cycle, and the analysis stages' cache keys hold no pipeline
-module (editing the launcher re-runs no analysis)."""
+of lib (lib never imports it), every lib module is imported by a notebook, no import cycle, and the
+analysis stages' cache keys hold no pipeline module (editing the launcher re-runs no analysis)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 import lib
 from lib import params, paths
+from lib.util import lib_closure
 from runner import stagecache
 
 PACKAGES = ("lib", "runner")
@@ -109,6 +110,18 @@ def test_analysis_stages_do_not_depend_on_the_pipeline(profile):
     for module in ("lib/pipeline/launch/jobs.py", "lib/pipeline/launch/locks.py"):
         assert [s for s, files in keys.items() if module in files] == \
             [s for s in prof.stages if s[:2] in ("02", "03")], module
+
+
+def test_lib_is_what_the_notebooks_import():
+    """The design card's thin lib: every lib module is imported by a notebook, directly or through
+    other lib modules (lazy imports included). A module that only the runner, a command or a test uses
+    belongs in runner/ (issue 51)."""
+    code = [text for nb in sorted((paths.ROOT / "notebooks").glob("*.ipynb"))
+            for kind, text in stagecache.cells(nb.stem) if kind == "code"]
+    reached = set(lib_closure(code))
+    unreached = sorted(p.relative_to(paths.ROOT).as_posix() for p in (paths.ROOT / "lib").rglob("*.py")
+                       if p not in reached)
+    assert not unreached, f"no notebook imports {unreached}: move them to runner/"
 
 
 MAP_LINE = re.compile(r"^    (\w+)\s{2,}\S", re.M)     # "    module   what it is" in a package's docstring
