@@ -323,6 +323,21 @@ def test_pipeline_figures_with_40_models_and_8_tasks(tmp_path, big_zoo):
     _assert_clean(figures.train_sizes(table, 100), tmp_path, "train_sizes")
 
 
+def test_budget_plot_with_four_learning_rates_and_wide_bands(tmp_path):
+    """Notebook 04's budget figure as mini draws it on some CPUs: four learning rates (four viridis shades
+    print alike in grey, so each rate has its own marker) and bands from -0.4 to 1 over eight epochs."""
+    from lib.analysis import figures
+    from lib.analysis.budget import BEST
+
+    rng = np.random.default_rng(0)
+    rows = [{"curve": curve, "epoch": e, "mean_tau": v, "lo": v - 0.3 - 0.1 * e, "hi": min(1.0, v + 0.3)}
+            for curve in ("lr=0.0001", "lr=0.0003", "lr=0.001", "lr=0.003", BEST)
+            for e in range(1, 9) for v in [rng.uniform(0.0, 0.7)]]
+    refs = {plots.PROTOCOL_LABELS[store.DIRECT]: (0.26, [0.11, 0.43]),
+            plots.PROTOCOL_LABELS[store.TBT]: (0.53, [0.40, 0.65])}
+    _assert_clean(figures.budget_plot(pd.DataFrame(rows), refs), tmp_path, "budget")
+
+
 @pytest.mark.parametrize("n", [3, 5, 12, 24])
 def test_tau_heatmaps_name_every_benchmark_up_to_the_papers_24(tmp_path, n):
     from lib.analysis import figures

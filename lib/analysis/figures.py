@@ -354,12 +354,14 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
     lrs = [c for c in table["curve"].unique() if c != BEST]
     curves = lrs + ([BEST] if BEST in set(table["curve"]) else [])
     shades = plt.get_cmap("viridis")(np.linspace(0.3, 0.8, max(1, len(lrs))))
+    markers = "os^Dvp"          # four or more rates are too many shades to tell apart in greyscale print
     for k, curve in enumerate(curves):
         g = table[table["curve"] == curve].sort_values("epoch")
         best = curve == BEST
         color = "0.1" if best else shades[k]
-        ax.plot(g["epoch"], g["mean_tau"], marker="o", ms=3, lw=3.5 if best else 1, color="0.7" if best else color,
-                zorder=1.5 if best else 2, label=f"{curve.replace('lr=', 'lr = ')} (validation)")   # best: under
+        ax.plot(g["epoch"], g["mean_tau"], marker="o" if best else markers[k % len(markers)], ms=3,
+                lw=3.5 if best else 1, color="0.7" if best else color, zorder=1.5 if best else 2,
+                label=f"{curve.replace('lr=', 'lr = ')} (validation)")   # best: under
         ax.fill_between(g["epoch"], g["lo"], g["hi"], color=color, alpha=0.1 if best else 0.06, lw=0)
     label_colors = {PROTOCOL_LABELS.get(p): color for p, color in PROTOCOL_COLORS.items()}
     for label, (value, ci) in (references or {}).items():
@@ -377,7 +379,7 @@ def budget_plot(table: pd.DataFrame, references: Mapping[str, tuple[float, list]
     epochs = sorted(set(table["epoch"]) | {0})
     ax.set_xticks(epochs)
     ax.set_xlabel("fine-tuning epochs (0: none)")
-    ax.set_ylabel("mean Kendall τ over benchmark pairs")
+    ax.set_ylabel("mean Kendall τ\nover benchmark pairs")      # one line is taller than the panel
     handles, labels = ax.get_legend_handles_labels()
     plots.legend_below(fig, handles, labels, ncol=2)
     plots.title(fig, "Agreement against fine-tuning budget")
