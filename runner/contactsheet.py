@@ -44,6 +44,8 @@ def check(where: str | Path) -> dict[str, list[str]]:
         key = f"{png.parent.parent.name}/{png.stem}"
         problems = []
         pdf, kept = png.with_suffix(".pdf"), png.with_suffix(".pickle")
+        if not kept.exists():
+            kept = png.with_suffix(".json")         # a record written when the figure was saved (before issue 51)
         if not pdf.exists():
             problems.append("no PDF next to the PNG")
         else:
@@ -55,7 +57,7 @@ def check(where: str | Path) -> dict[str, list[str]]:
                             f"figure (`{paths.make_command(png.parent.parent)}` re-makes it)")
         else:
             if kept.stat().st_mtime + 1 < png.stat().st_mtime:
-                problems.append("the PNG is newer than the figure lib.plots.savefig kept (saved again another way)")
+                problems.append(f"the PNG is newer than {kept.name} (saved again another way)")
             problems += record(png).get("problems", [])
         out[key] = problems
     return out
