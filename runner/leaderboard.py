@@ -29,7 +29,7 @@ import pandas as pd
 
 from lib import metadata, params, paths, placement, plots, store
 from lib.util import atomic_write_text, read_json
-from runner import contactsheet
+from runner import contactsheet, figreview
 
 PAGE = "leaderboard.html"
 RANKS = "mean_ranks.csv"                 # written by the stage that ranks the models (04, or 08)
@@ -233,11 +233,11 @@ def _figures(profile: str, benchmarks: pd.DataFrame) -> list[dict]:
     out = []
     for png in contactsheet.numbered(root):            # figures.html's numbers: one list, one order
         stage, name = png.parent.parent.name, png.stem
-        title = " ".join(str(contactsheet.record(png).get("title") or name).split())
+        title = " ".join(str(figreview.record(png).get("title") or name).split())
         named = [b for b, label in benchmarks["label"].items() if _names(title, label)]
         downstream = [b for b, cat in benchmarks["category"].items() if cat != metadata.PERPLEXITY]
         out.append({"stage": stage, "name": name, "title": title,
-                    "href": f"{contactsheet.SHEET}#{stage}-{name}", "png": f"{stage}/figures/{png.name}",
+                    "href": f"{figreview.SHEET}#{stage}-{name}", "png": f"{stage}/figures/{png.name}",
                     "models": name in FIGURES_OF["models"], "ranks": name in FIGURES_OF["ranks"],
                     "benchmarks": ([*benchmarks.index] if name in FIGURES_OF["benchmarks"] else
                                    downstream if name in FIGURES_OF["downstream"] else named)})
