@@ -121,6 +121,13 @@ def gain(x: Any, pair: Any, digits: int = 2) -> str:
     return est(x, pair, digits, sign=True, ci_sign=False)
 
 
+def pct(x: Any, digits: int = 0) -> str:
+    """A share as a percentage: ``62 %``."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{100 * x:.{digits}f} %"
+
+
 def clean(x) -> float | None:
     """``x`` rounded to 4 decimals for a summary; None when it is missing or not finite."""
     return None if x is None or not math.isfinite(x) else round(float(x), 4)

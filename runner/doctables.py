@@ -10,25 +10,17 @@ it raises (a ``KeyError`` of a renamed key) is a bug, which :mod:`runner.docbloc
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from lib import paths, util
-from lib.outputs import ci, est, f, gain, pair  # the tables' number formats
+from lib.outputs import ci, est, f, gain, pair, pct  # the tables' number formats
 from lib.stages import BY_NAME
 from lib.store import DIRECT as D
 from lib.store import TBT as T
 
 __all__ = ["D", "T", "Missing", "Summaries", "TABLES", "table", "f", "ci", "est", "pair", "gain", "pct", "row",
            "header"]
-
-
-def pct(x: Any, digits: int = 0) -> str:
-    """A share as a percentage: ``62 %``."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{100 * x:.{digits}f} %"
 
 
 class Missing(Exception):

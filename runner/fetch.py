@@ -169,9 +169,9 @@ def paper_configs() -> dict[str, dict]:
         data = json.loads(PAPER_CONFIGS_FILE.read_text())
         return {name: dict(cfg) for name, cfg in data["tasks"].items()}
     except (OSError, ValueError, KeyError, AttributeError) as exc:
-        raise datasets.DatasetError(f"{PAPER_CONFIGS_FILE}: cannot read the lm-eval {PAPER_LM_EVAL} configs "
-                           f"({type(exc).__name__}: {exc}); restore it with `git checkout -- {PAPER_CONFIGS_FILE.name}`"
-                           ) from None
+        raise datasets.DatasetError(
+            f"{PAPER_CONFIGS_FILE}: cannot read the lm-eval {PAPER_LM_EVAL} configs ({type(exc).__name__}: {exc}); "
+            f"restore it with `git checkout -- {PAPER_CONFIGS_FILE.name}`") from None
 
 
 def _yaml_source(path: str | Path) -> dict:
