@@ -15,8 +15,9 @@ hand. ``make all`` ends with ``check --warn``: one line, never a failure.
 Numbers that training computes move in their last digits with the CPU that computed them (its
 kernels round differently, and training amplifies a last bit into another model). :data:`SPREADS`
 records, per quoted number, how far it was seen to move between two arithmetic paths (``python -m
-runner.docblocks spread`` after a run on another CPU, before ``make docs``); a difference within it
-is reported as "computed on another CPU" and passes.
+runner.docblocks spread`` after a run on another CPU, before ``make docs``), and the other texts a row
+was seen with there (the name of a highest benchmark, a verdict near its bound); a difference within
+it is reported as "computed on another CPU" and passes.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ END = "<!-- /results -->"
 NUMBER = re.compile(r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?")
 # a timing ("4,282 s"): it moves with the machine and its load, so the check compares it with nothing
 TIMING = re.compile(r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?(?= s\b)")
-SPREADS = "docs/spreads.json"   # {"profile/table": {row with its numbers as #: [spread of each number]}};
-                                # a row that is not there moved nowhere: its numbers must be as quoted
+SPREADS = "docs/spreads.json"   # {"profile/table": {row with its numbers as #: [spread of each number]}}, or
+                                # {row: {"spread": [...], "seen": [its other texts, numbers as #]}};
+                                # a row that is not there moved nowhere: it must read as quoted
 # The figure at the top of README.md: written by `make docs` from the published profile's outputs.
 HEADLINE = ("published", "04_rank_agreement", "figures/tau_heatmaps.png", "docs/figures/headline.png")
 
@@ -142,25 +144,31 @@ def untimed(line: str) -> str:
     return TIMING.sub("~", line)
 
 
-def moved(quoted: str, measured: str) -> list[float] | None:
-    """How far each number of a row moved from ``quoted`` to ``measured`` (None when the rows differ
-    in their text or in how many numbers they hold: no spread can cover that)."""
+def moved(quoted: str, measured: str, seen: Iterable[str] = ()) -> list[float] | None:
+    """How far each number of a row moved from ``quoted`` to ``measured`` (None when the rows hold
+    other counts of numbers, or other text that is not among the row's ``seen`` texts)."""
     nq, nm = NUMBER.findall(quoted), NUMBER.findall(measured)
-    if len(nq) != len(nm) or row_key(quoted) != row_key(measured):
+    if len(nq) != len(nm) or row_key(measured) not in {row_key(quoted), *seen}:
         return None
     return [abs(float(a.replace(",", "")) - float(b.replace(",", ""))) for a, b in zip(nq, nm)]
 
 
-def read_spreads(root: Path | None = None) -> dict[str, dict[str, list[float]]]:
+def read_spreads(root: Path | None = None) -> dict[str, dict[str, list[float] | dict]]:
     """:data:`SPREADS` (empty when there is none)."""
     path = (root or paths.ROOT) / SPREADS
     return util.read_json(path) if path.exists() else {}
 
 
+def stated_for(table: dict, quoted: str) -> tuple[list[float] | None, list[str]]:
+    """(the spread of each number, the other texts seen) that ``table``'s spreads state for a quoted row."""
+    entry = table.get(row_key(quoted))
+    return (entry["spread"], entry["seen"]) if isinstance(entry, dict) else (entry, [])
+
+
 def differences(block: Block, measured: list[str], spreads: dict | None = None) -> list[Difference]:
     """Each line of the block that differs from its table: the numbers that differ (or the whole
-    line when the numbers agree and the text does not, or a line is missing), each marked
-    ``within_spread`` when every number moved no more than ``spreads`` says it may."""
+    line when the text differs, or a line is missing), each marked ``within_spread`` when every
+    number moved no more than ``spreads`` says it may, and its text is one they saw."""
     out = []
     stated = (spreads or {}).get(f"{block.profile}/{block.table}", {})
     for k, (quoted, m) in enumerate(itertools.zip_longest(block.body, measured)):
@@ -172,16 +180,16 @@ def differences(block: Block, measured: list[str], spreads: dict | None = None) 
             out.append(Difference(block.path, line, repr(q) if q is not None else "(no line)",
                                   repr(m) if m is not None else "(no line)", block.line))
             continue
-        nq, nm = NUMBER.findall(q), NUMBER.findall(m)
-        pairs = [(a, b) for a, b in itertools.zip_longest(nq, nm) if a != b]
-        if pairs:
-            by, allowed = moved(q, m), stated.get(row_key(quoted))
-            within = by is not None and allowed is not None and len(allowed) == len(by) and \
-                all(d <= a + 1e-9 for d, a in zip(by, allowed))
-            out.append(Difference(block.path, line, " ".join(a or "(none)" for a, _ in pairs),
-                                  " ".join(b or "(none)" for _, b in pairs), block.line, within))
+        allowed, seen = stated_for(stated, quoted)
+        by = moved(q, m, seen)
+        within = by is not None and len(allowed or by) == len(by) and \
+            all(d <= a + 1e-9 for d, a in zip(by, allowed or [0.0] * len(by)))
+        if row_key(q) == row_key(m):          # only numbers moved: name them
+            pairs = [(a, b) for a, b in zip(NUMBER.findall(q), NUMBER.findall(m)) if a != b]
+            out.append(Difference(block.path, line, " ".join(a for a, _ in pairs),
+                                  " ".join(b for _, b in pairs), block.line, within))
         else:
-            out.append(Difference(block.path, line, repr(q), repr(m), block.line))
+            out.append(Difference(block.path, line, repr(q), repr(m), block.line, within))
     return out
 
 
@@ -232,9 +240,9 @@ def check(files: list[Path] | None = None, profiles: list[str] | None = None,
 def spread(files: list[Path] | None = None, profiles: list[str] | None = None,
            root: Path | None = None) -> tuple[int, int]:
     """Widen :data:`SPREADS` to cover how far each quoted number lies from the outputs now (a run on
-    another CPU, or under another arithmetic setting, than the one quoted); run it before ``make
-    docs`` rewrites the quotes. Returns (rows measured, rows whose spread widened). A row whose
-    text differs is a real difference, never a spread (:func:`moved`)."""
+    another CPU, or under another arithmetic setting, than the one quoted), and the other text a row
+    reads with there; run it before ``make docs`` rewrites the quotes. Returns (rows measured, rows
+    whose spread widened). A row that holds another count of numbers is never covered."""
     path = (root or paths.ROOT) / SPREADS
     spreads = read_spreads(root)
     cache: dict[str, Summaries] = {}
@@ -243,15 +251,18 @@ def spread(files: list[Path] | None = None, profiles: list[str] | None = None,
         for block, measured in _rendered(blocks(doc), profiles, {}, cache):
             table = spreads.setdefault(f"{block.profile}/{block.table}", {})
             for q, m in zip(block.body, measured):
-                by = moved(untimed(q), untimed(m))
+                by = moved(untimed(q), untimed(m), [row_key(untimed(m))])
                 if by is None or not NUMBER.search(q):
                     continue
                 measured_rows += 1
-                old = table.get(row_key(q), [0.0] * len(by))
+                old, seen = stated_for(table, q)
+                old = old or [0.0] * len(by)
                 new = [round(max(a, b), 10) for a, b in zip(old, by)]
-                if new != old and any(new):                # a row that never moved is not listed
+                text = row_key(untimed(m))
+                new_seen = seen + [text] if text not in seen and text != row_key(untimed(q)) else seen
+                if (new, new_seen) != (old, seen) and (any(new) or new_seen):   # a row that never moved is not listed
                     widened += 1
-                    table[row_key(q)] = new
+                    table[row_key(q)] = {"spread": new, "seen": new_seen} if new_seen else new
     tables = {k: dict(sorted(v.items())) for k, v in sorted(spreads.items()) if v}
     util.atomic_write_text(path, "{\n" + ",\n".join(            # a row a line: diffs stay readable
         f"{json.dumps(k)}: {{\n" + ",\n".join(f"  {json.dumps(r)}: {json.dumps(v)}" for r, v in rows.items()) + "\n}"

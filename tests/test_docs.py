@@ -80,6 +80,31 @@ def test_a_number_that_moved_within_its_stated_spread_passes_as_another_cpu_and_
     assert not docblocks.check(files=[toy], spreads=stated).diffs[0].within_spread
 
 
+def test_a_row_whose_text_moved_with_the_cpu_passes_only_as_spread_saw_it(toy, monkeypatch):
+    """A row's text moves too (a verdict next to its bound, the name of a highest benchmark):
+    ``spread`` records the other text, and check passes that text with its numbers within their
+    spread, and nothing else."""
+    def table(s):
+        b = s("01_x")["tau"]["b"]
+        verdict = "met" if b < 0.76 else "not met"
+        return [*doctables.header("", "value", "verdict"), doctables.row("b", doctables.f(b), verdict)]
+
+    monkeypatch.setitem(doctables.TABLES, "toy-table", table)
+    docblocks.write(files=[toy])
+    summary = paths.OUTPUTS / "toy" / "01_x" / "summary.json"
+    summary.write_text(json.dumps({"tau": {"b": 0.7652}}))            # another CPU: 0.77, not met
+    [d] = docblocks.check(files=[toy], spreads={}).diffs
+    assert not d.within_spread and (d.quoted, d.measured) == ("'| b | 0.76 | met |'", "'| b | 0.77 | not met |'")
+    (toy.parent / "docs").mkdir()
+    assert docblocks.spread(files=[toy], root=toy.parent) == (1, 1)
+    stated = docblocks.read_spreads(toy.parent)
+    assert stated == {"toy/toy-table": {"| b | # | met |": {"spread": [0.01], "seen": ["| b | # | not met |"]}}}
+    assert docblocks.check(files=[toy], spreads=stated).diffs[0].within_spread
+    summary.write_text(json.dumps({"tau": {"b": 0.7752}}))            # 0.02: beyond the spread
+    assert not docblocks.check(files=[toy], spreads=stated).diffs[0].within_spread
+    assert docblocks.moved("| b | 0.76 | met |", "| b | 0.76 | maybe |", ["| b | # | not met |"]) is None
+
+
 def test_check_reports_missing_rows_and_changed_text(toy):
     docblocks.write(files=[toy])
     text = toy.read_text()
