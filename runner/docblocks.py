@@ -128,7 +128,7 @@ class Difference:
     quoted: str
     measured: str
     block: int = 0               # the line of its block's opening marker
-    within_spread: bool = False  # every number that differs moved no more than its stated spread
+    within_spread: bool = False  # moved no further than its stated spread, in a text the spreads saw
 
     def __str__(self) -> str:
         return f"{paths.show(self.path)}:{self.line}: quoted {self.quoted}, measured {self.measured}"
