@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     real = [d for d in outcome.diffs if not d.within_spread]
     moved_lines = len(outcome.diffs) - len(real)
-    another_cpu = (f"computed on another CPU: {moved_lines} quoted line(s) moved, each number within its "
+    another_cpu = (f"computed on another CPU: {moved_lines} quoted line(s) moved, each within its "
                    f"stated spread ({SPREADS})") if moved_lines else ""
     if args.warn:
         if real:
