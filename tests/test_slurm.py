@@ -89,17 +89,22 @@ def _queue() -> dict[str, tuple[str, str]]:
 
 
 @contextlib.contextmanager
-def _release_requeued():
-    """Slurm holds a requeued job back two minutes (its BeginTime); this lets it start at once."""
-    stop = threading.Event()
+def _release_requeued(settle: float = 5.0):
+    """Slurm holds a requeued job back two minutes (its BeginTime); this lets it start after
+    ``settle`` seconds. Not at once: a job restarted 0.5 s after its requeue, while its killed run's
+    step was still being torn down, was killed again ("Job credential revoked") and ended FAILED
+    (slurmctld's log of a run with three test workers)."""
+    stop, held = threading.Event(), {}
 
     def loop():
         while not stop.wait(1.0):
             with contextlib.suppress(subprocess.SubprocessError, OSError):
                 for jid, (state, reason) in _queue().items():
-                    if state == "PENDING" and reason == "BeginTime":
+                    if state == "PENDING" and reason == "BeginTime" and \
+                            time.monotonic() - held.setdefault(jid, time.monotonic()) >= settle:
                         subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"],
                                        capture_output=True, timeout=30)
+                        held.pop(jid)
                     elif state == "PENDING" and reason.startswith("JobHeld"):
                         subprocess.run(["scontrol", "release", jid], capture_output=True, timeout=30)
 
