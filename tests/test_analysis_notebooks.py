@@ -19,25 +19,6 @@ def _inside(value, ci, tol=1e-12):
     return ci[0] - tol <= value <= ci[1] + tol
 
 
-# The smoke test first: its module runs in the smoke group's worker (tests/conftest.py), which then
-# builds smoke at once while the other worker runs the published stages these tests wait for.
-def test_smoke_analyses_use_items_and_validation_curves(smoke):
-    run.run_profile("smoke", stages=["04", "05", "06"])
-    s = outputs.read_summary("smoke", "04_rank_agreement")
-    benchmarks = smoke["selection"]["benchmarks"]
-    for p in P:
-        assert s["noise_ceiling"]["source"][p] == {b: "items" for b in benchmarks}
-        assert set(s["measurement_quality"][p]) == set(benchmarks)
-    curves = s["budget"]
-    assert set(curves) == {"lr=0.001", "lr=0.003", "best so far"}            # params/smoke.yaml: 2 lrs x 3 epochs
-    assert all(set(c) == {"1", "2", "3"} for c in curves.values())
-    assert (paths.stage_dir("smoke", "04_rank_agreement") / "figures" / "budget.pdf").exists()
-    assert s["bootstrap"]["n_models"] == 4 and not math.isnan(s["mean_tau_gain_ci"][0])
-    s05 = outputs.read_summary("smoke", "05_perplexity")
-    assert any("mw_wiki" in n and "no standard errors" in n for n in s05["notes"])
-
-
-
 @pytest.mark.published
 def test_published_agreement_has_intervals_noise_ceiling_and_robustness(published_analyses):
     s = published_analyses["04_rank_agreement"]
@@ -112,3 +93,18 @@ def test_published_perplexity_and_pca_have_intervals(published_analyses):
     assert all(r["gain_ci"][0] > 0 for r in s06["robustness"].values())
     assert "\\newcommand{\\PcOneGainLo}" in (paths.stage_dir("published", "06_pca") / "numbers.tex").read_text()
 
+
+def test_smoke_analyses_use_items_and_validation_curves(smoke):
+    run.run_profile("smoke", stages=["04", "05", "06"])
+    s = outputs.read_summary("smoke", "04_rank_agreement")
+    benchmarks = smoke["selection"]["benchmarks"]
+    for p in P:
+        assert s["noise_ceiling"]["source"][p] == {b: "items" for b in benchmarks}
+        assert set(s["measurement_quality"][p]) == set(benchmarks)
+    curves = s["budget"]
+    assert set(curves) == {"lr=0.001", "lr=0.003", "best so far"}            # params/smoke.yaml: 2 lrs x 3 epochs
+    assert all(set(c) == {"1", "2", "3"} for c in curves.values())
+    assert (paths.stage_dir("smoke", "04_rank_agreement") / "figures" / "budget.pdf").exists()
+    assert s["bootstrap"]["n_models"] == 4 and not math.isnan(s["mean_tau_gain_ci"][0])
+    s05 = outputs.read_summary("smoke", "05_perplexity")
+    assert any("mw_wiki" in n and "no standard errors" in n for n in s05["notes"])
