@@ -139,6 +139,12 @@ def row_key(line: str) -> str:
     return NUMBER.sub("#", line)
 
 
+def label(line: str) -> str:
+    """A table row's first cell, which names the row: another CPU may move the rest of a row's
+    text, never this (a changed label is a change of the table, not of the arithmetic)."""
+    return line.split("|")[1].strip() if line.startswith("|") and line.count("|") > 1 else line
+
+
 def untimed(line: str) -> str:
     """``line`` with its timings (:data:`TIMING`) replaced by ``~``: what the check compares."""
     return TIMING.sub("~", line)
@@ -241,8 +247,9 @@ def spread(files: list[Path] | None = None, profiles: list[str] | None = None,
            root: Path | None = None) -> tuple[int, int]:
     """Widen :data:`SPREADS` to cover how far each quoted number lies from the outputs now (a run on
     another CPU, or under another arithmetic setting, than the one quoted), and the other text a row
-    reads with there; run it before ``make docs`` rewrites the quotes. Returns (rows measured, rows
-    whose spread widened). A row that holds another count of numbers is never covered."""
+    reads with there, its :func:`label` kept; run it before ``make docs`` rewrites the quotes. Returns
+    (rows measured, rows whose spread widened). A row that holds another count of numbers, or another
+    label, is never covered."""
     path = (root or paths.ROOT) / SPREADS
     spreads = read_spreads(root)
     cache: dict[str, Summaries] = {}
@@ -251,7 +258,7 @@ def spread(files: list[Path] | None = None, profiles: list[str] | None = None,
         for block, measured in _rendered(blocks(doc), profiles, {}, cache):
             table = spreads.setdefault(f"{block.profile}/{block.table}", {})
             for q, m in zip(block.body, measured):
-                by = moved(untimed(q), untimed(m), [row_key(untimed(m))])
+                by = moved(untimed(q), untimed(m), [row_key(untimed(m))] if label(q) == label(m) else [])
                 if by is None or not NUMBER.search(q):
                     continue
                 measured_rows += 1

@@ -103,6 +103,8 @@ def test_a_row_whose_text_moved_with_the_cpu_passes_only_as_spread_saw_it(toy, m
     summary.write_text(json.dumps({"tau": {"b": 0.7752}}))            # 0.02: beyond the spread
     assert not docblocks.check(files=[toy], spreads=stated).diffs[0].within_spread
     assert docblocks.moved("| b | 0.76 | met |", "| b | 0.76 | maybe |", ["| b | # | not met |"]) is None
+    monkeypatch.setitem(doctables.TABLES, "toy-table", lambda s: [*table(s)[:2], "| B | 0.78 | not met |"])
+    assert docblocks.spread(files=[toy], root=toy.parent) == (0, 0)       # a renamed row is no CPU's doing
 
 
 def test_check_reports_missing_rows_and_changed_text(toy):
