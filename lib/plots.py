@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import seaborn as sns
 from matplotlib.colors import to_hex, to_rgb
 
 from .store import DIRECT, REDUCED, TBT
@@ -31,11 +30,12 @@ PROTOCOL_LABELS = {DIRECT: "Direct evaluation", TBT: "Train-before-test"}
 PROTOCOL_COLORS = {DIRECT: "#d9822b", TBT: "#1f4e79"}
 PROTOCOL_MARKERS = {DIRECT: "o", TBT: "s"}     # where points of both protocols share a panel
 FONT = {"base": 8.0, "small": 7.0, "title": 8.0, "suptitle": 9.0}
+STYLE = Path(__file__).with_name("paper.mplstyle")   # seaborn's paper / whitegrid theme, as rcParams
 
 
 def use_style() -> None:
     """Apply the shared style (call once at the top of a notebook)."""
-    sns.set_theme(context="paper", style="whitegrid", font_scale=1.0)
+    plt.style.use(STYLE)
     small, base = FONT["small"], FONT["base"]
     plt.rcParams.update({
         "figure.dpi": 110, "savefig.dpi": 200, "savefig.bbox": "tight", "savefig.pad_inches": 0.02,

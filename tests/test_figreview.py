@@ -43,6 +43,33 @@ def _clean(width=plots.WIDTH_SINGLE):
     return plots.set_caption(fig, "A clean figure.")
 
 
+def test_the_style_file_is_seaborns_paper_theme():
+    """lib/paper.mplstyle holds seaborn's paper / whitegrid theme as rcParams, so notebooks draw in it
+    without importing seaborn: a seaborn whose theme differs fails here (less the font sizes, which
+    use_style sets, and seaborn's own colour map, which every figure overrides)."""
+    import seaborn as sns
+    from matplotlib.colors import to_rgba
+
+    def applied(apply) -> dict:
+        with matplotlib.rc_context():
+            matplotlib.rcdefaults()
+            apply()
+            rc = dict(matplotlib.rcParams)
+        colours = rc.pop("axes.prop_cycle").by_key()["color"]
+        return {**rc, "axes.prop_cycle": [to_rgba(c) for c in colours]}
+
+    def seaborns():
+        matplotlib.rcParams.update({**sns.axes_style("whitegrid"), **sns.plotting_context("paper")})
+        matplotlib.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=sns.color_palette("deep"))
+
+    theirs, ours = applied(seaborns), applied(lambda: plt.style.use(plots.STYLE))
+    left_out = {"font.size", "axes.titlesize", "axes.labelsize", "legend.fontsize", "legend.title_fontsize",
+                "xtick.labelsize", "ytick.labelsize", "image.cmap"}
+    differ = {k for k in theirs if theirs[k] != ours[k]}
+    assert differ <= left_out, sorted(differ - left_out)
+    assert theirs["lines.linewidth"] == ours["lines.linewidth"] == 1.2000000000000002      # not 1.2: the same pixels
+
+
 def test_a_clean_figure_passes_and_its_record_says_how_it_prints(tmp_path):
     rec, problems = _save(_clean(), tmp_path)
     assert problems == [] and rec["problems"] == []

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.collections import LineCollection
 from matplotlib.lines import Line2D
 
@@ -83,6 +82,7 @@ def tau_heatmaps(mats: Mapping[str, pd.DataFrame], cis: Mapping[str, list] | Non
     """Side-by-side benchmark x benchmark Kendall tau heatmaps, one per protocol, each titled with
     its mean tau and interval (``cis``: {protocol: [lo, hi]}); one colour bar underneath. Cells get
     their number when wide enough for it; up to about 26 benchmarks every one is named."""
+    import seaborn as sns  # here, not at the top: importing it costs a kernel 0.9 s
     first = next(iter(mats.values()))
     n, k = len(first), len(mats)
     names = plots.displays(first.index)
@@ -160,6 +160,7 @@ def category_heatmaps(mats: Mapping[str, pd.DataFrame], within: Mapping[str, tup
     benchmark pairs behind each cell (:func:`lib.analysis.agreement.category_counts`), printed under
     its tau, so a cell that rests on a single pair shows it. Empty cells (a category with a single
     benchmark has no pair inside it) are left grey."""
+    import seaborn as sns
     first = next(iter(mats.values()))
     n, k = len(first), len(mats)
     names = [_wrap_category(c) for c in first.index]
@@ -497,6 +498,7 @@ def corpus_benchmark_heatmap(mats: Mapping[str, pd.DataFrame], titles: Mapping[s
     """Kendall tau of every downstream benchmark (rows) against every perplexity corpus (columns),
     one panel per setting, with one shared colour bar (the tau scale of every heat map); the
     ``average`` row and column are set off."""
+    import seaborn as sns
     first = next(iter(mats.values())).T
     n_rows, n_cols = first.shape
     rows = plots.displays(first.index)
