@@ -186,10 +186,10 @@ def differences(block: Block, measured: list[str], spreads: dict | None = None) 
             out.append(Difference(block.path, line, repr(q) if q is not None else "(no line)",
                                   repr(m) if m is not None else "(no line)", block.line))
             continue
-        allowed, seen = stated_for(stated, quoted)
+        spread_of, seen = stated_for(stated, quoted)
         by = moved(q, m, seen)
-        within = by is not None and len(allowed or by) == len(by) and \
-            all(d <= a + 1e-9 for d, a in zip(by, allowed or [0.0] * len(by)))
+        limits = spread_of if spread_of is not None else [0.0] * len(by or ())     # not listed: moved nowhere
+        within = by is not None and len(limits) == len(by) and all(d <= a + 1e-9 for d, a in zip(by, limits))
         if row_key(q) == row_key(m):          # only numbers moved: name them
             pairs = [(a, b) for a, b in zip(NUMBER.findall(q), NUMBER.findall(m)) if a != b]
             out.append(Difference(block.path, line, " ".join(a for a, _ in pairs),
@@ -258,15 +258,15 @@ def spread(files: list[Path] | None = None, profiles: list[str] | None = None,
         for block, measured in _rendered(blocks(doc), profiles, {}, cache):
             table = spreads.setdefault(f"{block.profile}/{block.table}", {})
             for q, m in zip(block.body, measured):
-                by = moved(untimed(q), untimed(m), [row_key(untimed(m))] if label(q) == label(m) else [])
+                text = row_key(untimed(m))                  # the row as measured, numbers masked
+                by = moved(untimed(q), untimed(m), [text] if label(q) == label(m) else [])
                 if by is None or not NUMBER.search(q):
                     continue
                 measured_rows += 1
                 old, seen = stated_for(table, q)
                 old = old or [0.0] * len(by)
                 new = [round(max(a, b), 10) for a, b in zip(old, by)]
-                text = row_key(untimed(m))
-                new_seen = seen + [text] if text not in seen and text != row_key(untimed(q)) else seen
+                new_seen = [*seen, text] if text not in seen and text != row_key(untimed(q)) else seen
                 if (new, new_seen) != (old, seen) and (any(new) or new_seen):   # a row that never moved is not listed
                     widened += 1
                     table[row_key(q)] = {"spread": new, "seen": new_seen} if new_seen else new
